@@ -1,0 +1,13 @@
+"""pyterrier_tite: efficient neural IR models (TITE, sparse cross-encoders, CELI, Aggretriever, SPLADE) as
+PyTerrier transformers.
+
+Public API only. torch is imported first because the compiled extension links against libc10.
+"""
+import torch  # noqa: F401  (must precede the compiled extension)
+
+from pyterrier_tite import datasets, ops
+from pyterrier_tite.pt.first_stage import bm25, pisa_index, trec_dl_bm25
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "bm25", "datasets", "ops", "pisa_index", "trec_dl_bm25"]

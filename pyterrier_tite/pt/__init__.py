@@ -1,0 +1,1 @@
+"""PyTerrier transformers: the only layer of the package that knows DataFrames."""

