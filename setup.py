@@ -4,6 +4,7 @@ C++ sources (``*.cpp``) are always compiled with ``-O3 -fopenmp``. CUDA sources 
 toolkit (nvcc) and a CUDA build of torch are both present, so CPU-only machines build the CPU kernels alone.
 Install with ``pip install --no-build-isolation -e .``: an isolated build env would pull a different torch.
 """
+
 import glob
 import os
 

@@ -3,6 +3,7 @@ PyTerrier transformers.
 
 Public API only. torch is imported first because the compiled extension links against libc10.
 """
+
 import torch  # noqa: F401  (must precede the compiled extension)
 
 from pyterrier_tite import datasets, ops

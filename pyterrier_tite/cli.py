@@ -1,4 +1,5 @@
 """The ``pyterrier-tite`` command (also ``python -m pyterrier_tite``)."""
+
 from __future__ import annotations
 
 import argparse

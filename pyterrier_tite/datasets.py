@@ -10,6 +10,7 @@ does not know are read from ``$IR_DATASETS_HOME/local/`` and registered here und
 
 Nothing hard-codes a folder: the home is ir_datasets' own (``IR_DATASETS_HOME`` or ``~/.ir_datasets``).
 """
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,7 @@ def local_dir(*parts: str) -> str:
 
 def irds_id(name: str) -> str:
     """Normalise ``'irds:beir/scifact/test'``, ``'beir/scifact/test'`` or an alias like ``'scifact'`` to an ID."""
-    name = name[len("irds:"):] if name.startswith("irds:") else name
+    name = name[len("irds:") :] if name.startswith("irds:") else name
     return ALIASES.get(name, name)
 
 

@@ -1,4 +1,5 @@
 """The main job: a ``pt.Experiment`` on a collection with every first stage the package offers."""
+
 from __future__ import annotations
 
 import pandas as pd

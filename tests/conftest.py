@@ -1,4 +1,5 @@
 """Shared fixtures: real data from IR_DATASETS_HOME (a missing mirror FAILS under CI=true instead of skipping)."""
+
 from __future__ import annotations
 
 import os

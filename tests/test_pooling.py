@@ -1,4 +1,5 @@
 """Packed mean pooling: compiled kernels against the pure-torch reference, lengths, gradients, errors."""
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 The package must work without the extension (pure-torch reference ops), so a failed import is reported once as a
 warning and every dispatcher falls back to the reference.
 """
+
 from __future__ import annotations
 
 import functools

@@ -4,6 +4,7 @@ Sequences are packed into ``x [total_tokens, H]`` with offsets ``cu_seqlens`` (i
 L pools to ``ceil(max(0, L - k) / s) + 1`` rows (0 when L = 0); output row j is the mean of positions
 ``[j*s, min(j*s + k, L))`` -- a truncated last window averages over the tokens it has.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,7 +48,9 @@ def packed_mean_pool_reference(
     rows = starts[:, None] + offsets[None, :]  # [T', k]
     valid = offsets[None, :] < counts[:, None]
     acc_dtype = torch.promote_types(x.dtype, torch.float32)
-    gathered = x.to(acc_dtype)[rows.clamp(max=max(x.shape[0] - 1, 0))] if x.shape[0] else x.new_zeros(0, kernel, x.shape[1])
+    gathered = (
+        x.to(acc_dtype)[rows.clamp(max=max(x.shape[0] - 1, 0))] if x.shape[0] else x.new_zeros(0, kernel, x.shape[1])
+    )
     summed = (gathered * valid[..., None].to(acc_dtype)).sum(1)
     pooled = summed / counts.clamp(min=1)[:, None].to(acc_dtype)
     return pooled.to(x.dtype), out_cu

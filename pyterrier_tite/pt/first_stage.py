@@ -1,4 +1,5 @@
 """First-stage retrievers: BM25 through PISA (no Java) and the provided TREC DL BM25 top-100 runs."""
+
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ import pyterrier_alpha as pta
 from pyterrier_pisa import PisaIndex
 
 from pyterrier_tite import datasets
+from pyterrier_tite._native_output import native_output_silenced
 
 #: TREC DL aliases whose provided BM25 run stands in for full retrieval (the local MS MARCO collection is partial)
 TREC_DL = {"2019": "dl19", "2020": "dl20", "dl19": "dl19", "dl20": "dl20"}
@@ -41,9 +43,10 @@ def pisa_index(
     index = PisaIndex(path, text_field=fields if len(fields) > 1 else fields[0], threads=threads)
     if not index.built():
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
-        if verbose:
-            corpus = pt.tqdm(corpus, desc=f"indexing {dataset_id}", unit="doc")
-        index.index(_with_fields(corpus, fields))
+        with native_output_silenced():
+            if verbose:
+                corpus = pt.tqdm(corpus, desc=f"indexing {dataset_id}", unit="doc")
+            index.index(_with_fields(corpus, fields))
     return index
 
 
@@ -51,7 +54,9 @@ def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
     """BM25 over a collection's cached PISA index (built on first use). No Java anywhere."""
     if datasets.irds_id(dataset).startswith("msmarco-passage/"):
         pisa_index(dataset)  # raises the explanatory error
-    return pisa_index(dataset, **index_args).bm25(k1=k1, b=b, num_results=num_results)
+    index = pisa_index(dataset, **index_args)
+    with native_output_silenced():  # the first retriever compresses the index and logs it
+        return index.bm25(k1=k1, b=b, num_results=num_results)
 
 
 def trec_dl_bm25(year: str = "2019", text: bool = True) -> pt.Transformer:

@@ -1,0 +1,51 @@
+"""Silence what compiled libraries (PISA) print on the process's stdout/stderr, keeping Python's own output.
+
+PISA logs every percent of its indexing on the C-level streams, which floods notebooks and logs; its
+``pyterrier_pisa.log_level`` switch raises AttributeError in 0.4.9, so the file descriptors are redirected instead.
+Python-level writes (progress bars) keep going to the original terminal through duplicated descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def native_output_silenced(enabled: bool = True) -> Iterator[None]:
+    """Within the block, fds 1 and 2 go to /dev/null while ``sys.stdout`` / ``sys.stderr`` still reach the terminal."""
+    if not enabled or not _has_real_fds():
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    py_streams = (sys.stdout, sys.stderr)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(saved[1]), "wb", buffering=0), write_through=True)
+        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved[2]), "wb", buffering=0), write_through=True)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+                stream.close()
+        sys.stdout, sys.stderr = py_streams
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(devnull)
+
+
+def _has_real_fds() -> bool:
+    """Under pytest capture or in Jupyter, sys.stdout is not fd 1; redirecting fds is still safe but pointless there."""
+    try:
+        return sys.stdout.fileno() == 1 and sys.stderr.fileno() == 2
+    except (AttributeError, io.UnsupportedOperation, ValueError):
+        return False

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Create (or reuse) the virtualenv and install pyterrier-tite with its compiled extension. Sourced by demo.sh / test.sh.
+#   VENV=path             virtualenv location (default: .venv in the repo)
+#   TORCH_SPEC=...        torch requirement (default torch==2.13.0, the CPU build on this machine's disk)
+#   TORCH_INDEX_URL=...   e.g. https://download.pytorch.org/whl/cu126 to get a CUDA build of torch elsewhere
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+PYTHON="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating virtualenv $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+
+pip_quiet() { python -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored" || true; }
+
+if ! python -c "import torch" >/dev/null 2>&1; then
+  echo "[setup] installing ${TORCH_SPEC:-torch==2.13.0} (install torch before the package: the extension builds against it)"
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    pip_quiet "${TORCH_SPEC:-torch==2.13.0}" --index-url "$TORCH_INDEX_URL"
+  else
+    pip_quiet "${TORCH_SPEC:-torch==2.13.0}"
+  fi
+fi
+python -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
+
+stamp="$VENV/.pyterrier-tite-installed"
+if [ ! -f "$stamp" ] || [ "$ROOT/setup.py" -nt "$stamp" ] || [ -n "$(find "$ROOT/csrc" -newer "$stamp" -type f 2>/dev/null)" ] \
+   || ! python -c "import pyterrier_tite._C" >/dev/null 2>&1; then
+  echo "[setup] installing build tools and pyterrier-tite (compiles csrc/, about 2 minutes on 2 cores)"
+  pip_quiet "setuptools>=64" wheel ninja
+  # --no-build-isolation: an isolated build env would pull a different torch than the one installed above
+  pip_quiet --no-build-isolation -e "$ROOT[test,minilm]"
+  python -c "import pyterrier_tite._C" || { echo "[setup] the compiled extension failed to build" >&2; exit 1; }
+  touch "$stamp"
+fi
+
+# Offline mirror of the collections, when the project sits beside ../shared (see README: Data)
+if [ -z "${IR_DATASETS_HOME:-}" ] && [ -d "$ROOT/../shared/ir_datasets" ]; then
+  IR_DATASETS_HOME="$(cd "$ROOT/../shared/ir_datasets" && pwd)"
+  export IR_DATASETS_HOME
+fi
