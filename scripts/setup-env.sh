@@ -20,9 +20,9 @@ pip_quiet() { python -m pip install -q --disable-pip-version-check "$@" 2>&1 | g
 if ! python -c "import torch" >/dev/null 2>&1; then
   echo "[setup] installing ${TORCH_SPEC:-torch==2.13.0} (install torch before the package: the extension builds against it)"
   if [ -n "${TORCH_INDEX_URL:-}" ]; then
-    pip_quiet "${TORCH_SPEC:-torch==2.13.0}" --index-url "$TORCH_INDEX_URL"
+    pip_quiet "${TORCH_SPEC:-torch==2.13.0}" numpy --index-url "$TORCH_INDEX_URL"
   else
-    pip_quiet "${TORCH_SPEC:-torch==2.13.0}"
+    pip_quiet "${TORCH_SPEC:-torch==2.13.0}" numpy
   fi
 fi
 python -c "import torch" || { echo "[setup] torch failed to install" >&2; exit 1; }
