@@ -1,0 +1,6 @@
+"""torch nn.Modules and HF-style configs (no PyTerrier imports here)."""
+
+from pyterrier_tite.modeling.tite import TiteModel, TiteModelOutput, TitePackedOutput
+from pyterrier_tite.modeling.tite_config import TiteConfig
+
+__all__ = ["TiteConfig", "TiteModel", "TiteModelOutput", "TitePackedOutput"]

@@ -1,0 +1,177 @@
+"""TiteModel: a Token-Independent Text Encoder that pools a sequence down to one vector inside its layers.
+
+Hidden states stay packed (``[total_tokens, H]`` + ``cu_seqlens``) from the embeddings to the output; attention pads
+per stage for SDPA (or runs FlashAttention varlen on GPU) and pooling uses the packed-pooling op. Loads and saves the
+reference (webis-de/tite) checkpoint format: same ``config.json`` fields and state-dict keys.
+
+Per-layer hidden states (for debugging): ``model(..., output_hidden_states=True)`` returns ``hidden_states`` =
+(embedding output, layer 1 output, ..., layer N output), each packed ``[T_l, H_l]``, with ``hidden_cu_seqlens``
+giving each stage's offsets; ``output.split_hidden_states()`` cuts them into per-sequence ``[len, H]`` tensors.
+Unlike the reference, the embedding output appears once, not twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from pyterrier_tite.modeling.tite_config import TiteConfig
+from pyterrier_tite.modeling.tite_layers import RMSNorm, RopeCache, TiteEmbeddings, TiteEncoder
+from pyterrier_tite.modeling.tite_packing import PackedLayout
+from pyterrier_tite.ops import pooled_lengths
+
+
+@dataclass
+class TiteModelOutput(ModelOutput):
+    """``last_hidden_state [B, L_out, H]`` (L_out = 1 when pooling reaches one vector; empty sequences are zero rows).
+
+    With ``output_hidden_states``: ``hidden_states`` (embeddings, then every layer) packed ``[T_l, H_l]`` and
+    ``hidden_cu_seqlens`` (int32 offsets per stage).
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    hidden_cu_seqlens: tuple[torch.Tensor, ...] | None = None
+
+    def split_hidden_states(self) -> list[list[torch.Tensor]]:
+        """Per stage, the per-sequence ``[len, H]`` tensors (the layout of the parity ``hidden_states.json``)."""
+        if self.hidden_states is None:
+            raise ValueError("call the model with output_hidden_states=True")
+        return [
+            list(torch.split(h, torch.diff(cu.cpu().long()).tolist()))
+            for h, cu in zip(self.hidden_states, self.hidden_cu_seqlens, strict=True)
+        ]
+
+
+@dataclass
+class TitePackedOutput(ModelOutput):
+    """Packed result: ``last_hidden_state [T_out, H]`` with ``cu_seqlens`` (int32) of the final stage."""
+
+    last_hidden_state: torch.Tensor | None = None
+    cu_seqlens: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    hidden_cu_seqlens: tuple[torch.Tensor, ...] | None = None
+
+
+class TitePreTrainedModel(PreTrainedModel):
+    config_class = TiteConfig
+    base_model_prefix = "tite"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Reference init: normal(0, initializer_range) weights, zero biases, zero padding row, unit norms."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, std)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, std)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, (nn.LayerNorm, RMSNorm)):
+            module.weight.fill_(1.0)
+            if getattr(module, "bias", None) is not None:
+                module.bias.zero_()
+
+
+class TiteModel(TitePreTrainedModel):
+    """TITE encoder. ``forward(input_ids [B, L], attention_mask [B, L])`` or ``forward_packed(ids [T], cu_seqlens)``."""
+
+    def __init__(self, config: TiteConfig):
+        super().__init__(config)
+        self.embeddings = TiteEmbeddings(config)
+        self.encoder = TiteEncoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def plan_layouts(self, lengths: torch.Tensor, device: torch.device | str) -> list[PackedLayout]:
+        """Layout of every stage (input, then after each layer); a layer that does not pool reuses its input's."""
+        layouts = [PackedLayout.from_lengths(lengths, device)]
+        for k, s in zip(self.config.kernel_sizes, self.config.strides, strict=True):
+            current = layouts[-1]
+            if k is None or current.max_len <= 1:
+                layouts.append(current)
+            else:
+                layouts.append(PackedLayout.from_lengths(pooled_lengths(current.lengths, k, s), device))
+        return layouts
+
+    def forward_packed(
+        self,
+        input_ids: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> TitePackedOutput:
+        """Encode packed token ids ``[T]`` with offsets ``cu_seqlens [B+1]``; positions default to 0..n-1."""
+        lengths = torch.diff(cu_seqlens.detach().to("cpu", torch.int64))
+        layouts = self.plan_layouts(lengths, input_ids.device)
+        if positions is None:
+            positions = layouts[0].positions
+        max_len = layouts[0].max_len
+        if self.embeddings.position_embeddings is not None and max_len > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence of {max_len} tokens exceeds max_position_embeddings = {self.config.max_position_embeddings}"
+            )
+        x = self.embeddings(input_ids, positions)
+        states = [x] if output_hidden_states else None
+        rope = RopeCache(self.config.rotary_interleaved)
+        for layer, layout_in, layout_out in zip(self.encoder.layers, layouts[:-1], layouts[1:], strict=True):
+            if layout_in.total:
+                x = layer(x, layout_in, layout_out, rope)
+            else:  # nothing to encode: keep the (empty) rows at the layer's width
+                x = x.new_zeros(0, layer.mlp.out_dense.out_features)
+            if states is not None:
+                states.append(x)
+        x = self.encoder.norm(x)
+        return TitePackedOutput(
+            last_hidden_state=x,
+            cu_seqlens=layouts[-1].cu_seqlens,
+            hidden_states=tuple(states) if states is not None else None,
+            hidden_cu_seqlens=tuple(lay.cu_seqlens for lay in layouts) if states is not None else None,
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TiteModelOutput | tuple:
+        """Encode ``input_ids [B, L]``; ``attention_mask`` selects the tokens (positions count the kept tokens)."""
+        if output_hidden_states is None:
+            output_hidden_states = bool(self.config.output_hidden_states)
+        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        lengths = mask.sum(1)
+        cu = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=input_ids.device)
+        cu[1:] = torch.cumsum(lengths, 0)
+        positions = (torch.cumsum(mask, 1) - 1)[mask]
+        packed = self.forward_packed(input_ids[mask], cu, positions, output_hidden_states=output_hidden_states)
+        final = PackedLayout.from_lengths(torch.diff(packed.cu_seqlens.cpu().long()), input_ids.device)
+        out = packed.last_hidden_state
+        if final.max_len == 0:
+            padded = out.new_zeros(final.batch_size, 1, out.shape[-1])
+        else:
+            padded = final.pad(out)
+        result = TiteModelOutput(
+            last_hidden_state=padded,
+            hidden_states=packed.hidden_states,
+            hidden_cu_seqlens=packed.hidden_cu_seqlens,
+        )
+        if return_dict is False:
+            return result.to_tuple()
+        return result

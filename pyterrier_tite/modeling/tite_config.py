@@ -1,0 +1,141 @@
+"""TiteConfig: the reference (webis-de/tite) config fields and defaults, so its ``config.json`` files load unchanged."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from transformers import PretrainedConfig
+
+POOLING_LOCATIONS = ("pre", "intra", "post")
+NORM_LOCATIONS = ("pre", "post")
+NORM_TYPES = ("layer", "rms")
+ABSOLUTE_POSITIONS = ("learned", "none")
+RELATIVE_POSITIONS = ("rotary", "none")
+
+
+def pooled_length(length: int, kernel: int | None, stride: int | None) -> int:
+    """Length after one pooling layer: ``ceil(max(0, L - k) / s) + 1`` (0 stays 0; no pooling when k or s is None)."""
+    if kernel is None or stride is None or length <= 1:
+        return length
+    return math.ceil(max(0, length - kernel) / stride) + 1
+
+
+def output_shapes(max_length: int, kernel_sizes: Sequence[int | None], strides: Sequence[int | None]) -> list[int]:
+    """Maximum length after each stage (entry 0 is the input)."""
+    shapes = [max_length]
+    for k, s in zip(kernel_sizes, strides, strict=True):
+        shapes.append(pooled_length(shapes[-1], k, s))
+    return shapes
+
+
+def _per_layer(value, n: int, name: str) -> list:
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * n
+    if len(values) != n:
+        raise ValueError(f"{name} has {len(values)} entries, expected num_hidden_layers = {n}")
+    return values
+
+
+class TiteConfig(PretrainedConfig):
+    """Per-layer sizes and pooling of a TITE encoder.
+
+    Field names and defaults follow the reference so ``config.json`` round-trips. ``pooling_implementation``,
+    ``rope_implementation`` and the attention implementation are accepted and stored but ignored: this package picks
+    its kernels by device (packed-pooling op, SDPA on CPU, FlashAttention varlen on GPU when installed). The legacy
+    single field ``positional_embedding_type`` (absolute | rotary) of older reference checkpoints is mapped onto the
+    two current ones.
+    """
+
+    model_type = "tite"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        num_hidden_layers: int = 12,
+        hidden_sizes: Sequence[int] | int = 768,
+        num_attention_heads: Sequence[int] | int = 12,
+        intermediate_sizes: Sequence[int] | int = 3072,
+        kernel_sizes: Sequence[int | None] | int | None = None,
+        strides: Sequence[int | None] | int | None = None,
+        dropout_prob: float = 0.1,
+        max_position_embeddings: int = 512,
+        initializer_range: float = 0.02,
+        layer_norm_eps: float = 1e-12,
+        pad_token_id: int = 0,
+        hidden_act: str = "gelu_pytorch_tanh",
+        absolute_positional_embedding_type: str = "none",
+        relative_positional_embedding_type: str = "rotary",
+        pooling_location: str = "intra",
+        rotary_interleaved: bool = False,
+        norm_location: str = "pre",
+        norm_type: str = "rms",
+        pooling_implementation: str = "triton",
+        rope_implementation: str = "triton",
+        **kwargs,
+    ):
+        legacy = kwargs.pop("positional_embedding_type", None)
+        if legacy is not None:
+            absolute_positional_embedding_type = "learned" if legacy == "absolute" else "none"
+            relative_positional_embedding_type = "rotary" if legacy == "rotary" else "none"
+        n = num_hidden_layers
+        self.vocab_size = vocab_size
+        self.num_hidden_layers = n
+        self.hidden_sizes = [int(v) for v in _per_layer(hidden_sizes, n, "hidden_sizes")]
+        self.num_attention_heads = [int(v) for v in _per_layer(num_attention_heads, n, "num_attention_heads")]
+        self.intermediate_sizes = [int(v) for v in _per_layer(intermediate_sizes, n, "intermediate_sizes")]
+        self.kernel_sizes = _per_layer(kernel_sizes, n, "kernel_sizes")
+        self.strides = _per_layer(strides, n, "strides")
+        self.dropout_prob = dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.hidden_act = hidden_act
+        self.absolute_positional_embedding_type = absolute_positional_embedding_type
+        self.relative_positional_embedding_type = relative_positional_embedding_type
+        self.pooling_location = pooling_location
+        self.rotary_interleaved = rotary_interleaved
+        self.norm_location = norm_location
+        self.norm_type = norm_type
+        self.pooling_implementation = pooling_implementation
+        self.rope_implementation = rope_implementation
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name, value, allowed in [
+            ("pooling_location", self.pooling_location, POOLING_LOCATIONS),
+            ("norm_location", self.norm_location, NORM_LOCATIONS),
+            ("norm_type", self.norm_type, NORM_TYPES),
+            ("absolute_positional_embedding_type", self.absolute_positional_embedding_type, ABSOLUTE_POSITIONS),
+            ("relative_positional_embedding_type", self.relative_positional_embedding_type, RELATIVE_POSITIONS),
+        ]:
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        for i, (h, heads) in enumerate(zip(self.hidden_sizes, self.num_attention_heads, strict=True)):
+            if h % heads:
+                raise ValueError(f"layer {i}: hidden size {h} is not a multiple of {heads} heads")
+            if self.relative_positional_embedding_type == "rotary" and (h // heads) % 2:
+                raise ValueError(f"layer {i}: RoPE needs an even head dim, got {h // heads}")
+        if any(b < a for a, b in zip(self.hidden_sizes, self.hidden_sizes[1:], strict=False)):
+            raise ValueError(f"hidden_sizes may only grow (upscaling), got {self.hidden_sizes}")
+        for i, (k, s) in enumerate(zip(self.kernel_sizes, self.strides, strict=True)):
+            if (k is None) != (s is None):
+                raise ValueError(f"layer {i}: set both kernel size and stride or neither, got k={k}, s={s}")
+            if k is not None and not 1 <= s <= k:
+                raise ValueError(f"layer {i}: need 1 <= stride <= kernel, got k={k}, s={s}")
+        shapes = self.output_shapes
+        if shapes[-1] != shapes[0] and shapes[-1] != 1:
+            raise ValueError(
+                f"pooling must reduce max_position_embeddings ({shapes[0]}) to exactly one vector or not at all; "
+                f"lengths per stage would be {shapes}"
+            )
+
+    @property
+    def output_shapes(self) -> list[int]:
+        """Maximum sequence length after each stage, starting from ``max_position_embeddings``."""
+        return output_shapes(self.max_position_embeddings, self.kernel_sizes, self.strides)
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the output vectors (the last layer's hidden size)."""
+        return self.hidden_sizes[-1]

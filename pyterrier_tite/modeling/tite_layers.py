@@ -1,0 +1,229 @@
+"""TITE building blocks: norms, embeddings, the pooling attention block and the MLP block (packed rows throughout).
+
+Module and parameter names follow the reference (webis-de/tite) so its ``model.safetensors`` loads unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.activations import ACT2FN
+
+from pyterrier_tite.modeling.rope import apply_rope, rope_cos_sin
+from pyterrier_tite.modeling.tite_config import TiteConfig
+from pyterrier_tite.modeling.tite_packing import PackedLayout
+from pyterrier_tite.ops import packed_mean_pool
+
+try:  # optional: varlen attention on GPU
+    from flash_attn import flash_attn_varlen_func
+except ImportError:  # pragma: no cover - depends on the machine
+    flash_attn_varlen_func = None
+
+
+class RMSNorm(nn.Module):
+    """RMS norm with a weight and no bias, computed in float32."""
+
+    def __init__(self, size: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+
+
+def make_norm(config: TiteConfig, size: int) -> nn.Module:
+    if config.norm_type == "rms":
+        return RMSNorm(size, eps=config.layer_norm_eps)
+    return nn.LayerNorm(size, eps=config.layer_norm_eps)
+
+
+class SwiGLU(nn.Module):
+    """``silu(a) * b`` over the two halves of the intermediate projection (reference option ``hidden_act='swiglu'``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x.chunk(2, dim=-1)
+        return F.silu(a) * b
+
+
+def make_activation(name: str) -> nn.Module:
+    return SwiGLU() if name == "swiglu" else ACT2FN[name]
+
+
+class RopeCache:
+    """cos/sin per (layout, query kind, head dim, dtype), built once per forward and shared by the layers of a stage."""
+
+    def __init__(self, interleaved: bool):
+        self.interleaved = interleaved
+        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def get(self, layout: PackedLayout, positions, key: str, head_dim: int, dtype: torch.dtype):
+        cache_key = (id(layout), key, head_dim, dtype)
+        if cache_key not in self._cache:
+            self._cache[cache_key] = rope_cos_sin(positions(), head_dim, dtype)
+        return self._cache[cache_key]
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_layout: PackedLayout, kv_layout: PackedLayout
+) -> torch.Tensor:
+    """Per-sequence softmax attention of packed ``q [Tq, h, d]`` over packed ``k, v [Tk, h, d]`` -> ``[Tq, h, d]``.
+
+    Queries and keys may have different lengths (intra-attention pooling). GPU half precision goes through
+    FlashAttention varlen when installed; otherwise rows are padded to ``[B, h, L, d]`` for SDPA with a key mask.
+    """
+    if flash_attn_varlen_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        return flash_attn_varlen_func(
+            q, k, v, q_layout.cu_seqlens, kv_layout.cu_seqlens, q_layout.max_len, kv_layout.max_len
+        )
+    qp = q_layout.pad(q).transpose(1, 2)
+    kp = kv_layout.pad(k).transpose(1, 2)
+    vp = kv_layout.pad(v).transpose(1, 2)
+    out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=kv_layout.key_mask)
+    return q_layout.unpad(out.transpose(1, 2))
+
+
+class TiteEmbeddings(nn.Module):
+    """Word (+ learned absolute position) embeddings at the last layer's width, downscaled to the first, then norm."""
+
+    def __init__(self, config: TiteConfig):
+        super().__init__()
+        h_first, h_last = config.hidden_sizes[0], config.hidden_sizes[-1]
+        self.word_embeddings = nn.Embedding(config.vocab_size, h_last, padding_idx=config.pad_token_id)
+        self.downscale = nn.Linear(h_last, h_first, bias=False) if h_first != h_last else nn.Identity()
+        self.position_embeddings = None
+        if config.absolute_positional_embedding_type == "learned":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, h_last)
+        self.norm = make_norm(config, h_first)
+        self.dropout = nn.Dropout(config.dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(positions)
+        return self.dropout(self.norm(self.downscale(x)))
+
+
+class TiteAttention(nn.Module):
+    """Self-attention block with optional pooling (pre / intra / post), upscaling and RoPE.
+
+    intra: Q and the residual from the pooled rows, K/V from the unpooled rows; pre: everything pooled first;
+    post: pool ``attention + residual`` before the post-norm. When the layer widens, the residual is zero-padded.
+    """
+
+    def __init__(self, config: TiteConfig, layer_idx: int):
+        super().__init__()
+        h_in = config.hidden_sizes[max(0, layer_idx - 1)]
+        h_out = config.hidden_sizes[layer_idx]
+        self.heads = config.num_attention_heads[layer_idx]
+        self.head_dim = h_out // self.heads
+        self.widen = h_out - h_in
+        self.pre_norm = config.norm_location == "pre"
+        self.location = config.pooling_location
+        self.kernel = config.kernel_sizes[layer_idx]
+        self.stride = config.strides[layer_idx]
+        self.rotary = config.relative_positional_embedding_type == "rotary"
+        if self.pre_norm and layer_idx == 0:
+            self.norm = nn.Identity()  # the embedding norm already normalised the input
+        else:
+            self.norm = make_norm(config, h_in if self.pre_norm else h_out)
+        self.query = nn.Linear(h_in, h_out)
+        self.key = nn.Linear(h_in, h_out)
+        self.value = nn.Linear(h_in, h_out)
+        self.dense = nn.Linear(h_out, h_out)
+        self.dropout = nn.Dropout(config.dropout_prob)
+
+    @property
+    def pools(self) -> bool:
+        return self.kernel is not None
+
+    def _pool(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+        return packed_mean_pool(x, layout.cu_seqlens, self.kernel, self.stride)[0]
+
+    def forward(
+        self, x: torch.Tensor, layout_in: PackedLayout, layout_out: PackedLayout, rope: RopeCache
+    ) -> torch.Tensor:
+        pooled = self.pools and layout_out is not layout_in
+        if pooled and self.location in ("pre", "intra"):
+            residual = self._pool(x, layout_in)
+            q_in = self.norm(residual) if self.pre_norm else residual
+            if self.location == "pre":
+                kv_in, kv_layout = q_in, layout_out
+            else:
+                kv_in, kv_layout = (self.norm(x) if self.pre_norm else x), layout_in
+            q_layout = layout_out
+        else:
+            residual = x
+            q_in = kv_in = self.norm(x) if self.pre_norm else x
+            q_layout = kv_layout = layout_in
+
+        value = self.value(kv_in)
+        if kv_layout.max_len <= 1:  # one key per sequence: softmax is 1, the output is V
+            out = value
+        else:
+            q = self.query(q_in).unflatten(-1, (self.heads, self.head_dim))
+            k = self.key(kv_in).unflatten(-1, (self.heads, self.head_dim))
+            v = value.unflatten(-1, (self.heads, self.head_dim))
+            if self.rotary:
+                q = apply_rope(q, *self._query_rope(q_layout, layout_in, rope, q.dtype), rope.interleaved)
+                k_cs = rope.get(kv_layout, lambda: kv_layout.positions, "tokens", self.head_dim, k.dtype)
+                k = apply_rope(k, *k_cs, rope.interleaved)
+            out = attention(q, k, v, q_layout, kv_layout).flatten(-2)
+        out = self.dropout(self.dense(out))
+        if self.widen:
+            residual = F.pad(residual, (0, self.widen))
+        out = out + residual
+        if pooled and self.location == "post":
+            out = self._pool(out, layout_in)
+        return out if self.pre_norm else self.norm(out)
+
+    def _query_rope(self, q_layout: PackedLayout, layout_in: PackedLayout, rope: RopeCache, dtype: torch.dtype):
+        """Query positions: window centres ``j*s + (k-1)/2`` for intra pooling, else the rows' own positions."""
+        if q_layout is not layout_in and self.location == "intra":
+            kernel, stride = self.kernel, self.stride
+
+            def centres() -> torch.Tensor:
+                return q_layout.positions.to(torch.float32) * stride + (kernel - 1) / 2
+
+            return rope.get(q_layout, centres, f"centres-{kernel}-{stride}", self.head_dim, dtype)
+        return rope.get(q_layout, lambda: q_layout.positions, "tokens", self.head_dim, dtype)
+
+
+class TiteMLP(nn.Module):
+    """Feed-forward block ``x + W2 act(W1 x)`` with pre- or post-norm."""
+
+    def __init__(self, config: TiteConfig, layer_idx: int):
+        super().__init__()
+        hidden, inter = config.hidden_sizes[layer_idx], config.intermediate_sizes[layer_idx]
+        self.pre_norm = config.norm_location == "pre"
+        self.norm = make_norm(config, hidden)
+        self.intermediate_dense = nn.Linear(hidden, 2 * inter if config.hidden_act == "swiglu" else inter)
+        self.intermediate_act_fn = make_activation(config.hidden_act)
+        self.out_dense = nn.Linear(inter, hidden)
+        self.dropout = nn.Dropout(config.dropout_prob)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x) if self.pre_norm else x
+        h = self.dropout(self.out_dense(self.intermediate_act_fn(self.intermediate_dense(h))))
+        return x + h if self.pre_norm else self.norm(x + h)
+
+
+class TiteLayer(nn.Module):
+    def __init__(self, config: TiteConfig, layer_idx: int):
+        super().__init__()
+        self.attention = TiteAttention(config, layer_idx)
+        self.mlp = TiteMLP(config, layer_idx)
+
+    def forward(self, x, layout_in: PackedLayout, layout_out: PackedLayout, rope: RopeCache) -> torch.Tensor:
+        return self.mlp(self.attention(x, layout_in, layout_out, rope))
+
+
+class TiteEncoder(nn.Module):
+    """The layer stack; pre-norm models end with a norm over the last width (post-norm: Identity, no weights)."""
+
+    def __init__(self, config: TiteConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(TiteLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = make_norm(config, config.hidden_sizes[-1]) if config.norm_location == "pre" else nn.Identity()

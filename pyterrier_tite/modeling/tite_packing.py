@@ -1,0 +1,83 @@
+"""Packed (varlen) batches: ``[total_tokens, ...]`` rows plus ``cu_seqlens``, and the padded views attention needs.
+
+TITE keeps hidden states packed through every layer (no FLOPs on padding in the linear layers, pooling per sequence)
+and only pads around attention, where SDPA wants ``[B, heads, L, d]``. Everything a layer needs about a stage's layout
+(row -> sequence, position in sequence, padded slot) is computed once per stage and shared by all layers of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass(eq=False)
+class PackedLayout:
+    """Layout of one stage: ``lengths`` (int64, CPU) and ``cu_seqlens`` (int32, leading 0) on the data's device."""
+
+    lengths: torch.Tensor
+    cu_seqlens: torch.Tensor
+    max_len: int
+
+    @classmethod
+    def from_lengths(cls, lengths: torch.Tensor, device: torch.device | str) -> PackedLayout:
+        lengths = lengths.detach().to("cpu", torch.int64)
+        cu = torch.zeros(lengths.numel() + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(lengths, 0)
+        return cls(lengths, cu.to(device), int(lengths.max()) if lengths.numel() else 0)
+
+    @property
+    def batch_size(self) -> int:
+        return self.lengths.numel()
+
+    @property
+    def total(self) -> int:
+        return int(self.lengths.sum())
+
+    @cached_property
+    def is_dense(self) -> bool:
+        """True when every sequence has ``max_len`` rows, so packed and padded layouts coincide (no copies)."""
+        return bool((self.lengths == self.max_len).all())
+
+    @cached_property
+    def positions(self) -> torch.Tensor:
+        """Position of every packed row within its sequence (int64, on the data's device)."""
+        device = self.cu_seqlens.device
+        seq = torch.repeat_interleave(torch.arange(self.batch_size), self.lengths).to(device)
+        starts = self.cu_seqlens[:-1].long()
+        return torch.arange(self.total, device=device) - starts[seq]
+
+    @cached_property
+    def pad_index(self) -> torch.Tensor:
+        """Flat slot ``b * max_len + position`` of every packed row in the padded ``[B * max_len]`` layout."""
+        device = self.cu_seqlens.device
+        seq = torch.repeat_interleave(torch.arange(self.batch_size), self.lengths).to(device)
+        return seq * self.max_len + self.positions
+
+    @cached_property
+    def key_mask(self) -> torch.Tensor | None:
+        """Boolean ``[B, 1, 1, max_len]`` mask of real keys for SDPA, or None when nothing is padded.
+
+        An empty sequence keeps its (zero) first slot unmasked so its padded query rows do not produce NaN; those rows
+        are dropped when unpadding.
+        """
+        if self.is_dense:
+            return None
+        slots = torch.arange(self.max_len)
+        mask = slots[None, :] < self.lengths.clamp(min=1)[:, None]
+        return mask.to(self.cu_seqlens.device)[:, None, None, :]
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """``[total, ...]`` -> ``[B, max_len, ...]`` with zeros in the padding."""
+        if self.is_dense:
+            return x.view(self.batch_size, self.max_len, *x.shape[1:])
+        out = x.new_zeros(self.batch_size * self.max_len, *x.shape[1:])
+        out.index_copy_(0, self.pad_index, x)
+        return out.view(self.batch_size, self.max_len, *x.shape[1:])
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, max_len, ...]`` -> ``[total, ...]`` (padding rows dropped)."""
+        flat = x.reshape(self.batch_size * self.max_len, *x.shape[2:])
+        return flat if self.is_dense else flat.index_select(0, self.pad_index)
