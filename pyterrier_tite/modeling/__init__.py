@@ -4,3 +4,19 @@ from pyterrier_tite.modeling.tite import TiteModel, TiteModelOutput, TitePackedO
 from pyterrier_tite.modeling.tite_config import TiteConfig
 
 __all__ = ["TiteConfig", "TiteModel", "TiteModelOutput", "TitePackedOutput"]
+
+from pyterrier_tite.modeling.sparse_ce import (  # noqa: E402
+    SparseCrossEncoder,
+    SparseCrossEncoderBatch,
+    SparseCrossEncoderConfig,
+    SparseCrossEncoderModel,
+    SparseCrossEncoderModelForSequenceClassification,
+)
+
+__all__ += [
+    "SparseCrossEncoder",
+    "SparseCrossEncoderBatch",
+    "SparseCrossEncoderConfig",
+    "SparseCrossEncoderModel",
+    "SparseCrossEncoderModelForSequenceClassification",
+]

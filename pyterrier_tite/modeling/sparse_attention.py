@@ -1,0 +1,116 @@
+"""Joint-softmax attention over explicit key groups, the single attention entry point of the sparse cross-encoder.
+
+Rows of one segment attend, with ONE softmax, to (a) full key groups (e.g. their [CLS], their query) and (b) their own
+segment's keys: all of them (``window=None``) or only those within ``+-window`` (band storage ``[.., L, 2w+1]``,
+``A[i, j] = q_i . k_{i+j-w}``), so no L x L matrix is built for the doc-doc band. The interface mirrors
+``pyterrier_tite.ops.window_attention`` (same ``KeyGroup`` fields) so the fused kernel can replace the pure-torch
+banded path here, in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class KeyGroup:
+    """Keys every row attends to in full: ``k``, ``v`` [Bg, H, G, d].
+
+    ``lengths`` [Bg] marks the valid keys of each group row (default: all G); ``index`` [B] maps every attention batch
+    row to its group row (default: identity, needs Bg = B), e.g. one query's keys shared by all its documents.
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    lengths: torch.Tensor | None = None
+    index: torch.Tensor | None = None
+
+    def gathered(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """k, v, lengths with one row per attention batch row."""
+        if self.index is None:
+            return self.k, self.v, self.lengths
+        lengths = None if self.lengths is None else self.lengths[self.index]
+        return self.k[self.index], self.v[self.index], lengths
+
+
+def _key_mask(lengths: torch.Tensor | None, batch: int, size: int, device: torch.device) -> torch.Tensor:
+    """Bool [B, size]: True for valid keys."""
+    if lengths is None:
+        return torch.ones(batch, size, dtype=torch.bool, device=device)
+    return torch.arange(size, device=device)[None, :] < lengths[:, None]
+
+
+def grouped_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int | None,
+    lengths: torch.Tensor | None = None,
+    groups: Sequence[KeyGroup] = (),
+    scale: float | None = None,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """Attention of q [B, H, L, d] over ``groups`` (full) and its own k, v (full or within ``+-window``).
+
+    ``lengths`` [B] marks the valid rows / own keys (default L). Padded keys get probability 0 (a finite mask, so a
+    row without any valid key stays finite); padded rows output 0. ``window=0`` means each row sees only itself among
+    its own keys; ``window=None`` means all of them. ``dropout`` applies to the attention probabilities (training).
+    Returns [B, H, L, d].
+    """
+    if window is not None and window < 0:
+        raise ValueError(f"window must be None or >= 0, got {window}")
+    batch, _, length, dim = q.shape
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    gathered = [g.gathered() for g in groups]
+    if window is None or window >= length - 1:  # a window covering the whole segment is full attention
+        out = _dense(q, k, v, lengths, gathered, scale, dropout)
+    else:
+        out = _banded(q, k, v, window, lengths, gathered, scale, dropout)
+    if lengths is not None:
+        out = out * _key_mask(lengths, batch, length, q.device)[:, None, :, None]
+    return out
+
+
+def _dense(q, k, v, lengths, gathered, scale, dropout) -> torch.Tensor:
+    """All groups and the own keys concatenated; one SDPA call with an additive key mask."""
+    batch, length = q.shape[0], k.shape[2]
+    keys = torch.cat([gk for gk, _, _ in gathered] + [k], dim=2)
+    values = torch.cat([gv for _, gv, _ in gathered] + [v], dim=2)
+    masks = [_key_mask(gl, batch, gk.shape[2], q.device) for gk, _, gl in gathered]
+    valid = torch.cat(masks + [_key_mask(lengths, batch, length, q.device)], dim=1)
+    bias = torch.zeros(valid.shape, dtype=q.dtype, device=q.device).masked_fill(~valid, torch.finfo(q.dtype).min)
+    return F.scaled_dot_product_attention(
+        q, keys, values, attn_mask=bias[:, None, None, :], dropout_p=dropout, scale=scale
+    )
+
+
+def _band(x: torch.Tensor, window: int) -> torch.Tensor:
+    """View [B, H, L, d, 2w+1] whose entry (i, j) is x_{i+j-w} (zero outside the sequence)."""
+    return F.pad(x, (0, 0, window, window)).unfold(2, 2 * window + 1, 1)
+
+
+def _banded(q, k, v, window, lengths, gathered, scale, dropout) -> torch.Tensor:
+    """Group scores [B, H, L, G] and band scores [B, H, L, 2w+1] share one softmax."""
+    batch, _, length, _ = q.shape
+    scores, valid = [], []
+    for gk, _, gl in gathered:
+        scores.append(q @ gk.transpose(-1, -2))
+        valid.append(_key_mask(gl, batch, gk.shape[2], q.device)[:, None, :].expand(batch, length, -1))
+    scores.append(torch.einsum("bhld,bhldj->bhlj", q, _band(k, window)))
+    key_pos = torch.arange(length, device=q.device)[:, None] + torch.arange(2 * window + 1, device=q.device) - window
+    own_len = torch.full((batch,), length, device=q.device) if lengths is None else lengths
+    valid.append((key_pos >= 0) & (key_pos[None] < own_len[:, None, None]))
+    mask = torch.cat(valid, dim=-1)[:, None]  # [B, 1, L, total]
+    probs = (torch.cat(scores, dim=-1) * scale).masked_fill(~mask, torch.finfo(q.dtype).min).softmax(-1)
+    if dropout:
+        probs = F.dropout(probs, dropout)
+    parts = probs.split([s.shape[-1] for s in scores], dim=-1)
+    out = torch.einsum("bhlj,bhldj->bhld", parts[-1], _band(v, window))
+    for p, (_, gv, _) in zip(parts[:-1], gathered, strict=True):
+        out = out + p @ gv
+    return out
