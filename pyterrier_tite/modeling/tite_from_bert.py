@@ -1,0 +1,135 @@
+"""Build a TITE from an existing BERT checkpoint by inserting pooling into its layers.
+
+This lets TITE be studied at CPU scale without pretraining from scratch: the BERT weights map one to one onto TITE's
+module names (post-norm, learned absolute positions, no RoPE), and the chosen layers additionally pool. With no pooling
+at all the converted model computes exactly what ``transformers.BertModel`` computes (token type 0, right padding).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Literal
+
+import torch
+
+from pyterrier_tite.modeling.tite import TiteModel
+from pyterrier_tite.modeling.tite_config import TiteConfig, output_shapes
+
+
+def pooling_needed(max_length: int, kernel: int) -> int:
+    """Number of k = s pooling layers that take ``max_length`` tokens to one vector (9 for 512 / k=2, 6 for k=3)."""
+    return max(0, math.ceil(math.log(max_length, kernel) - 1e-9)) if max_length > 1 else 0
+
+
+def pooling_layers(num_layers: int, num_pooling: int, arrangement: Literal["late", "staggered"]) -> list[bool]:
+    """Which layers pool: ``late`` = the last ``num_pooling`` layers; ``staggered`` = spread evenly, each group
+    starting with a non-pooling layer (12 layers / 9 pooling -> layers 2-4, 6-8, 10-12 as in the paper)."""
+    if not 0 <= num_pooling <= num_layers:
+        raise ValueError(f"cannot pool in {num_pooling} of {num_layers} layers")
+    if arrangement == "late":
+        return [i >= num_layers - num_pooling for i in range(num_layers)]
+    if arrangement == "staggered":
+        return [(i + 1) * num_pooling // num_layers > i * num_pooling // num_layers for i in range(num_layers)]
+    raise ValueError(f"arrangement must be 'late' or 'staggered', got {arrangement!r}")
+
+
+def tite_config_from_bert(
+    bert_config,
+    *,
+    kernel: int = 2,
+    stride: int | None = None,
+    num_pooling_layers: int | None = None,
+    arrangement: Literal["late", "staggered"] = "late",
+    final_pooling: Literal["global", "none"] = "global",
+    max_length: int | None = None,
+    pooling_location: Literal["pre", "intra", "post"] = "intra",
+) -> TiteConfig:
+    """A TiteConfig with BERT's sizes and pooling inserted into ``num_pooling_layers`` of its layers.
+
+    ``num_pooling_layers`` defaults to what reaches one vector for ``max_length`` (default: BERT's
+    ``max_position_embeddings``), capped at ``num_layers - 1`` so the first layer sees every token. When those layers
+    cannot reach one vector, ``final_pooling='global'`` widens the last layer's window to every row it can receive
+    (kernel = stride = its maximum input length), so any input up to ``max_length`` ends as one vector;
+    ``final_pooling='none'`` keeps the layers as given. ``num_pooling_layers=0`` with ``final_pooling='none'`` gives
+    plain BERT.
+    """
+    stride = kernel if stride is None else stride
+    layers = bert_config.num_hidden_layers
+    max_length = max_length or bert_config.max_position_embeddings
+    if max_length > bert_config.max_position_embeddings:
+        raise ValueError(f"max_length {max_length} exceeds BERT's {bert_config.max_position_embeddings} positions")
+    if num_pooling_layers is None:
+        num_pooling_layers = min(pooling_needed(max_length, kernel), layers - 1)
+    pools = pooling_layers(layers, num_pooling_layers, arrangement)
+    kernels: list[int | None] = [kernel if p else None for p in pools]
+    strides: list[int | None] = [stride if p else None for p in pools]
+    shapes = output_shapes(max_length, kernels, strides)
+    if final_pooling == "global" and shapes[-1] > 1:
+        kernels[-1] = strides[-1] = shapes[-2]
+    elif final_pooling not in ("global", "none"):
+        raise ValueError(f"final_pooling must be 'global' or 'none', got {final_pooling!r}")
+    return TiteConfig(
+        vocab_size=bert_config.vocab_size,
+        num_hidden_layers=layers,
+        hidden_sizes=bert_config.hidden_size,
+        num_attention_heads=bert_config.num_attention_heads,
+        intermediate_sizes=bert_config.intermediate_size,
+        kernel_sizes=kernels,
+        strides=strides,
+        dropout_prob=bert_config.hidden_dropout_prob,
+        max_position_embeddings=max_length,
+        initializer_range=bert_config.initializer_range,
+        layer_norm_eps=bert_config.layer_norm_eps,
+        pad_token_id=bert_config.pad_token_id if bert_config.pad_token_id is not None else 0,
+        hidden_act=bert_config.hidden_act,
+        absolute_positional_embedding_type="learned",
+        relative_positional_embedding_type="none",
+        pooling_location=pooling_location,
+        norm_location="post",
+        norm_type="layer",
+    )
+
+
+def bert_state_dict_to_tite(bert_state: dict[str, torch.Tensor], num_layers: int, max_length: int) -> dict:
+    """Rename ``BertModel`` weights to TITE keys; token-type row 0 is folded into the position table (every token
+    gets exactly one position), the pooler is dropped."""
+    state = {k.removeprefix("bert."): v for k, v in bert_state.items()}
+    positions = state["embeddings.position_embeddings.weight"][:max_length]
+    if "embeddings.token_type_embeddings.weight" in state:
+        positions = positions + state["embeddings.token_type_embeddings.weight"][0]
+    out = {
+        "embeddings.word_embeddings.weight": state["embeddings.word_embeddings.weight"],
+        "embeddings.position_embeddings.weight": positions,
+        "embeddings.norm.weight": state["embeddings.LayerNorm.weight"],
+        "embeddings.norm.bias": state["embeddings.LayerNorm.bias"],
+    }
+    names = {
+        "attention.query": "attention.self.query",
+        "attention.key": "attention.self.key",
+        "attention.value": "attention.self.value",
+        "attention.dense": "attention.output.dense",
+        "attention.norm": "attention.output.LayerNorm",
+        "mlp.intermediate_dense": "intermediate.dense",
+        "mlp.out_dense": "output.dense",
+        "mlp.norm": "output.LayerNorm",
+    }
+    for i in range(num_layers):
+        for ours, theirs in names.items():
+            for param in ("weight", "bias"):
+                out[f"encoder.layers.{i}.{ours}.{param}"] = state[f"encoder.layer.{i}.{theirs}.{param}"]
+    return out
+
+
+def tite_from_bert(bert: torch.nn.Module | str | os.PathLike, **config_kwargs) -> TiteModel:
+    """Convert a ``transformers.BertModel`` (or a local BERT folder) into a TiteModel; see ``tite_config_from_bert``
+    for the pooling options. The result is in eval mode like a freshly loaded checkpoint."""
+    if isinstance(bert, (str, os.PathLike)):
+        from transformers import BertModel
+
+        bert = BertModel.from_pretrained(str(bert), add_pooling_layer=False)
+    config = tite_config_from_bert(bert.config, **config_kwargs)
+    model = TiteModel(config)
+    state = bert_state_dict_to_tite(bert.state_dict(), config.num_hidden_layers, config.max_position_embeddings)
+    model.load_state_dict(state, strict=True)
+    return model.to(next(bert.parameters()).dtype).eval()
