@@ -2,14 +2,35 @@
 
 ``backends()`` lists, per op, the backends available on this machine, most preferred first.
 """
+
 from pyterrier_tite.ops._extension import backends, extension
 from pyterrier_tite.ops.pooling import packed_mean_pool, packed_mean_pool_reference, pooled_cu_seqlens, pooled_lengths
+from pyterrier_tite.ops.window_attention import (
+    KeyGroup,
+    band_mask,
+    dense_attention_inputs,
+    unwindow_matmul,
+    unwindow_matmul_reference,
+    window_attention,
+    window_attention_reference,
+    window_matmul,
+    window_matmul_reference,
+)
 
 __all__ = [
+    "KeyGroup",
     "backends",
+    "band_mask",
+    "dense_attention_inputs",
     "extension",
     "packed_mean_pool",
     "packed_mean_pool_reference",
     "pooled_cu_seqlens",
     "pooled_lengths",
+    "unwindow_matmul",
+    "unwindow_matmul_reference",
+    "window_attention",
+    "window_attention_reference",
+    "window_matmul",
+    "window_matmul_reference",
 ]

@@ -1,0 +1,312 @@
+// Fused windowed attention with asymmetric key groups (sparse cross-encoder), CPU forward and backward.
+//
+// q, k, v: [B, H, L, d]; lengths: [B] int64 (rows >= lengths[b] are padding). Extra key groups g: gk[g], gv[g]:
+// [Bg, H, G, d] with key lengths glen[g]: [Bg] and a row index gidx[g]: [B] -> [0, Bg) (e.g. one query's keys shared
+// by all its documents). Row i < lengths[b] attends, with ONE softmax over all of them, to
+//   * keys j < glen[g][gidx[g][b]] of every group g (full attention), and
+//   * its own keys t with |t - i| <= window and t < lengths[b] (the band; window = 0 sees only itself).
+// Output rows of padding are 0 and their log-sum-exp is -inf. Since a valid row always sees itself, no valid row is
+// empty. Scores are computed row by row into a buffer of (sum G) + 2w + 1 floats: nothing of size L x L exists.
+// Backward recomputes the probabilities from the saved log-sum-exp and gathers every gradient row in one thread
+// (dq per row, band dk/dv per key, group dk/dv per group row), so no pass needs atomics.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <ATen/OpMathType.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "window_simd.h"
+
+namespace {
+
+using tite_window::axpy;
+using tite_window::dot;
+using tite_window::load;
+using tite_window::store;
+
+constexpr int64_t kRowBlock = 64;
+
+template <typename T>
+struct View4 {  // a [B, H, L, d] tensor with unit stride in d
+  T* p;
+  int64_t s0, s1, s2;
+  explicit View4(const at::Tensor& t)
+      : p(static_cast<T*>(t.data_ptr())), s0(t.stride(0)), s1(t.stride(1)), s2(t.stride(2)) {}
+  T* row(int64_t b, int64_t h, int64_t i) const { return p + b * s0 + h * s1 + i * s2; }
+};
+
+at::Tensor unit_stride(const at::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); }
+
+struct Problem {
+  at::Tensor q, k, v, lengths;
+  std::vector<at::Tensor> gk, gv, glen, gidx;
+  int64_t B, H, L, D, window;
+};
+
+Problem prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lengths,
+                int64_t window, at::TensorList gk, at::TensorList gv, at::TensorList glen, at::TensorList gidx) {
+  TORCH_CHECK(window >= 0, "window_attention: window must be >= 0, got ", window);
+  TORCH_CHECK(q.dim() == 4, "window_attention: q must be [B, H, L, d]");
+  TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "window_attention: q, k, v shapes differ");
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(), "window_attention: dtypes differ");
+  TORCH_CHECK(lengths.dim() == 1 && lengths.numel() == q.size(0) && lengths.scalar_type() == at::kLong,
+              "window_attention: lengths must be int64 [B]");
+  TORCH_CHECK(gk.size() == gv.size() && gk.size() == glen.size() && gk.size() == gidx.size(),
+              "window_attention: group lists differ in length");
+  Problem pr;
+  pr.q = unit_stride(q);
+  pr.k = unit_stride(k);
+  pr.v = unit_stride(v);
+  pr.lengths = lengths.contiguous();
+  pr.B = q.size(0), pr.H = q.size(1), pr.L = q.size(2), pr.D = q.size(3), pr.window = window;
+  const int64_t* len_p = pr.lengths.data_ptr<int64_t>();
+  for (int64_t b = 0; b < pr.B; ++b)
+    TORCH_CHECK(len_p[b] >= 0 && len_p[b] <= pr.L, "window_attention: lengths[", b, "] = ", len_p[b], " not in [0, L]");
+  for (size_t g = 0; g < gk.size(); ++g) {
+    TORCH_CHECK(gk[g].dim() == 4 && gk[g].size(1) == pr.H && gk[g].size(3) == pr.D && gv[g].sizes() == gk[g].sizes(),
+                "window_attention: group ", g, " keys/values must be [Bg, H, G, d] like q");
+    TORCH_CHECK(gk[g].scalar_type() == q.scalar_type() && gv[g].scalar_type() == q.scalar_type(),
+                "window_attention: group ", g, " dtype differs from q");
+    const int64_t bg = gk[g].size(0), gsize = gk[g].size(2);
+    TORCH_CHECK(glen[g].dim() == 1 && glen[g].numel() == bg && glen[g].scalar_type() == at::kLong,
+                "window_attention: group ", g, " lengths must be int64 [Bg]");
+    TORCH_CHECK(gidx[g].dim() == 1 && gidx[g].numel() == pr.B && gidx[g].scalar_type() == at::kLong,
+                "window_attention: group ", g, " index must be int64 [B]");
+    pr.gk.push_back(unit_stride(gk[g]));
+    pr.gv.push_back(unit_stride(gv[g]));
+    pr.glen.push_back(glen[g].contiguous());
+    pr.gidx.push_back(gidx[g].contiguous());
+    const int64_t* gl = pr.glen.back().data_ptr<int64_t>();
+    const int64_t* gi = pr.gidx.back().data_ptr<int64_t>();
+    for (int64_t r = 0; r < bg; ++r)
+      TORCH_CHECK(gl[r] >= 0 && gl[r] <= gsize, "window_attention: group ", g, " length out of [0, G]");
+    for (int64_t b = 0; b < pr.B; ++b)
+      TORCH_CHECK(gi[b] >= 0 && gi[b] < bg, "window_attention: group ", g, " index out of [0, Bg)");
+  }
+  return pr;
+}
+
+int64_t total_group_keys(const Problem& pr) {
+  int64_t n = 0;
+  for (const auto& t : pr.gk) n += t.size(2);
+  return n;
+}
+
+template <typename scalar_t>
+struct Groups {  // raw pointers of the key groups
+  std::vector<View4<const scalar_t>> k, v;
+  std::vector<const int64_t*> len, idx;
+  explicit Groups(const Problem& pr) {
+    for (size_t g = 0; g < pr.gk.size(); ++g) {
+      k.emplace_back(pr.gk[g]);
+      v.emplace_back(pr.gv[g]);
+      len.push_back(pr.glen[g].data_ptr<int64_t>());
+      idx.push_back(pr.gidx[g].data_ptr<int64_t>());
+    }
+  }
+  size_t size() const { return k.size(); }
+};
+
+std::vector<at::Tensor> forward_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                    const at::Tensor& lengths_in, int64_t window, at::TensorList gk_in,
+                                    at::TensorList gv_in, at::TensorList glen_in, at::TensorList gidx_in, double scale) {
+  const Problem pr = prepare(q_in, k_in, v_in, lengths_in, window, gk_in, gv_in, glen_in, gidx_in);
+  const int64_t B = pr.B, H = pr.H, L = pr.L, D = pr.D, w = pr.window;
+  // written row by row below (padding rows included): no separate zero-fill pass over the output
+  at::Tensor out = at::empty({B, H, L, D}, pr.q.options());
+  at::Tensor lse = at::empty({B, H, L}, pr.q.options().dtype(pr.q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+  if (B * H * L == 0) return {out, lse};
+  const int64_t n_blocks = (L + kRowBlock - 1) / kRowBlock;
+  const int64_t buffer = total_group_keys(pr) + 2 * w + 1;
+  const int64_t* len_p = pr.lengths.data_ptr<int64_t>();
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, pr.q.scalar_type(), "window_attention_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const View4<const scalar_t> Q(pr.q), K(pr.k), V(pr.v);
+    const View4<scalar_t> O(out);
+    const Groups<scalar_t> grp(pr);
+    acc_t* lse_p = lse.data_ptr<acc_t>();
+    at::parallel_for(0, B * H * n_blocks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<acc_t> qrow(D), acc(D), s(buffer);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t bh = task / n_blocks, b = bh / H, h = bh % H;
+        const int64_t len = len_p[b];
+        const int64_t row_begin = (task % n_blocks) * kRowBlock;
+        const int64_t row_end = std::min(L, row_begin + kRowBlock);
+        for (int64_t i = std::max(len, row_begin); i < row_end; ++i) {  // padding rows: output 0, lse -inf
+          std::fill_n(O.row(b, h, i), D, scalar_t(0));
+          lse_p[(b * H + h) * L + i] = -std::numeric_limits<acc_t>::infinity();
+        }
+        for (int64_t i = row_begin; i < std::min(len, row_end); ++i) {
+          load(qrow.data(), Q.row(b, h, i), D);
+          // scores of every visible key, groups first, then the band
+          int64_t n = 0;
+          for (size_t g = 0; g < grp.size(); ++g) {
+            const int64_t r = grp.idx[g][b];
+            for (int64_t j = 0; j < grp.len[g][r]; ++j) s[n++] = acc_t(scale) * dot(qrow.data(), grp.k[g].row(r, h, j), D);
+          }
+          const int64_t t_lo = std::max<int64_t>(0, i - w), t_hi = std::min<int64_t>(len, i + w + 1);
+          for (int64_t t = t_lo; t < t_hi; ++t) s[n++] = acc_t(scale) * dot(qrow.data(), K.row(b, h, t), D);
+          const acc_t m = *std::max_element(s.begin(), s.begin() + n);
+          acc_t sum = 0;
+          for (int64_t e = 0; e < n; ++e) sum += (s[e] = std::exp(s[e] - m));
+          const acc_t inv = acc_t(1) / sum;
+          std::fill(acc.begin(), acc.end(), acc_t(0));
+          n = 0;
+          for (size_t g = 0; g < grp.size(); ++g) {
+            const int64_t r = grp.idx[g][b];
+            for (int64_t j = 0; j < grp.len[g][r]; ++j) axpy(acc.data(), s[n++] * inv, grp.v[g].row(r, h, j), D);
+          }
+          for (int64_t t = t_lo; t < t_hi; ++t) axpy(acc.data(), s[n++] * inv, V.row(b, h, t), D);
+          store(O.row(b, h, i), acc.data(), D);
+          lse_p[(b * H + h) * L + i] = m + std::log(sum);
+        }
+      }
+    });
+  });
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> backward_cpu(
+    const at::Tensor& grad_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+    const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& lengths_in, int64_t window,
+    at::TensorList gk_in, at::TensorList gv_in, at::TensorList glen_in, at::TensorList gidx_in, double scale) {
+  const Problem pr = prepare(q_in, k_in, v_in, lengths_in, window, gk_in, gv_in, glen_in, gidx_in);
+  const int64_t B = pr.B, H = pr.H, L = pr.L, D = pr.D, w = pr.window;
+  TORCH_CHECK(grad_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), "window_attention_backward: shapes");
+  TORCH_CHECK(lse_in.dim() == 3 && lse_in.size(0) == B && lse_in.size(1) == H && lse_in.size(2) == L,
+              "window_attention_backward: lse must be [B, H, L]");
+  const at::Tensor dout = grad_in.contiguous().to(pr.q.scalar_type());
+  const at::Tensor out = out_in.contiguous();
+  const at::Tensor lse = lse_in.contiguous();
+  at::Tensor dq = at::zeros({B, H, L, D}, pr.q.options());
+  at::Tensor dk = at::zeros({B, H, L, D}, pr.q.options());
+  at::Tensor dv = at::zeros({B, H, L, D}, pr.q.options());
+  std::vector<at::Tensor> dgk, dgv;
+  for (const auto& t : pr.gk) {
+    dgk.push_back(at::zeros(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous)));
+    dgv.push_back(at::zeros(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous)));
+  }
+  if (B * H * L == 0 || D == 0) return {dq, dk, dv, dgk, dgv};
+  const int64_t n_blocks = (L + kRowBlock - 1) / kRowBlock;
+  const int64_t* len_p = pr.lengths.data_ptr<int64_t>();
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, pr.q.scalar_type(), "window_attention_backward_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    TORCH_CHECK(lse.scalar_type() == c10::CppTypeToScalarType<acc_t>::value, "window_attention_backward: lse dtype");
+    const View4<const scalar_t> Q(pr.q), K(pr.k), V(pr.v), dO(dout), O(out);
+    const View4<scalar_t> dQ(dq), dK(dk), dV(dv);
+    const Groups<scalar_t> grp(pr);
+    const acc_t* lse_p = lse.data_ptr<acc_t>();
+    const acc_t sc = acc_t(scale);
+    // delta_i = dO_i . O_i, the softmax-Jacobian correction shared by every key of row i
+    std::vector<acc_t> delta(B * H * L, acc_t(0));
+    at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      std::vector<acc_t> orow(D);
+      for (int64_t bh = begin; bh < end; ++bh)
+        for (int64_t i = 0; i < len_p[bh / H]; ++i) {
+          load(orow.data(), O.row(bh / H, bh % H, i), D);
+          delta[bh * L + i] = dot(orow.data(), dO.row(bh / H, bh % H, i), D);
+        }
+    });
+
+    // dq of every row; band dk / dv of every key (gathered over the rows that see it)
+    at::parallel_for(0, B * H * n_blocks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<acc_t> qrow(D), grow(D), acc(D), acc2(D), krow(D), vrow(D);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t bh = task / n_blocks, b = bh / H, h = bh % H;
+        const int64_t len = len_p[b];
+        const int64_t lo = (task % n_blocks) * kRowBlock, hi = std::min(len, lo + kRowBlock);
+        for (int64_t i = lo; i < hi; ++i) {
+          load(qrow.data(), Q.row(b, h, i), D);
+          load(grow.data(), dO.row(b, h, i), D);
+          const acc_t l = lse_p[bh * L + i], di = delta[bh * L + i];
+          std::fill(acc.begin(), acc.end(), acc_t(0));
+          for (size_t g = 0; g < grp.size(); ++g) {
+            const int64_t r = grp.idx[g][b];
+            for (int64_t j = 0; j < grp.len[g][r]; ++j) {
+              const acc_t p = std::exp(sc * dot(qrow.data(), grp.k[g].row(r, h, j), D) - l);
+              const acc_t ds = p * (dot(grow.data(), grp.v[g].row(r, h, j), D) - di);
+              axpy(acc.data(), ds * sc, grp.k[g].row(r, h, j), D);
+            }
+          }
+          for (int64_t t = std::max<int64_t>(0, i - w); t < std::min<int64_t>(len, i + w + 1); ++t) {
+            const acc_t p = std::exp(sc * dot(qrow.data(), K.row(b, h, t), D) - l);
+            const acc_t ds = p * (dot(grow.data(), V.row(b, h, t), D) - di);
+            axpy(acc.data(), ds * sc, K.row(b, h, t), D);
+          }
+          store(dQ.row(b, h, i), acc.data(), D);
+        }
+        for (int64_t t = lo; t < hi; ++t) {  // key t is seen by rows |i - t| <= w
+          load(krow.data(), K.row(b, h, t), D);
+          load(vrow.data(), V.row(b, h, t), D);
+          std::fill(acc.begin(), acc.end(), acc_t(0));
+          std::fill(acc2.begin(), acc2.end(), acc_t(0));
+          for (int64_t i = std::max<int64_t>(0, t - w); i < std::min<int64_t>(len, t + w + 1); ++i) {
+            const acc_t p = std::exp(sc * dot(krow.data(), Q.row(b, h, i), D) - lse_p[bh * L + i]);
+            const acc_t ds = p * (dot(vrow.data(), dO.row(b, h, i), D) - delta[bh * L + i]);
+            axpy(acc.data(), ds * sc, Q.row(b, h, i), D);
+            axpy(acc2.data(), p, dO.row(b, h, i), D);
+          }
+          store(dK.row(b, h, t), acc.data(), D);
+          store(dV.row(b, h, t), acc2.data(), D);
+        }
+      }
+    });
+
+    // group dk / dv: every group row gathers over the batch rows that index it
+    for (size_t g = 0; g < grp.size(); ++g) {
+      const int64_t bg = pr.gk[g].size(0), gsize = pr.gk[g].size(2);
+      std::vector<int64_t> start(bg + 1, 0), members(B);
+      for (int64_t b = 0; b < B; ++b) ++start[grp.idx[g][b] + 1];
+      for (int64_t r = 0; r < bg; ++r) start[r + 1] += start[r];
+      std::vector<int64_t> fill(start.begin(), start.end() - 1);
+      for (int64_t b = 0; b < B; ++b) members[fill[grp.idx[g][b]]++] = b;
+      const View4<scalar_t> dGK(dgk[g]), dGV(dgv[g]);
+      at::parallel_for(0, bg * H, 1, [&](int64_t begin, int64_t end) {
+        std::vector<acc_t> ak(gsize * D), av(gsize * D), krow(D), vrow(D);
+        for (int64_t rh = begin; rh < end; ++rh) {
+          const int64_t r = rh / H, h = rh % H, glen = grp.len[g][r];
+          std::fill(ak.begin(), ak.end(), acc_t(0));
+          std::fill(av.begin(), av.end(), acc_t(0));
+          for (int64_t j = 0; j < glen; ++j) {
+            load(krow.data(), grp.k[g].row(r, h, j), D);
+            load(vrow.data(), grp.v[g].row(r, h, j), D);
+            for (int64_t m = start[r]; m < start[r + 1]; ++m) {
+              const int64_t b = members[m], bh = b * H + h;
+              for (int64_t i = 0; i < len_p[b]; ++i) {
+                const acc_t p = std::exp(sc * dot(krow.data(), Q.row(b, h, i), D) - lse_p[bh * L + i]);
+                const acc_t ds = p * (dot(vrow.data(), dO.row(b, h, i), D) - delta[bh * L + i]);
+                axpy(ak.data() + j * D, ds * sc, Q.row(b, h, i), D);
+                axpy(av.data() + j * D, p, dO.row(b, h, i), D);
+              }
+            }
+            store(dGK.row(r, h, j), ak.data() + j * D, D);
+            store(dGV.row(r, h, j), av.data() + j * D, D);
+          }
+        }
+      });
+    }
+  });
+  return {dq, dk, dv, dgk, dgv};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(tite, m) {
+  m.def(
+      "window_attention(Tensor q, Tensor k, Tensor v, Tensor lengths, int window, Tensor[] group_k, Tensor[] group_v, "
+      "Tensor[] group_lengths, Tensor[] group_index, float scale) -> Tensor[]");
+  m.def(
+      "window_attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+      "Tensor lengths, int window, Tensor[] group_k, Tensor[] group_v, Tensor[] group_lengths, Tensor[] group_index, "
+      "float scale) -> (Tensor, Tensor, Tensor, Tensor[], Tensor[])");
+}
+
+TORCH_LIBRARY_IMPL(tite, CPU, m) {
+  m.impl("window_attention", &forward_cpu);
+  m.impl("window_attention_backward", &backward_cpu);
+}

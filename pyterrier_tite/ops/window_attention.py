@@ -1,0 +1,329 @@
+"""Windowed (banded) attention of the sparse cross-encoder: banded matmuls and a fused attention op.
+
+Band storage (paper, section 3.3): for a window ``w >= 0`` the band has ``2w + 1`` columns and
+``A[..., i, j] = q_i . k_{i + j - w}``. Entries whose key ``i + j - w`` lies outside ``[0, L)`` are *out of range*:
+``window_matmul`` writes 0 there and ``unwindow_matmul`` ignores them (their gradient is 0), exactly like the paper's
+zero padding. A caller that softmaxes a band must mask them itself (``band_mask`` gives the valid entries).
+
+``window_attention`` fuses the whole layer-level pattern: every row of a padded segment attends, with ONE softmax,
+to full key groups (e.g. its [CLS], its query) and to its own keys within ``+-w``; the band is never materialised as
+an L x L matrix and out-of-range / padded keys get probability 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pyterrier_tite.ops._extension import choose_backend, has_csrc, has_triton, register_backends
+
+
+def _has_op(name: str) -> bool:
+    """The compiled CPU kernel exists (an extension built before these ops lacks them)."""
+    if not has_csrc("cpu"):
+        return False
+    try:
+        getattr(torch.ops.tite, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+register_backends("window_matmul", [("csrc-cpu", lambda: _has_op("window_matmul")), ("torch", lambda: True)])
+register_backends("unwindow_matmul", [("csrc-cpu", lambda: _has_op("unwindow_matmul")), ("torch", lambda: True)])
+register_backends(
+    "window_attention",
+    [("triton", has_triton), ("csrc-cpu", lambda: _has_op("window_attention")), ("torch", lambda: True)],
+)
+
+
+@dataclass
+class KeyGroup:
+    """Keys every row attends to in full: ``k``, ``v`` [Bg, H, G, d].
+
+    ``lengths`` [Bg] marks the valid keys of each group row (default: all G); ``index`` [B] maps every attention batch
+    row to its group row (default: ``arange(B)``, needs Bg = B) -- e.g. one query's keys shared by all its documents.
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    lengths: torch.Tensor | None = None
+    index: torch.Tensor | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------- band ops
+def band_mask(length: int, window: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Bool [L, 2w+1]: True where the key ``i + j - w`` of band entry (i, j) lies inside the sequence."""
+    _check_window(window)
+    keys = torch.arange(length, device=device)[:, None] + torch.arange(2 * window + 1, device=device)[None, :] - window
+    return (keys >= 0) & (keys < length)
+
+
+def window_matmul(q: torch.Tensor, k: torch.Tensor, window: int, backend: str | None = None) -> torch.Tensor:
+    """``A[..., i, j] = q_i . k_{i+j-w}`` for q, k [..., L, d] -> [..., L, 2w+1]; out-of-range entries are 0."""
+    _check_pair(q, k, window, "window_matmul")
+    if choose_backend("window_matmul", q.device, backend) == "torch":
+        return _window_matmul_torch(q, k, window)
+    lead, (length, dim) = q.shape[:-2], q.shape[-2:]
+    n = math.prod(lead)
+    out = _CsrcWindowMatmul.apply(q.reshape(n, length, dim), k.reshape(n, length, dim), window)
+    return out.reshape(*lead, length, 2 * window + 1)
+
+
+def unwindow_matmul(p: torch.Tensor, v: torch.Tensor, window: int, backend: str | None = None) -> torch.Tensor:
+    """``out_i = sum_j P[..., i, j] v_{i+j-w}`` for P [..., L, 2w+1], v [..., L, d]; out-of-range entries ignored."""
+    _check_window(window)
+    if p.shape[:-1] != v.shape[:-1] or p.shape[-1] != 2 * window + 1:
+        raise ValueError(f"unwindow_matmul: P {tuple(p.shape)} and v {tuple(v.shape)} do not fit window {window}")
+    if choose_backend("unwindow_matmul", v.device, backend) == "torch":
+        return _unwindow_matmul_torch(p, v, window)
+    lead, (length, dim) = v.shape[:-2], v.shape[-2:]
+    n = math.prod(lead)
+    out = _CsrcUnwindowMatmul.apply(p.reshape(n, length, 2 * window + 1), v.reshape(n, length, dim), window)
+    return out.reshape(*lead, length, dim)
+
+
+def window_matmul_reference(q: torch.Tensor, k: torch.Tensor, window: int) -> torch.Tensor:
+    """Dense definition of ``window_matmul``: the full ``q k^T``, read along the band (fp32 or better)."""
+    _check_pair(q, k, window, "window_matmul")
+    acc = torch.promote_types(q.dtype, torch.float32)
+    full = q.to(acc) @ k.to(acc).transpose(-1, -2)
+    length = q.shape[-2]
+    keys = torch.arange(length, device=q.device)[:, None] + torch.arange(2 * window + 1, device=q.device) - window
+    valid = band_mask(length, window, q.device)
+    picked = torch.gather(full, -1, keys.clamp(0, max(length - 1, 0)).expand(*full.shape[:-1], -1))
+    return torch.where(valid, picked, torch.zeros((), dtype=acc, device=q.device)).to(q.dtype)
+
+
+def unwindow_matmul_reference(p: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    """Dense definition of ``unwindow_matmul``: scatter the band into an L x L matrix, then multiply."""
+    acc = torch.promote_types(v.dtype, torch.float32)
+    length = v.shape[-2]
+    keys = torch.arange(length, device=v.device)[:, None] + torch.arange(2 * window + 1, device=v.device) - window
+    valid = band_mask(length, window, v.device)
+    dense = p.new_zeros(*p.shape[:-1], length + 1, dtype=acc)  # column L collects the out-of-range entries
+    dense = dense.scatter(-1, torch.where(valid, keys, length).expand(*p.shape[:-1], -1), p.to(acc))
+    return (dense[..., :length] @ v.to(acc)).to(v.dtype)
+
+
+def _window_matmul_torch(q: torch.Tensor, k: torch.Tensor, window: int) -> torch.Tensor:
+    """Shifted slices of a zero-padded k: 2w+1 products of size L x d, nothing L x L."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    length, qf = q.shape[-2], q.to(acc)
+    kp = F.pad(k.to(acc), (0, 0, window, window))
+    cols = [(qf * kp[..., j : j + length, :]).sum(-1) for j in range(2 * window + 1)]
+    return torch.stack(cols, -1).to(q.dtype)
+
+
+def _unwindow_matmul_torch(p: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    acc = torch.promote_types(v.dtype, torch.float32)
+    length, pf = v.shape[-2], p.to(acc)
+    vp = F.pad(v.to(acc), (0, 0, window, window))
+    out = torch.zeros(v.shape, dtype=acc, device=v.device)
+    for j in range(2 * window + 1):
+        out = out + pf[..., j : j + 1] * vp[..., j : j + length, :]
+    return out.to(v.dtype)
+
+
+class _CsrcWindowMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, window):
+        ctx.save_for_backward(q, k)
+        ctx.window = window
+        return torch.ops.tite.window_matmul(q, k, window)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k = ctx.saved_tensors
+        grad = grad.contiguous()
+        dq = torch.ops.tite.unwindow_matmul(grad, k, ctx.window) if ctx.needs_input_grad[0] else None
+        dk = torch.ops.tite.unwindow_matmul_t(grad, q, ctx.window) if ctx.needs_input_grad[1] else None
+        return dq, dk, None
+
+
+class _CsrcUnwindowMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, p, v, window):
+        ctx.save_for_backward(p, v)
+        ctx.window = window
+        return torch.ops.tite.unwindow_matmul(p, v, window)
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, v = ctx.saved_tensors
+        grad = grad.contiguous()
+        dp = torch.ops.tite.window_matmul(grad, v, ctx.window) if ctx.needs_input_grad[0] else None
+        dv = torch.ops.tite.unwindow_matmul_t(p, grad, ctx.window) if ctx.needs_input_grad[1] else None
+        return dp, dv, None
+
+
+# --------------------------------------------------------------------------------------------------- fused attention
+def window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    lengths: torch.Tensor | None = None,
+    groups: tuple[KeyGroup, ...] | list[KeyGroup] = (),
+    scale: float | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Attention of the rows of q [B, H, L, d] over ``groups`` (full) and their own keys within ``+-window``.
+
+    One softmax spans all groups and the band. ``lengths`` [B] (default L) marks the valid rows/keys of each segment;
+    padding keys get probability 0 and padding rows output 0. ``scale`` defaults to ``1/sqrt(d)``. Returns
+    [B, H, L, d] in q's dtype (accumulated in fp32). ``backend`` forces one of ``backends()['window_attention']``.
+    """
+    lengths, groups, scale = _normalise(q, k, v, window, lengths, groups, scale)
+    chosen = choose_backend("window_attention", q.device, backend)
+    if chosen == "torch":
+        return _window_attention_torch(q, k, v, window, lengths, groups, scale)
+    flat = [t for g in groups for t in (g.k, g.v, g.lengths, g.index)]
+    if chosen == "triton":
+        from pyterrier_tite.ops import window_attention_triton
+
+        return window_attention_triton.TritonWindowAttention.apply(q, k, v, lengths, window, scale, *flat)
+    return _CsrcWindowAttention.apply(q, k, v, lengths, window, scale, *flat)
+
+
+def dense_attention_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    lengths: torch.Tensor | None = None,
+    groups: tuple[KeyGroup, ...] | list[KeyGroup] = (),
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The same attention as dense tensors: keys, values [B, H, sum(G) + L, d] and a bool mask [B, 1, L, sum(G) + L].
+
+    Padding rows may attend to themselves only (so no row is empty, e.g. for SDPA); their outputs mean nothing.
+    """
+    lengths, groups, _ = _normalise(q, k, v, window, lengths, groups, 1.0)
+    length = q.shape[-2]
+    keys, values, masks = [], [], []
+    for g in groups:
+        keys.append(g.k[g.index])
+        values.append(g.v[g.index])
+        visible = torch.arange(g.k.shape[2], device=q.device)[None, :] < g.lengths[g.index][:, None]  # [B, G]
+        masks.append(visible[:, None, :].expand(-1, length, -1))
+    pos = torch.arange(length, device=q.device)
+    near = (pos[:, None] - pos[None, :]).abs() <= window  # [L, L]
+    inside = pos[None, :] < lengths[:, None]  # [B, L]
+    band = near[None] & inside[:, None, :] & inside[:, :, None]
+    padded_self = torch.eye(length, dtype=torch.bool, device=q.device)[None] & ~inside[:, :, None]
+    keys.append(k)
+    values.append(v)
+    masks.append(band | padded_self)
+    return torch.cat(keys, 2), torch.cat(values, 2), torch.cat(masks, 2)[:, None]
+
+
+def window_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    lengths: torch.Tensor | None = None,
+    groups: tuple[KeyGroup, ...] | list[KeyGroup] = (),
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Dense masked attention in fp32 (or fp64): the definition ``window_attention`` must reproduce."""
+    lengths, groups, scale = _normalise(q, k, v, window, lengths, groups, scale)
+    keys, values, mask = dense_attention_inputs(q, k, v, window, lengths, groups)
+    acc = torch.promote_types(q.dtype, torch.float32)
+    scores = (q.to(acc) @ keys.to(acc).transpose(-1, -2)) * scale
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    out = probs @ values.to(acc)
+    rows = torch.arange(q.shape[2], device=q.device)[None, :] < lengths[:, None]
+    return (out * rows[:, None, :, None]).to(q.dtype)
+
+
+def _window_attention_torch(q, k, v, window, lengths, groups, scale) -> torch.Tensor:
+    """Banded attention from shifted slices: scores [B, H, L, sum(G) + 2w + 1], nothing L x L."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    length = q.shape[2]
+    qf = q.to(acc) * scale
+    pos = torch.arange(length, device=q.device)
+    rows = pos[None, :] < lengths[:, None]  # [B, L]
+    scores, masks, group_values = [], [], []
+    for g in groups:
+        scores.append(qf @ g.k[g.index].to(acc).transpose(-1, -2))
+        visible = torch.arange(g.k.shape[2], device=q.device)[None, :] < g.lengths[g.index][:, None]
+        masks.append(visible[:, None, None, :].expand(-1, 1, length, -1))
+        group_values.append(g.v[g.index].to(acc))
+    scores.append(_window_matmul_torch(qf, k.to(acc), window))
+    keys = pos[:, None] + torch.arange(2 * window + 1, device=q.device)[None, :] - window  # [L, 2w+1]
+    band = (keys >= 0)[None] & (keys < lengths[:, None, None]) & rows[:, :, None]
+    band = band | (~rows[:, :, None] & (keys == pos[:, None])[None])  # padding rows keep themselves: no empty row
+    masks.append(band[:, None])
+    probs = torch.cat(scores, -1).masked_fill(~torch.cat(masks, -1), float("-inf")).softmax(-1)
+    probs = probs * rows[:, None, :, None]
+    out = _unwindow_matmul_torch(probs[..., probs.shape[-1] - 2 * window - 1 :], v.to(acc), window)
+    start = 0
+    for g, values in zip(groups, group_values, strict=True):
+        out = out + probs[..., start : start + g.k.shape[2]] @ values
+        start += g.k.shape[2]
+    return out.to(q.dtype)
+
+
+class _CsrcWindowAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, lengths, window, scale, *flat):
+        gk, gv, glen, gidx = (list(flat[i::4]) for i in range(4))
+        out, lse = torch.ops.tite.window_attention(q, k, v, lengths, window, gk, gv, glen, gidx, scale)
+        ctx.save_for_backward(q, k, v, out, lse, lengths, *flat)
+        ctx.window, ctx.scale = window, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, lengths, *flat = ctx.saved_tensors
+        gk, gv, glen, gidx = (list(flat[i::4]) for i in range(4))
+        dq, dk, dv, dgk, dgv = torch.ops.tite.window_attention_backward(
+            grad.contiguous(), q, k, v, out, lse, lengths, ctx.window, gk, gv, glen, gidx, ctx.scale
+        )
+        group_grads = [g for pair in zip(dgk, dgv, strict=True) for g in (*pair, None, None)]
+        return (dq, dk, dv, None, None, None, *group_grads)
+
+
+# ------------------------------------------------------------------------------------------------------------ checks
+def _check_window(window: int) -> None:
+    if not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0 (w = 0: each row sees only itself), got {window!r}")
+
+
+def _check_pair(q: torch.Tensor, k: torch.Tensor, window: int, name: str) -> None:
+    _check_window(window)
+    if q.shape != k.shape or q.dim() < 2:
+        raise ValueError(f"{name}: q {tuple(q.shape)} and k {tuple(k.shape)} must both be [..., L, d]")
+
+
+def _normalise(q, k, v, window, lengths, groups, scale) -> tuple[torch.Tensor, list[KeyGroup], float]:
+    """Validate shapes; fill default lengths / group lengths / group index as int64 on q's device."""
+    _check_window(window)
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k, v must all be [B, H, L, d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    batch, heads, length, dim = q.shape
+    if lengths is None:
+        lengths = torch.full((batch,), length, dtype=torch.int64, device=q.device)
+    lengths = lengths.to(device=q.device, dtype=torch.int64)
+    if lengths.shape != (batch,):
+        raise ValueError(f"lengths must be [B] = [{batch}], got {tuple(lengths.shape)}")
+    normalised = []
+    for g in groups:
+        if g.k.dim() != 4 or g.v.shape != g.k.shape or g.k.shape[1] != heads or g.k.shape[3] != dim:
+            raise ValueError(
+                f"key group k/v must be [Bg, {heads}, G, {dim}], got {tuple(g.k.shape)}, {tuple(g.v.shape)}"
+            )
+        rows = g.k.shape[0]
+        index = torch.arange(batch, device=q.device) if g.index is None else g.index.to(q.device, torch.int64)
+        if g.index is None and rows != batch:
+            raise ValueError(f"a key group with {rows} rows for {batch} batch rows needs an index")
+        glen = torch.full((rows,), g.k.shape[2], dtype=torch.int64, device=q.device)
+        glen = glen if g.lengths is None else g.lengths.to(q.device, torch.int64)
+        if index.shape != (batch,) or glen.shape != (rows,):
+            raise ValueError(f"key group index must be [{batch}] and lengths [{rows}]")
+        normalised.append(KeyGroup(g.k, g.v, glen, index))
+    return lengths, normalised, 1.0 / math.sqrt(dim) if scale is None else float(scale)

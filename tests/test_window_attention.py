@@ -1,0 +1,235 @@
+"""Banded matmuls and fused windowed attention: every backend against the dense definitions, gradients, edge cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pyterrier_tite import ops
+from pyterrier_tite.ops import (
+    KeyGroup,
+    unwindow_matmul,
+    unwindow_matmul_reference,
+    window_attention,
+    window_attention_reference,
+    window_matmul,
+    window_matmul_reference,
+)
+
+BACKENDS = [b for b in ("csrc-cpu", "torch") if b in ops.backends()["window_attention"]]
+MATMUL_BACKENDS = [b for b in ("csrc-cpu", "torch") if b in ops.backends()["window_matmul"]]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+# band entries are unnormalised dot products (|x| up to ~5 here): fp16 / bf16 round them at that magnitude
+MATMUL_TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+# (L, w): L < w, w = 0, L = 1, empty, ordinary
+SHAPES = [(7, 2), (3, 5), (9, 0), (1, 0), (1, 3), (0, 2), (33, 4), (17, 16)]
+
+
+def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+def naive_band(q: torch.Tensor, k: torch.Tensor, w: int) -> torch.Tensor:
+    """The band definition, one entry at a time, in float64."""
+    length = q.shape[-2]
+    out = torch.zeros(*q.shape[:-1], 2 * w + 1, dtype=torch.float64)
+    for i in range(length):
+        for j in range(2 * w + 1):
+            if 0 <= i + j - w < length:
+                out[..., i, j] = (q[..., i, :].double() * k[..., i + j - w, :].double()).sum(-1)
+    return out
+
+
+def naive_attention(q, k, v, w, lengths, groups, scale) -> torch.Tensor:
+    """The fused op's definition, row by row, in float64 (checks the dense reference itself)."""
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    for b in range(q.shape[0]):
+        n = int(lengths[b])
+        for i in range(n):
+            keys = [g.k[g.index[b], :, : int(g.lengths[g.index[b]])] for g in groups]
+            values = [g.v[g.index[b], :, : int(g.lengths[g.index[b]])] for g in groups]
+            lo, hi = max(0, i - w), min(n, i + w + 1)
+            keys.append(k[b, :, lo:hi])
+            values.append(v[b, :, lo:hi])
+            kk, vv = torch.cat(keys, 1).double(), torch.cat(values, 1).double()
+            probs = (torch.einsum("hd,hkd->hk", q[b, :, i].double(), kk) * scale).softmax(-1)
+            out[b, :, i] = torch.einsum("hk,hkd->hd", probs, vv)
+    return out
+
+
+def random_case(seed: int, dtype=torch.float32, requires_grad=False):
+    """Mixed lengths (incl. 0 and 1), a per-row [CLS] group and a shared query group with an index and lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = int(torch.randint(1, 5, (1,), generator=gen))
+    heads = int(torch.randint(1, 3, (1,), generator=gen))
+    length = int(torch.randint(1, 20, (1,), generator=gen))
+    dim = int(torch.randint(1, 9, (1,), generator=gen))
+    w = [0, 1, 2, 4, 25][seed % 5]
+    lengths = torch.randint(0, length + 1, (batch,), generator=gen)
+    lengths[0] = length
+    if batch > 1:
+        lengths[1] = min(1, length) if seed % 2 else 0
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype).requires_grad_(requires_grad)
+
+    q, k, v = (rnd(batch, heads, length, dim) for _ in range(3))
+    n_queries, q_len = int(torch.randint(1, 3, (1,), generator=gen)), int(torch.randint(1, 6, (1,), generator=gen))
+    groups = [
+        KeyGroup(rnd(batch, heads, 1, dim), rnd(batch, heads, 1, dim)),
+        KeyGroup(
+            rnd(n_queries, heads, q_len, dim),
+            rnd(n_queries, heads, q_len, dim),
+            lengths=torch.randint(0, q_len + 1, (n_queries,), generator=gen),
+            index=torch.randint(0, n_queries, (batch,), generator=gen),
+        ),
+    ]
+    return q, k, v, w, lengths, groups
+
+
+def tensors_of(q, k, v, groups):
+    return [q, k, v, *[t for g in groups for t in (g.k, g.v)]]
+
+
+# ------------------------------------------------------------------------------------------------------ band matmuls
+@pytest.mark.parametrize("length,w", SHAPES)
+def test_band_references_match_definition(length, w):
+    q, k, p = torch.randn(2, length, 3), torch.randn(2, length, 3), torch.randn(2, length, 2 * w + 1)
+    torch.testing.assert_close(window_matmul_reference(q, k, w).double(), naive_band(q, k, w), atol=1e-5, rtol=0)
+    # unwindow is the adjoint of window: <P, window(q, k)> = <unwindow(P, k), q>
+    lhs = (p.double() * naive_band(q, k, w)).sum()
+    rhs = (unwindow_matmul_reference(p, k, w).double() * q.double()).sum()
+    torch.testing.assert_close(lhs, rhs, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", MATMUL_BACKENDS)
+@pytest.mark.parametrize("length,w", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_band_matmuls_match_reference(backend, length, w, dtype):
+    q, k, v = (torch.randn(2, 3, length, 5).to(dtype) for _ in range(3))
+    p = torch.randn(2, 3, length, 2 * w + 1).to(dtype)
+    a = window_matmul(q, k, w, backend=backend)
+    assert a.shape == (2, 3, length, 2 * w + 1) and a.dtype == dtype
+    assert max_error(a, window_matmul_reference(q, k, w)) <= MATMUL_TOL[dtype]
+    out = unwindow_matmul(p, v, w, backend=backend)
+    assert out.shape == v.shape and out.dtype == dtype
+    assert max_error(out, unwindow_matmul_reference(p, v, w)) <= MATMUL_TOL[dtype]
+
+
+@pytest.mark.parametrize("backend", MATMUL_BACKENDS)
+@pytest.mark.parametrize("length,w", [(6, 2), (2, 3), (5, 0), (1, 1)])
+def test_band_matmuls_gradcheck(backend, length, w):
+    q, k, v = (torch.randn(2, length, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    p = torch.randn(2, length, 2 * w + 1, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: window_matmul(a, b, w, backend=backend), (q, k))
+    assert torch.autograd.gradcheck(lambda a, b: unwindow_matmul(a, b, w, backend=backend), (p, v))
+
+
+def test_band_out_of_range_entries_are_zero_and_ignored():
+    q, k = torch.randn(4, 2), torch.randn(4, 2)
+    a = window_matmul(q, k, 3)
+    assert not a[~ops.band_mask(4, 3)].any()
+    p = torch.randn(4, 7).masked_fill(ops.band_mask(4, 3), 0.0)  # only out-of-range entries are non-zero
+    assert not unwindow_matmul(p, k, 3).any()
+
+
+# -------------------------------------------------------------------------------------------------- fused attention
+@pytest.mark.parametrize("seed", range(5))
+def test_reference_matches_rowwise_definition(seed):
+    q, k, v, w, lengths, groups = random_case(seed)
+    normalised = [KeyGroup(g.k, g.v, g.lengths, g.index) for g in groups]
+    normalised[0].lengths, normalised[0].index = torch.ones(q.shape[0], dtype=torch.long), torch.arange(q.shape[0])
+    scale = 1 / math.sqrt(q.shape[-1])
+    expected = naive_attention(q, k, v, w, lengths, normalised, scale)
+    got = window_attention_reference(q, k, v, w, lengths, groups)
+    torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(20))
+def test_forward_matches_reference_fp32(backend, seed):
+    q, k, v, w, lengths, groups = random_case(seed)
+    out = window_attention(q, k, v, w, lengths, groups, backend=backend)
+    ref = window_attention_reference(q, k, v, w, lengths, groups)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert max_error(out, ref) <= 1e-5
+    padding = torch.arange(q.shape[2])[None, :] >= lengths[:, None]
+    assert not out.permute(0, 2, 1, 3)[padding].any(), "padding rows must be 0"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("seed", range(4))
+def test_forward_dtypes(backend, dtype, seed):
+    q, k, v, w, lengths, groups = random_case(seed, dtype)
+    out = window_attention(q, k, v, w, lengths, groups, backend=backend)
+    ref = window_attention_reference(q, k, v, w, lengths, groups)
+    assert out.dtype == dtype
+    assert max_error(out, ref) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(8))
+def test_backward_matches_reference_fp32(backend, seed):
+    q, k, v, w, lengths, groups = random_case(seed, requires_grad=True)
+    inputs = tensors_of(q, k, v, groups)
+    grad = torch.randn(q.shape)
+    got = torch.autograd.grad(window_attention(q, k, v, w, lengths, groups, backend=backend), inputs, grad)
+    expected = torch.autograd.grad(window_attention_reference(q, k, v, w, lengths, groups), inputs, grad)
+    for name, a, b in zip(["q", "k", "v", "cls_k", "cls_v", "query_k", "query_v"], got, expected, strict=True):
+        assert max_error(a, b) <= 1e-5, name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(5))
+def test_gradcheck_float64(backend, seed):
+    q, k, v, w, lengths, groups = random_case(seed, torch.float64, requires_grad=True)
+    n = len(groups)
+
+    def fn(q, k, v, *flat):
+        gs = [KeyGroup(flat[2 * i], flat[2 * i + 1], groups[i].lengths, groups[i].index) for i in range(n)]
+        return window_attention(q, k, v, w, lengths, gs, scale=0.7, backend=backend)
+
+    assert torch.autograd.gradcheck(fn, tuple(tensors_of(q, k, v, groups)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_groups_and_strided_inputs(backend):
+    # [B, L, H, d] projections viewed as [B, H, L, d], the layout a model produces
+    x = torch.randn(3, 11, 2, 4, 3)
+    q, k, v = (x[..., i].transpose(1, 2) for i in range(3))
+    lengths = torch.tensor([11, 4, 0])
+    out = window_attention(q, k, v, 2, lengths, backend=backend)
+    assert (out - window_attention_reference(q, k, v, 2, lengths)).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_window_zero_sees_only_itself_and_groups(backend):
+    q, k, v = torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4), torch.randn(1, 1, 5, 4)
+    assert torch.allclose(window_attention(q, k, v, 0, backend=backend), v, atol=1e-6)  # one key: p = 1
+    group = KeyGroup(torch.full((1, 1, 1, 4), -1e4), torch.zeros(1, 1, 1, 4))  # a key no row attends to
+    assert torch.allclose(window_attention(q.abs(), k.abs(), v, 0, groups=[group], backend=backend), v, atol=1e-6)
+
+
+def test_backends_list_cpu_kernels():
+    names = ops.backends()
+    for op in ("window_matmul", "unwindow_matmul", "window_attention"):
+        assert names[op][-1] == "torch"
+        assert ("csrc-cpu" in names[op]) == (ops.extension() is not None)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5])
+def test_bad_window_raises(bad):
+    q = torch.randn(1, 1, 3, 2)
+    with pytest.raises(ValueError, match="window"):
+        window_attention(q, q, q, bad)
+    with pytest.raises(ValueError, match="window"):
+        window_matmul(q, q, bad)
+
+
+def test_group_needs_index_when_rows_differ():
+    q = torch.randn(2, 1, 3, 2)
+    with pytest.raises(ValueError, match="index"):
+        window_attention(q, q, q, 1, groups=[KeyGroup(torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))])
