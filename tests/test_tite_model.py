@@ -16,6 +16,17 @@ from pyterrier_tite.modeling import TiteConfig, TiteModel
 from pyterrier_tite.modeling.tite_from_bert import pooling_layers, tite_config_from_bert, tite_from_bert
 
 LATE2 = [None, None, 2, 2, 2, 2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one thread is fastest and stays fast when the CPU is shared (OpenMP spin-waits otherwise)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 VARIANTS = {
     # name: config overrides (6 layers, H = 32 unless upscaled)
     "intra-post-layer-late-k2": dict(kernel_sizes=LATE2, strides=LATE2, max_position_embeddings=16),
@@ -105,9 +116,9 @@ def _pool(x, k, s):
     return torch.stack([x[j * s : min(j * s + k, n)].mean(0) for j in range(math.ceil(max(0, n - k) / s) + 1)])
 
 
-def naive_encode(model: TiteModel, ids: list[int]) -> torch.Tensor:
+def naive_encode(model: TiteModel, ids: list[int], sd: dict[str, torch.Tensor]) -> torch.Tensor:
+    """One sequence in float64; ``sd`` is the model's state dict in float64."""
     cfg = model.config
-    sd = {k: v.double() for k, v in model.state_dict().items()}
     pre = cfg.norm_location == "pre"
     if not ids:
         return torch.zeros(1, cfg.hidden_sizes[-1], dtype=torch.float64)
@@ -172,8 +183,9 @@ def test_batched_forward_matches_naive_reference(variant):
         out = model(ids, mask).last_hidden_state
     pools_to_one = model.config.output_shapes[-1] == 1
     assert out.shape[1] == (1 if pools_to_one else max(lengths))
+    sd = {k: v.double() for k, v in model.state_dict().items()}
     for b, n in enumerate(lengths):
-        expected = naive_encode(model, ids[b, :n].tolist())
+        expected = naive_encode(model, ids[b, :n].tolist(), sd)
         got = out[b, : expected.shape[0]]
         torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=0, msg=f"sequence {b} (length {n})")
         assert (out[b, expected.shape[0] :] == 0).all()

@@ -2,6 +2,10 @@
 
 TITE's pooled query rows sit at window centres ``j * s + (k - 1) / 2``, so positions are float tensors rather than
 indices into an integer table. Angles are computed in float32 like the reference (``pos * 10000^(-2i/d)``).
+
+The rotation is one complex multiply over interleaved pairs ``(x[2i], x[2i+1])``: on CPU this is ~30x faster than
+slicing even/odd columns. Models with half-split pairs ``(x[i], x[i + d/2])`` reorder their query/key projection rows
+into interleaved order instead (see ``interleave_heads``); q.k is unchanged by applying one permutation to both.
 """
 
 from __future__ import annotations
@@ -15,19 +19,27 @@ def inv_freq(head_dim: int, base: float = 10_000.0, device: torch.device | None 
     return 1.0 / (base**exponent)
 
 
-def rope_cos_sin(
-    positions: torch.Tensor, head_dim: int, dtype: torch.dtype, base: float = 10_000.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos / sin of ``positions [T]`` times the inverse frequencies, shaped ``[T, 1, d/2]`` to broadcast over heads."""
+def rope_rotation(positions: torch.Tensor, head_dim: int, base: float = 10_000.0) -> torch.Tensor:
+    """Unit complex numbers ``exp(i * pos * freq)`` for ``positions [T]``, shaped ``[T, 1, d/2]`` (complex64)."""
     angles = positions.to(torch.float32)[:, None] * inv_freq(head_dim, base, positions.device)[None, :]
-    return angles.cos().to(dtype)[:, None, :], angles.sin().to(dtype)[:, None, :]
+    return torch.polar(torch.ones_like(angles), angles)[:, None, :]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """Rotate ``x [T, heads, d]``: pairs ``(x[2i], x[2i+1])`` when interleaved, else ``(x[i], x[i + d/2])``."""
-    if interleaved:
-        pairs = x.unflatten(-1, (-1, 2))
-        x0, x1 = pairs[..., 0], pairs[..., 1]
-        return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2)
-    x0, x1 = x.chunk(2, dim=-1)
-    return torch.cat((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1)
+def apply_rope(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """Rotate the interleaved pairs of ``x [T, heads, d]`` by ``rotation [T, 1, d/2]``."""
+    pairs = x.unflatten(-1, (-1, 2))
+    if x.dtype in (torch.float32, torch.float64):
+        z = torch.view_as_complex(pairs.contiguous()) * rotation.to(
+            torch.complex128 if x.dtype == torch.float64 else torch.complex64
+        )
+        return torch.view_as_real(z).flatten(-2)
+    cos, sin = rotation.real.to(x.dtype), rotation.imag.to(x.dtype)  # half precision: no complex kernels
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2)
+
+
+def interleave_heads(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Reorder the output rows of a projection (weight ``[h*d, ...]`` or bias ``[h*d]``) per head from half-split
+    ``[x_0..x_{d/2-1}, x_{d/2}..x_{d-1}]`` to interleaved ``[x_0, x_{d/2}, x_1, x_{d/2+1}, ...]``."""
+    rest = weight.shape[1:]
+    return weight.reshape(heads, 2, -1, *rest).transpose(1, 2).reshape(weight.shape)

@@ -128,7 +128,7 @@ class TiteModel(TitePreTrainedModel):
             )
         x = self.embeddings(input_ids, positions)
         states = [x] if output_hidden_states else None
-        rope = RopeCache(self.config.rotary_interleaved)
+        rope = RopeCache()
         for layer, layout_in, layout_out in zip(self.encoder.layers, layouts[:-1], layouts[1:], strict=True):
             if layout_in.total:
                 x = layer(x, layout_in, layout_out, rope)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
-from pyterrier_tite.modeling.rope import apply_rope, rope_cos_sin
+from pyterrier_tite.modeling.rope import apply_rope, interleave_heads, rope_rotation
 from pyterrier_tite.modeling.tite_config import TiteConfig
 from pyterrier_tite.modeling.tite_packing import PackedLayout
 from pyterrier_tite.ops import packed_mean_pool
@@ -53,16 +53,15 @@ def make_activation(name: str) -> nn.Module:
 
 
 class RopeCache:
-    """cos/sin per (layout, query kind, head dim, dtype), built once per forward and shared by the layers of a stage."""
+    """RoPE rotations per (layout, position kind, head dim), built once per forward and shared by a stage's layers."""
 
-    def __init__(self, interleaved: bool):
-        self.interleaved = interleaved
-        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+    def __init__(self):
+        self._cache: dict[tuple, torch.Tensor] = {}
 
-    def get(self, layout: PackedLayout, positions, key: str, head_dim: int, dtype: torch.dtype):
-        cache_key = (id(layout), key, head_dim, dtype)
+    def get(self, layout: PackedLayout, positions, key: str, head_dim: int) -> torch.Tensor:
+        cache_key = (id(layout), key, head_dim)
         if cache_key not in self._cache:
-            self._cache[cache_key] = rope_cos_sin(positions(), head_dim, dtype)
+            self._cache[cache_key] = rope_rotation(positions(), head_dim)
         return self._cache[cache_key]
 
 
@@ -125,6 +124,7 @@ class TiteAttention(nn.Module):
         self.kernel = config.kernel_sizes[layer_idx]
         self.stride = config.strides[layer_idx]
         self.rotary = config.relative_positional_embedding_type == "rotary"
+        self.half_split = self.rotary and not config.rotary_interleaved
         if self.pre_norm and layer_idx == 0:
             self.norm = nn.Identity()  # the embedding norm already normalised the input
         else:
@@ -134,6 +134,7 @@ class TiteAttention(nn.Module):
         self.value = nn.Linear(h_in, h_out)
         self.dense = nn.Linear(h_out, h_out)
         self.dropout = nn.Dropout(config.dropout_prob)
+        self._fused: dict[tuple[str, ...], tuple] = {}  # inference-only cache of concatenated projections
 
     @property
     def pools(self) -> bool:
@@ -159,17 +160,13 @@ class TiteAttention(nn.Module):
             q_in = kv_in = self.norm(x) if self.pre_norm else x
             q_layout = kv_layout = layout_in
 
-        value = self.value(kv_in)
         if kv_layout.max_len <= 1:  # one key per sequence: softmax is 1, the output is V
-            out = value
+            out = self.value(kv_in)
         else:
-            q = self.query(q_in).unflatten(-1, (self.heads, self.head_dim))
-            k = self.key(kv_in).unflatten(-1, (self.heads, self.head_dim))
-            v = value.unflatten(-1, (self.heads, self.head_dim))
+            q, k, v = self._project_qkv(q_in, kv_in, same_rows=q_in is kv_in)
             if self.rotary:
-                q = apply_rope(q, *self._query_rope(q_layout, layout_in, rope, q.dtype), rope.interleaved)
-                k_cs = rope.get(kv_layout, lambda: kv_layout.positions, "tokens", self.head_dim, k.dtype)
-                k = apply_rope(k, *k_cs, rope.interleaved)
+                q = apply_rope(q, self._query_rope(q_layout, layout_in, rope))
+                k = apply_rope(k, rope.get(kv_layout, lambda: kv_layout.positions, "tokens", self.head_dim))
             out = attention(q, k, v, q_layout, kv_layout).flatten(-2)
         out = self.dropout(self.dense(out))
         if self.widen:
@@ -179,7 +176,34 @@ class TiteAttention(nn.Module):
             out = self._pool(out, layout_in)
         return out if self.pre_norm else self.norm(out)
 
-    def _query_rope(self, q_layout: PackedLayout, layout_in: PackedLayout, rope: RopeCache, dtype: torch.dtype):
+    def _project_qkv(self, q_in: torch.Tensor, kv_in: torch.Tensor, same_rows: bool):
+        """Q, K, V as ``[T, heads, d]``: one GEMM when they read the same rows, else Q alone and K|V together."""
+        if same_rows:
+            q, k, v = F.linear(kv_in, *self._weights(("query", "key", "value"))).chunk(3, dim=-1)
+        else:
+            q = F.linear(q_in, *self._weights(("query",)))
+            k, v = F.linear(kv_in, *self._weights(("key", "value"))).chunk(2, dim=-1)
+        return tuple(t.unflatten(-1, (self.heads, self.head_dim)) for t in (q, k, v))
+
+    def _weights(self, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Concatenated weight and bias of the named projections. Half-split RoPE models get their Q/K rows reordered
+        to interleaved pairs (q.k is unchanged). Without autograd the result is cached until a parameter changes."""
+        linears = [getattr(self, name) for name in names]
+        stamp = tuple((t.data_ptr(), t._version) for lin in linears for t in (lin.weight, lin.bias))
+        cacheable = not torch.is_grad_enabled()
+        if cacheable and (hit := self._fused.get(names)) is not None and hit[0] == stamp:
+            return hit[1], hit[2]
+        weights, biases = [], []
+        for name, lin in zip(names, linears, strict=True):
+            reorder = self.half_split and name != "value"
+            weights.append(interleave_heads(lin.weight, self.heads) if reorder else lin.weight)
+            biases.append(interleave_heads(lin.bias, self.heads) if reorder else lin.bias)
+        weight, bias = (weights[0], biases[0]) if len(names) == 1 else (torch.cat(weights), torch.cat(biases))
+        if cacheable:
+            self._fused[names] = (stamp, weight, bias)
+        return weight, bias
+
+    def _query_rope(self, q_layout: PackedLayout, layout_in: PackedLayout, rope: RopeCache) -> torch.Tensor:
         """Query positions: window centres ``j*s + (k-1)/2`` for intra pooling, else the rows' own positions."""
         if q_layout is not layout_in and self.location == "intra":
             kernel, stride = self.kernel, self.stride
@@ -187,8 +211,8 @@ class TiteAttention(nn.Module):
             def centres() -> torch.Tensor:
                 return q_layout.positions.to(torch.float32) * stride + (kernel - 1) / 2
 
-            return rope.get(q_layout, centres, f"centres-{kernel}-{stride}", self.head_dim, dtype)
-        return rope.get(q_layout, lambda: q_layout.positions, "tokens", self.head_dim, dtype)
+            return rope.get(q_layout, centres, f"centres-{kernel}-{stride}", self.head_dim)
+        return rope.get(q_layout, lambda: q_layout.positions, "tokens", self.head_dim)
 
 
 class TiteMLP(nn.Module):

@@ -42,19 +42,25 @@ class PackedLayout:
         return bool((self.lengths == self.max_len).all())
 
     @cached_property
+    def row_sequence(self) -> torch.Tensor:
+        """Sequence index of every packed row (int64, on the data's device)."""
+        device = self.cu_seqlens.device
+        if self.is_dense:
+            return torch.arange(self.total, device=device) // max(self.max_len, 1)
+        return torch.repeat_interleave(torch.arange(self.batch_size), self.lengths).to(device)
+
+    @cached_property
     def positions(self) -> torch.Tensor:
         """Position of every packed row within its sequence (int64, on the data's device)."""
-        device = self.cu_seqlens.device
-        seq = torch.repeat_interleave(torch.arange(self.batch_size), self.lengths).to(device)
-        starts = self.cu_seqlens[:-1].long()
-        return torch.arange(self.total, device=device) - starts[seq]
+        rows = torch.arange(self.total, device=self.cu_seqlens.device)
+        if self.is_dense:
+            return rows % max(self.max_len, 1)
+        return rows - self.cu_seqlens[:-1].long()[self.row_sequence]
 
     @cached_property
     def pad_index(self) -> torch.Tensor:
         """Flat slot ``b * max_len + position`` of every packed row in the padded ``[B * max_len]`` layout."""
-        device = self.cu_seqlens.device
-        seq = torch.repeat_interleave(torch.arange(self.batch_size), self.lengths).to(device)
-        return seq * self.max_len + self.positions
+        return self.row_sequence * self.max_len + self.positions
 
     @cached_property
     def key_mask(self) -> torch.Tensor | None:
