@@ -5,6 +5,7 @@ from pyterrier_tite.modeling.tite_config import TiteConfig
 
 __all__ = ["TiteConfig", "TiteModel", "TiteModelOutput", "TitePackedOutput"]
 
+from pyterrier_tite.modeling.celi import CeliHead, ClsHead, MeanPoolHead, PairStates  # noqa: E402
 from pyterrier_tite.modeling.sparse_ce import (  # noqa: E402
     SparseCrossEncoder,
     SparseCrossEncoderBatch,
@@ -14,6 +15,10 @@ from pyterrier_tite.modeling.sparse_ce import (  # noqa: E402
 )
 
 __all__ += [
+    "CeliHead",
+    "ClsHead",
+    "MeanPoolHead",
+    "PairStates",
     "SparseCrossEncoder",
     "SparseCrossEncoderBatch",
     "SparseCrossEncoderConfig",

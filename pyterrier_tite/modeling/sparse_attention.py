@@ -89,9 +89,38 @@ def _dense(q, k, v, lengths, gathered, scale, dropout) -> torch.Tensor:
     )
 
 
-def _band(x: torch.Tensor, window: int) -> torch.Tensor:
-    """View [B, H, L, d, 2w+1] whose entry (i, j) is x_{i+j-w} (zero outside the sequence)."""
-    return F.pad(x, (0, 0, window, window)).unfold(2, 2 * window + 1, 1)
+BLOCK = 32  # rows per block of the banded path; a block's keys span BLOCK + 2w (measured fastest on CPU for w=4)
+
+
+def _key_blocks(x: torch.Tensor, window: int, block: int) -> torch.Tensor:
+    """[B, H, L, d] -> overlapping key blocks [B, H, nb, block + 2w, d] (block i: keys i*block - w ..)."""
+    length, n_blocks = x.shape[2], -(-x.shape[2] // block)
+    padded = F.pad(x, (0, 0, window, n_blocks * block - length + window))
+    return padded.unfold(2, block + 2 * window, block).transpose(-1, -2)
+
+
+def band_scores(q: torch.Tensor, k: torch.Tensor, window: int, block: int = BLOCK) -> torch.Tensor:
+    """``A[..., i, j] = q_i . k_{i+j-w}`` -> [B, H, L, 2w+1] (0 where the key lies outside the sequence).
+
+    Dense per block (BLAS) then skewed into band storage: row i of a block needs columns i..i+2w, which become the
+    first 2w+1 columns once each row is padded by one element (flatten, pad, re-view).
+    """
+    batch, heads, length, dim = q.shape
+    n_blocks, width = -(-length // block), 2 * window + 1
+    q_blocks = F.pad(q, (0, 0, 0, n_blocks * block - length)).view(batch, heads, n_blocks, block, dim)
+    dense = q_blocks @ _key_blocks(k, window, block).transpose(-1, -2)  # [B, H, nb, block, block + 2w]
+    skewed = F.pad(dense.flatten(-2), (0, block)).view(batch, heads, n_blocks, block, block + width)
+    return skewed[..., :width].reshape(batch, heads, n_blocks * block, width)[:, :, :length]
+
+
+def band_apply(p: torch.Tensor, v: torch.Tensor, window: int, block: int = BLOCK) -> torch.Tensor:
+    """``out_i = sum_j P[..., i, j] v_{i+j-w}`` for band P [B, H, L, 2w+1] (inverse skew of ``band_scores``)."""
+    batch, heads, length, width = p.shape
+    n_blocks = -(-length // block)
+    rows = F.pad(p, (0, block, 0, n_blocks * block - length)).view(batch, heads, n_blocks, block * (block + width))
+    dense = rows[..., : block * (block + width - 1)].view(batch, heads, n_blocks, block, block + width - 1)
+    out = dense @ _key_blocks(v, window, block)
+    return out.reshape(batch, heads, n_blocks * block, v.shape[-1])[:, :, :length]
 
 
 def _banded(q, k, v, window, lengths, gathered, scale, dropout) -> torch.Tensor:
@@ -101,7 +130,7 @@ def _banded(q, k, v, window, lengths, gathered, scale, dropout) -> torch.Tensor:
     for gk, _, gl in gathered:
         scores.append(q @ gk.transpose(-1, -2))
         valid.append(_key_mask(gl, batch, gk.shape[2], q.device)[:, None, :].expand(batch, length, -1))
-    scores.append(torch.einsum("bhld,bhldj->bhlj", q, _band(k, window)))
+    scores.append(band_scores(q, k, window))
     key_pos = torch.arange(length, device=q.device)[:, None] + torch.arange(2 * window + 1, device=q.device) - window
     own_len = torch.full((batch,), length, device=q.device) if lengths is None else lengths
     valid.append((key_pos >= 0) & (key_pos[None] < own_len[:, None, None]))
@@ -110,7 +139,7 @@ def _banded(q, k, v, window, lengths, gathered, scale, dropout) -> torch.Tensor:
     if dropout:
         probs = F.dropout(probs, dropout)
     parts = probs.split([s.shape[-1] for s in scores], dim=-1)
-    out = torch.einsum("bhlj,bhldj->bhld", parts[-1], _band(v, window))
+    out = band_apply(parts[-1], v, window)
     for p, (_, gv, _) in zip(parts[:-1], gathered, strict=True):
         out = out + p @ gv
     return out

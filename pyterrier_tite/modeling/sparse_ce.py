@@ -76,7 +76,8 @@ class SparseCrossEncoderConfig(PretrainedConfig):
         depth: int = 100,
         **kwargs,
     ):
-        kwargs.setdefault("num_labels", 1)
+        if "id2label" not in kwargs:
+            kwargs.setdefault("num_labels", 1)
         super().__init__(pad_token_id=pad_token_id, **kwargs)
         if hidden_size % num_attention_heads:
             raise ValueError(
@@ -368,7 +369,8 @@ class SparseCrossEncoderPreTrainedModel(PreTrainedModel):
         cross-encoder with the given window and flags, e.g. ``from_bert(path, attention_window_size=4,
         query_cls_attention=False, query_doc_attention=False)``. Missing heads (pooler, classifier) are initialised."""
         if isinstance(path_or_model, PreTrainedModel):
-            config = SparseCrossEncoderConfig(**{**path_or_model.config.to_dict(), **config_overrides})
+            fields = {k: v for k, v in path_or_model.config.to_dict().items() if k not in ("id2label", "label2id")}
+            config = SparseCrossEncoderConfig(**{**fields, **config_overrides})
             model = cls(config)
             state = path_or_model.state_dict()
             prefix = "" if any(k.startswith("bert.") for k in state) else "bert."

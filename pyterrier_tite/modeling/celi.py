@@ -1,0 +1,128 @@
+"""Score heads for cross-encoders: [CLS] (monoBERT), mean pooling, and CELI late interaction (Zhang, Li & Lin).
+
+CELI adds to the [CLS] score ``s_cls = T_cls W + b`` the late-interaction score ``s_late = sum_i max_j v_qi . v_dj``
+over final-layer query / doc token vectors projected to ``D_tok`` (one shared projection). The paper trains both
+terms with LCE separately (``CeliHead.score_parts``) and scores with their sum.
+
+Heads read ``PairStates``, built from a standard cross-encoder's ``[CLS] q [SEP] d [SEP]`` output
+(``pair_states_from_bert``) or from the sparse cross-encoder's segments (``pair_states_from_sparse``), so the same
+head runs on either. Query states may be shared by all docs of a query (``query_index``): the sparse cross-encoder
+encodes the query once when it attends only to itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pyterrier_tite.modeling.sparse_ce import Segments
+
+
+@dataclass
+class PairStates:
+    """Final-layer states of N (query, doc) pairs.
+
+    ``cls`` [N, H]; ``query`` [Bq, Lq, H] with ``query_mask`` [Bq, Lq] marking the query segment's tokens, its
+    trailing [SEP] included; ``query_index`` [N] maps pairs to query rows (None: one row per pair); ``doc`` [N, Ld, H]
+    with ``doc_mask`` marking the doc segment (its [SEP] included). The [SEP] is each segment's last marked token.
+    """
+
+    cls: torch.Tensor
+    query: torch.Tensor
+    query_mask: torch.Tensor
+    doc: torch.Tensor
+    doc_mask: torch.Tensor
+    query_index: torch.Tensor | None = None
+
+
+def pair_states_from_bert(
+    hidden: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> PairStates:
+    """States of a standard cross-encoder over ``[CLS] q [SEP] d [SEP]`` [N, L, H] (token types 0 / 1)."""
+    real = attention_mask.bool()
+    not_cls = torch.arange(hidden.shape[1], device=hidden.device)[None, :] > 0
+    query_mask = real & (token_type_ids == 0) & not_cls
+    return PairStates(hidden[:, 0], hidden, query_mask, hidden, real & (token_type_ids == 1))
+
+
+def pair_states_from_sparse(segments: Segments) -> PairStates:
+    """States of the sparse cross-encoder (``SparseCrossEncoderOutput.segments``)."""
+
+    def mask(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None]
+
+    return PairStates(
+        segments.cls[:, 0],
+        segments.query,
+        mask(segments.query, segments.query_lengths),
+        segments.doc,
+        mask(segments.doc, segments.doc_lengths),
+        segments.query_index,
+    )
+
+
+def without_last(mask: torch.Tensor) -> torch.Tensor:
+    """Drops each row's last marked token (the segment's [SEP])."""
+    return mask & (mask.cumsum(-1) < mask.sum(-1, keepdim=True))
+
+
+class ClsHead(nn.Module):
+    """monoBERT: ``T_cls W + b`` (Eq. 1)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+
+    def forward(self, states: PairStates) -> torch.Tensor:
+        return self.linear(states.cls).squeeze(-1)
+
+
+class MeanPoolHead(nn.Module):
+    """``1/n sum_i (T_i W + b)`` over all n tokens of the pair ([CLS], query, doc, separators) (Eq. 2)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+
+    def forward(self, states: PairStates) -> torch.Tensor:
+        query, query_mask = _per_pair(states.query, states.query_mask, states.query_index)
+        total = states.cls + _masked_sum(query, query_mask) + _masked_sum(states.doc, states.doc_mask)
+        count = 1 + query_mask.sum(-1) + states.doc_mask.sum(-1)
+        return self.linear(total / count[:, None].to(total.dtype)).squeeze(-1)
+
+
+class CeliHead(nn.Module):
+    """CELI: ``s_cls + sum_{q_i} max_{d_j} v_qi . v_dj`` with ``v = T W_tok + b_tok`` in ``token_dim`` (D_tok) dims.
+
+    Late interaction runs over query and doc tokens without [CLS] and [SEP]; a pair without doc tokens gets
+    ``s_late = 0``. The projection of a shared query is computed once per query.
+    """
+
+    def __init__(self, hidden_size: int, token_dim: int = 32):
+        super().__init__()
+        self.cls = nn.Linear(hidden_size, 1)
+        self.token = nn.Linear(hidden_size, token_dim)
+
+    def score_parts(self, states: PairStates) -> tuple[torch.Tensor, torch.Tensor]:
+        """(s_cls [N], s_late [N]): the two terms the paper trains with LCE separately."""
+        s_cls = self.cls(states.cls).squeeze(-1)
+        query, query_mask = _per_pair(self.token(states.query), without_last(states.query_mask), states.query_index)
+        doc, doc_mask = self.token(states.doc), without_last(states.doc_mask)
+        sim = query @ doc.transpose(-1, -2)  # [N, Lq, Ld]
+        best = sim.masked_fill(~doc_mask[:, None, :], float("-inf")).amax(-1)
+        best = best.masked_fill(~doc_mask.any(-1)[:, None] | ~query_mask, 0.0)
+        return s_cls, best.sum(-1)
+
+    def forward(self, states: PairStates) -> torch.Tensor:
+        s_cls, s_late = self.score_parts(states)
+        return s_cls + s_late
+
+
+def _per_pair(x: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    return (x, mask) if index is None else (x[index], mask[index])
+
+
+def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask[..., None].to(x.dtype)).sum(1)
