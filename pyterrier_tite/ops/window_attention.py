@@ -179,13 +179,15 @@ def window_attention(
     """
     lengths, groups, scale = _normalise(q, k, v, window, lengths, groups, scale)
     chosen = choose_backend("window_attention", q.device, backend)
-    if chosen == "torch":
-        return _window_attention_torch(q, k, v, window, lengths, groups, scale)
     flat = [t for g in groups for t in (g.k, g.v, g.lengths, g.index)]
     if chosen == "triton":
         from pyterrier_tite.ops import window_attention_triton
 
-        return window_attention_triton.TritonWindowAttention.apply(q, k, v, lengths, window, scale, *flat)
+        if len(groups) <= window_attention_triton.MAX_GROUPS:
+            return window_attention_triton.TritonWindowAttention.apply(q, k, v, lengths, window, scale, *flat)
+        chosen = "torch"  # more key groups than the kernel takes
+    if chosen == "torch":
+        return _window_attention_torch(q, k, v, window, lengths, groups, scale)
     return _CsrcWindowAttention.apply(q, k, v, lengths, window, scale, *flat)
 
 

@@ -1,0 +1,327 @@
+"""Triton kernels of the fused windowed attention (GPU; also CPU tensors under ``TRITON_INTERPRET=1``).
+
+Same definition as ``window_attention.window_attention``. Forward: one program per (row block, head, batch row)
+runs an online softmax over the key groups (full, up to ``MAX_GROUPS``) and then over the band keys
+``[m0 - w, m0 + BLOCK_M + w)``, so only BLOCK_M x BLOCK_N score tiles exist. Backward recomputes probabilities from
+the saved log-sum-exp: a row-block kernel writes dq (and adds group dk / dv atomically in fp32, since a group row is
+shared by many batch rows), a key-block kernel gathers band dk / dv from the rows within +-w. fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_GROUPS = 2
+BLOCK_M = 16
+BLOCK_N = 16
+
+
+@triton.jit
+def _scores(q, k_ptrs, kmask, scale):
+    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+    return tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+
+
+@triton.jit
+def _online_update(s, valid, m_i, l_i, acc, v_ptrs, vmask):
+    """Fold one score tile into the running max / sum / output (rows with nothing valid stay untouched)."""
+    s = tl.where(valid, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp(s - m_safe[:, None])
+    alpha = tl.exp(m_i - m_safe)
+    v = tl.load(v_ptrs, mask=vmask, other=0.0)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    return m_new, l_i * alpha + tl.sum(p, 1), acc
+
+
+@triton.jit
+def _fwd_group(q, m_i, l_i, acc, gk, gv, glen_ptr, gidx_ptr, gsb, gsh, gsl, b, h, row_ok, cols, dmask, scale,
+               BLOCK_N: tl.constexpr):  # fmt: skip
+    """Fold the full key group of batch row b (its group row r = index[b], keys < lengths[r]) into the softmax."""
+    r = tl.load(gidx_ptr + b)
+    glen = tl.load(glen_ptr + r)
+    gbase = r.to(tl.int64) * gsb + h * gsh
+    for n0 in range(0, glen, BLOCK_N):
+        keys = n0 + tl.arange(0, BLOCK_N)
+        kmask = (keys[:, None] < glen) & dmask
+        offs = gbase + keys[:, None] * gsl + cols[None, :]
+        s = _scores(q, gk + offs, kmask, scale)
+        valid = row_ok[:, None] & (keys[None, :] < glen)
+        m_i, l_i, acc = _online_update(s, valid, m_i, l_i, acc, gv + offs, kmask)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _fwd(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, len_ptr,
+    sb, sh, sl, ob, oh, ol,
+    g0k, g0v, g0len, g0idx, g0b, g0h, g0l, g0n,
+    g1k, g1v, g1len, g1idx, g1b, g1h, g1l, g1n,
+    H, L, D, window, scale,
+    NUM_GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    m0 = tl.program_id(0) * BLOCK_M
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    length = tl.load(len_ptr + b)
+    rows = m0 + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok = rows < length
+    dmask = cols[None, :] < D
+    base = b.to(tl.int64) * sb + h * sh
+    q = tl.load(q_ptr + base + rows[:, None] * sl + cols[None, :], mask=row_ok[:, None] & dmask, other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if NUM_GROUPS >= 1:
+        m_i, l_i, acc = _fwd_group(
+            q, m_i, l_i, acc, g0k, g0v, g0len, g0idx, g0b, g0h, g0l, b, h, row_ok, cols, dmask, scale, BLOCK_N
+        )
+    if NUM_GROUPS >= 2:
+        m_i, l_i, acc = _fwd_group(
+            q, m_i, l_i, acc, g1k, g1v, g1len, g1idx, g1b, g1h, g1l, b, h, row_ok, cols, dmask, scale, BLOCK_N
+        )
+    lo = tl.maximum(m0 - window, 0)
+    hi = tl.minimum(m0 + BLOCK_M + window, length)
+    for n0 in range(lo, hi, BLOCK_N):
+        keys = n0 + tl.arange(0, BLOCK_N)
+        kmask = (keys[:, None] < hi) & dmask
+        offs = base + keys[:, None] * sl + cols[None, :]
+        s = _scores(q, k_ptr + offs, kmask, scale)
+        near = tl.abs(keys[None, :] - rows[:, None]) <= window
+        valid = row_ok[:, None] & near & (keys[None, :] < hi)
+        m_i, l_i, acc = _online_update(s, valid, m_i, l_i, acc, v_ptr + offs, kmask)
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = tl.where(row_ok[:, None], acc / l_safe[:, None], 0.0)
+    obase = b.to(tl.int64) * ob + h * oh
+    tl.store(
+        o_ptr + obase + rows[:, None] * ol + cols[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=(rows < L)[:, None] & dmask,
+    )
+    lse = tl.where(row_ok, m_i + tl.log(l_safe), float("-inf"))
+    tl.store(lse_ptr + (b * H + h).to(tl.int64) * L + rows, lse, mask=rows < L)
+
+
+@triton.jit
+def _ds(q, do, k_ptrs, v_ptrs, kmask, valid, lse, delta, scale):
+    """Probabilities and score gradients of one tile (rows x keys), recomputed from the log-sum-exp."""
+    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+    v = tl.load(v_ptrs, mask=kmask, other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+    p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+    return p, p * (dp - delta[:, None]), k
+
+
+@triton.jit
+def _bwd_group(q, do, lse, delta, dq, gk, gv, glen_ptr, gidx_ptr, gsb, gsh, gsl, gn, gdk, gdv,
+               b, h, H, D, row_ok, cols, dmask, scale, BLOCK_N: tl.constexpr):  # fmt: skip
+    """dq from one key group; its dk / dv are added atomically (a group row is shared by many batch rows)."""
+    r = tl.load(gidx_ptr + b)
+    glen = tl.load(glen_ptr + r)
+    gbase = r.to(tl.int64) * gsb + h * gsh
+    dbase = (r.to(tl.int64) * H + h) * gn * D  # the fp32 group gradients are contiguous [Bg, H, G, D]
+    for n0 in range(0, glen, BLOCK_N):
+        keys = n0 + tl.arange(0, BLOCK_N)
+        kmask = (keys[:, None] < glen) & dmask
+        offs = gbase + keys[:, None] * gsl + cols[None, :]
+        valid = row_ok[:, None] & (keys[None, :] < glen)
+        p, ds, k = _ds(q, do, gk + offs, gv + offs, kmask, valid, lse, delta, scale)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee") * scale
+        doffs = dbase + keys[:, None] * D + cols[None, :]
+        tl.atomic_add(gdk + doffs, tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee") * scale, mask=kmask)
+        tl.atomic_add(gdv + doffs, tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee"), mask=kmask)
+    return dq
+
+
+@triton.jit
+def _bwd_rows(
+    q_ptr, k_ptr, v_ptr, do_ptr, dq_ptr, lse_ptr, delta_ptr, len_ptr,
+    sb, sh, sl, ob, oh, ol,
+    g0k, g0v, g0len, g0idx, g0b, g0h, g0l, g0n, g0dk, g0dv,
+    g1k, g1v, g1len, g1idx, g1b, g1h, g1l, g1n, g1dk, g1dv,
+    H, L, D, window, scale,
+    NUM_GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    m0 = tl.program_id(0) * BLOCK_M
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    length = tl.load(len_ptr + b)
+    rows = m0 + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok = rows < length
+    dmask = cols[None, :] < D
+    rmask = row_ok[:, None] & dmask
+    base = b.to(tl.int64) * sb + h * sh
+    obase = b.to(tl.int64) * ob + h * oh
+    q = tl.load(q_ptr + base + rows[:, None] * sl + cols[None, :], mask=rmask, other=0.0)
+    do = tl.load(do_ptr + obase + rows[:, None] * ol + cols[None, :], mask=rmask, other=0.0)
+    stat = (b * H + h).to(tl.int64) * L + rows
+    lse = tl.load(lse_ptr + stat, mask=row_ok, other=0.0)
+    delta = tl.load(delta_ptr + stat, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    if NUM_GROUPS >= 1:
+        dq = _bwd_group(q, do, lse, delta, dq, g0k, g0v, g0len, g0idx, g0b, g0h, g0l, g0n, g0dk, g0dv,
+                        b, h, H, D, row_ok, cols, dmask, scale, BLOCK_N)  # fmt: skip
+    if NUM_GROUPS >= 2:
+        dq = _bwd_group(q, do, lse, delta, dq, g1k, g1v, g1len, g1idx, g1b, g1h, g1l, g1n, g1dk, g1dv,
+                        b, h, H, D, row_ok, cols, dmask, scale, BLOCK_N)  # fmt: skip
+    lo = tl.maximum(m0 - window, 0)
+    hi = tl.minimum(m0 + BLOCK_M + window, length)
+    for n0 in range(lo, hi, BLOCK_N):
+        keys = n0 + tl.arange(0, BLOCK_N)
+        kmask = (keys[:, None] < hi) & dmask
+        offs = base + keys[:, None] * sl + cols[None, :]
+        valid = row_ok[:, None] & (tl.abs(keys[None, :] - rows[:, None]) <= window) & (keys[None, :] < hi)
+        p, ds, k = _ds(q, do, k_ptr + offs, v_ptr + offs, kmask, valid, lse, delta, scale)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision="ieee") * scale
+    tl.store(
+        dq_ptr + obase + rows[:, None] * ol + cols[None, :],
+        dq.to(dq_ptr.dtype.element_ty),
+        mask=(rows < L)[:, None] & dmask,
+    )
+
+
+@triton.jit
+def _bwd_band_keys(
+    q_ptr, k_ptr, v_ptr, do_ptr, dk_ptr, dv_ptr, lse_ptr, delta_ptr, len_ptr,
+    sb, sh, sl, ob, oh, ol,
+    H, L, D, window, scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    n0 = tl.program_id(0) * BLOCK_N
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    length = tl.load(len_ptr + b)
+    keys = n0 + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_D)
+    dmask = cols[None, :] < D
+    key_ok = keys < length
+    base = b.to(tl.int64) * sb + h * sh
+    obase = b.to(tl.int64) * ob + h * oh
+    kmask = key_ok[:, None] & dmask
+    k = tl.load(k_ptr + base + keys[:, None] * sl + cols[None, :], mask=kmask, other=0.0)
+    v = tl.load(v_ptr + base + keys[:, None] * sl + cols[None, :], mask=kmask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    lo = tl.maximum(n0 - window, 0)
+    hi = tl.minimum(n0 + BLOCK_N + window, length)
+    for m0 in range(lo, hi, BLOCK_M):
+        rows = m0 + tl.arange(0, BLOCK_M)
+        row_ok = rows < hi
+        rmask = row_ok[:, None] & dmask
+        q = tl.load(q_ptr + base + rows[:, None] * sl + cols[None, :], mask=rmask, other=0.0)
+        do = tl.load(do_ptr + obase + rows[:, None] * ol + cols[None, :], mask=rmask, other=0.0)
+        stat = (b * H + h).to(tl.int64) * L + rows
+        lse = tl.load(lse_ptr + stat, mask=row_ok, other=0.0)
+        delta = tl.load(delta_ptr + stat, mask=row_ok, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        valid = row_ok[:, None] & key_ok[None, :] & (tl.abs(keys[None, :] - rows[:, None]) <= window)
+        p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee")
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee") * scale
+    mask = (keys < L)[:, None] & dmask
+    tl.store(dk_ptr + obase + keys[:, None] * ol + cols[None, :], dk.to(dk_ptr.dtype.element_ty), mask=mask)
+    tl.store(dv_ptr + obase + keys[:, None] * ol + cols[None, :], dv.to(dv_ptr.dtype.element_ty), mask=mask)
+
+
+def _group_args(flat: list[torch.Tensor], extra: list[torch.Tensor] | None = None) -> list:
+    """Kernel arguments of MAX_GROUPS groups (absent ones are dummies the kernel never reads)."""
+    args = []
+    for g in range(MAX_GROUPS):
+        if 4 * g < len(flat):
+            k, v, glen, gidx = flat[4 * g : 4 * g + 4]
+            args += [k, v, glen, gidx, k.stride(0), k.stride(1), k.stride(2), k.shape[2]]
+            args += [] if extra is None else extra[2 * g : 2 * g + 2]
+        else:
+            args += [_DUMMY.get()] * 4 + [0, 0, 0, 0]
+            args += [] if extra is None else [_DUMMY.get(), _DUMMY.get()]
+    return args
+
+
+class _Dummy:
+    """A tiny tensor standing in for absent group pointers."""
+
+    def __init__(self):
+        self.device = None
+        self.tensor = None
+
+    def set(self, device: torch.device) -> None:
+        if self.tensor is None or self.tensor.device != device:
+            self.tensor = torch.zeros(1, dtype=torch.int64, device=device)
+
+    def get(self) -> torch.Tensor:
+        return self.tensor
+
+
+_DUMMY = _Dummy()
+
+
+def _prepare(q, k, v, flat):
+    """Unit stride in d for every tensor (strides of the other dims are passed to the kernels); q, k, v alike."""
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    flat = [t.contiguous() for t in flat]
+    return q, k, v, flat
+
+
+class TritonWindowAttention(torch.autograd.Function):
+    """``apply(q, k, v, lengths, window, scale, *[k, v, lengths, index] per group)`` -> [B, H, L, d]."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, lengths, window, scale, *flat):
+        if len(flat) > 4 * MAX_GROUPS:
+            raise ValueError(f"the Triton window_attention takes at most {MAX_GROUPS} key groups")
+        q, k, v, flat = _prepare(q, k, v, flat)
+        batch, heads, length, dim = q.shape
+        out = torch.empty_like(q)
+        lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
+        _DUMMY.set(q.device)
+        if q.numel():
+            grid = (triton.cdiv(length, BLOCK_M), heads, batch)
+            _fwd[grid](
+                q, k, v, out, lse, lengths,
+                q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
+                *_group_args(flat),
+                heads, length, dim, window, scale,
+                NUM_GROUPS=len(flat) // 4, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=_block_d(dim),
+            )  # fmt: skip
+        ctx.save_for_backward(q, k, v, out, lse, lengths, *flat)
+        ctx.window, ctx.scale = window, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, lengths, *flat = ctx.saved_tensors
+        grad = grad.contiguous()
+        batch, heads, length, dim = q.shape
+        delta = (grad.float() * out.float()).sum(-1)  # dO_i . O_i
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        group_grads = [torch.zeros(t.shape, dtype=torch.float32, device=t.device) for t in flat[0::4] for _ in (0, 1)]
+        _DUMMY.set(q.device)
+        if q.numel():
+            common = (heads, length, dim, ctx.window, ctx.scale)
+            strides = (q.stride(0), q.stride(1), q.stride(2), grad.stride(0), grad.stride(1), grad.stride(2))
+            meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=_block_d(dim))
+            _bwd_rows[(triton.cdiv(length, BLOCK_M), heads, batch)](
+                q, k, v, grad, dq, lse, delta, lengths, *strides, *_group_args(flat, group_grads), *common,
+                NUM_GROUPS=len(flat) // 4, **meta,
+            )  # fmt: skip
+            _bwd_band_keys[(triton.cdiv(length, BLOCK_N), heads, batch)](
+                q, k, v, grad, dk, dv, lse, delta, lengths, *strides, *common, **meta
+            )
+        else:
+            dq.zero_(), dk.zero_(), dv.zero_()
+        grads = []
+        for g in range(len(flat) // 4):
+            dtype = flat[4 * g].dtype
+            grads += [group_grads[2 * g].to(dtype), group_grads[2 * g + 1].to(dtype), None, None]
+        return (dq, dk, dv, None, None, None, *grads)
+
+
+def _block_d(dim: int) -> int:
+    return max(16, triton.next_power_of_2(dim))
