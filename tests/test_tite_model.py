@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig, BertModel
+from transformers import AutoModel, BertConfig, BertModel
 
 from pyterrier_tite.modeling import TiteConfig, TiteModel
 from pyterrier_tite.modeling.tite_from_bert import pooling_layers, tite_config_from_bert, tite_from_bert
@@ -218,7 +218,9 @@ def test_left_padding_and_packed_entry_point_agree_with_right_padding():
         right = model(ids, mask).last_hidden_state
         left = model(left_ids, left_mask).last_hidden_state
         packed = model.forward_packed(ids[mask.bool()], cu)
+        from_tokenizer = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
     torch.testing.assert_close(left, right, atol=1e-6, rtol=0)
+    torch.testing.assert_close(from_tokenizer.last_hidden_state, right, atol=0, rtol=0)
     assert packed.cu_seqlens.tolist() == [0, 1, 2, 3]
     torch.testing.assert_close(packed.last_hidden_state, right[:, 0], atol=1e-6, rtol=0)
 
@@ -243,6 +245,7 @@ def test_save_load_round_trip(tmp_path: Path):
     ignored = {"transformers_version": None, "_name_or_path": None}
     assert loaded.config.to_dict() | ignored == model.config.to_dict() | ignored
     assert "embeddings.downscale.weight" in loaded.state_dict() and "encoder.norm.weight" in loaded.state_dict()
+    assert type(AutoModel.from_pretrained(tmp_path)) is TiteModel
     ids, mask = make_batch([16, 7, 0])
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids, mask).last_hidden_state, model(ids, mask).last_hidden_state)

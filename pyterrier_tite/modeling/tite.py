@@ -8,6 +8,9 @@ Per-layer hidden states (for debugging): ``model(..., output_hidden_states=True)
 (embedding output, layer 1 output, ..., layer N output), each packed ``[T_l, H_l]``, with ``hidden_cu_seqlens``
 giving each stage's offsets; ``output.split_hidden_states()`` cuts them into per-sequence ``[len, H]`` tensors.
 Unlike the reference, the embedding output appears once, not twice.
+
+Convention where the reference differs: intra-pooled query rows get RoPE position ``j * stride + (kernel - 1) / 2`` (the
+window centre); the reference passes the kernel as the stride there, which only differs when kernel != stride.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from pyterrier_tite.modeling.tite_config import TiteConfig
@@ -150,9 +153,14 @@ class TiteModel(TitePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> TiteModelOutput | tuple:
-        """Encode ``input_ids [B, L]``; ``attention_mask`` selects the tokens (positions count the kept tokens)."""
+        """Encode ``input_ids [B, L]``; ``attention_mask`` selects the tokens (positions count the kept tokens).
+
+        ``token_type_ids`` (TITE has none) and other tokenizer outputs are accepted and ignored, so
+        ``model(**tokenizer(texts, return_tensors="pt"))`` works.
+        """
         if output_hidden_states is None:
             output_hidden_states = bool(self.config.output_hidden_states)
         mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -175,3 +183,8 @@ class TiteModel(TitePreTrainedModel):
         if return_dict is False:
             return result.to_tuple()
         return result
+
+
+# ``AutoConfig`` / ``AutoModel.from_pretrained(folder)`` resolve model_type "tite" once this package is imported.
+AutoConfig.register("tite", TiteConfig, exist_ok=True)
+AutoModel.register(TiteConfig, TiteModel, exist_ok=True)
