@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from pyterrier_tite.modeling import SparseCrossEncoderModelForSequenceClassification
-from pyterrier_tite.modeling.sparse_ce import FLAGS
+from pyterrier_tite.modeling.sparse_ce import FLAGS, load_config
 
 PARITY_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "parity"
 FIXTURES = sorted(PARITY_ROOT.glob("sparse-ce*")) if PARITY_ROOT.is_dir() else []
@@ -122,3 +122,33 @@ def test_sparse_ce_parity_save_pretrained_round_trip(fixture_dir: Path, tmp_path
     got = _score(reloaded, inputs).split_by_query()
     for g, e in zip(got, outputs["logits_target"], strict=True):
         torch.testing.assert_close(g, torch.tensor(e, dtype=torch.float32), atol=ATOL, rtol=0)
+
+
+def test_sparse_ce_parity_all_flags_no_window_equals_bert_for_sequence_classification(fixture_dir: Path):
+    """Every fixture's weights, switched to all flags on and no window, score like transformers' BERT cross-encoder."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    path = fixture_dir / "model"
+    model = SparseCrossEncoderModelForSequenceClassification.from_pretrained(
+        path, config=load_config(path, attention_window_size=None, **dict.fromkeys(FLAGS, True))
+    ).eval()
+    hf = BertForSequenceClassification(BertConfig.from_pretrained(path, attn_implementation="eager")).eval()
+    missing, unexpected = hf.load_state_dict(load_file(path / "model.safetensors"), strict=False)
+    assert all(k.endswith("position_ids") for k in [*missing, *unexpected])
+    inputs, outputs = json.loads((fixture_dir / "inputs.json").read_text()), _load(fixture_dir)[2]
+    c = model.config
+    rows = [
+        ([c.cls_token_id, *q, c.sep_token_id, *d, c.sep_token_id], len(q) + 2)
+        for q, docs in zip(inputs["query_input_ids"], inputs["doc_input_ids"], strict=True)
+        for d in docs
+    ]
+    length = max(len(r) for r, _ in rows)
+    ids = torch.tensor([r + [c.pad_token_id] * (length - len(r)) for r, _ in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (length - len(r)) for r, _ in rows])
+    types = torch.tensor([[0] * n + [1] * (len(r) - n) + [0] * (length - len(r)) for r, n in rows])
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits[:, 0]
+    got = _score(model, inputs).logits
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+    recorded = torch.tensor([x for row in outputs["hf_bert_for_sequence_classification_logits"] for x in row])
+    torch.testing.assert_close(got, recorded.float().flatten(), atol=ATOL, rtol=0)
