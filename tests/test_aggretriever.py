@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import itertools
+import json
 import os
 
 import numpy as np
@@ -137,6 +138,7 @@ def test_save_and_load_round_trip(tiny, tmp_path):
     tiny.save_pretrained(str(tmp_path / "agg"))
     loaded = Aggretriever.from_pretrained(str(tmp_path / "agg"))
     assert (loaded.encoder.agg_dim, loaded.encoder.cls_dim) == (16, 8)
+    assert json.load(open(tmp_path / "agg" / "pt_meta.json"))["format"] == "aggretriever"
     np.testing.assert_allclose(loaded.encode_docs(TEXTS[:3]), tiny.encode_docs(TEXTS[:3]), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="agg_dim"):
         AggretrieverEncoder.from_pretrained(str(tmp_path / "agg"), agg_dim=32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import math
 import os
 
@@ -83,8 +84,17 @@ def test_encoder_ignores_padding_and_keeps_gradients(tiny):
         padded = encoder(batch["input_ids"], batch["attention_mask"])
         single = encoder(alone["input_ids"], alone["attention_mask"])
     torch.testing.assert_close(padded[1:2], single, atol=1e-5, rtol=1e-5)
-    reps = encoder(batch["input_ids"], batch["attention_mask"])
+    reps = tiny.encode_torch(TEXTS[:2], max_length=32)
     assert reps.requires_grad and (reps >= 0).all()
+    torch.testing.assert_close(reps.detach(), padded)
+
+
+def test_save_and_load_round_trip(tiny, tmp_path):
+    tiny.save_pretrained(str(tmp_path / "splade"))
+    loaded = Splade.from_pretrained(str(tmp_path / "splade"), doc_max_length=32)
+    torch.testing.assert_close(loaded.encode(TEXTS[:3], 32), tiny.encode(TEXTS[:3], 32))
+    assert loaded.terms == tiny.terms
+    assert json.load(open(tmp_path / "splade" / "pt_meta.json"))["format"] == "splade"
 
 
 # -- PyTerrier -----------------------------------------------------------------------------------------------------

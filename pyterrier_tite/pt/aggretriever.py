@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable
 
 import numpy as np
@@ -50,8 +52,11 @@ class Aggretriever(pyterrier_dr.BiEncoder):
         return model
 
     def save_pretrained(self, path: str) -> None:
+        """Encoder (MLM + heads) and tokenizer; ``Aggretriever.from_pretrained(path)`` reloads them."""
         self.encoder.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+        with open(os.path.join(path, "pt_meta.json"), "w") as f:  # a PyTerrier artifact as well
+            json.dump({"type": "model", "format": "aggretriever", "package_hint": "pyterrier-tite"}, f)
 
     def __repr__(self) -> str:
         return f"Aggretriever({getattr(self, 'model_name', '')!r})"

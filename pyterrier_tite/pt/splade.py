@@ -8,6 +8,8 @@ per posting and repeats each query term ``int(w * toks_scale)`` times, so its sc
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 
 import pandas as pd
@@ -77,6 +79,13 @@ class Splade(pt.Transformer):
         model.model_name = path
         return model
 
+    def save_pretrained(self, path: str) -> None:
+        """MLM and tokenizer in the Hugging Face layout: ``Splade.from_pretrained(path)`` reloads them."""
+        self.encoder.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        with open(os.path.join(path, "pt_meta.json"), "w") as f:  # a PyTerrier artifact as well
+            json.dump({"type": "model", "format": "splade", "package_hint": "pyterrier-tite"}, f)
+
     def __repr__(self) -> str:
         return f"Splade({getattr(self, 'model_name', '')!r})"
 
@@ -91,11 +100,14 @@ class Splade(pt.Transformer):
         out = [self._encode_batch(batch, max_length) for batch in batches]
         return torch.cat(out) if out else torch.zeros(0, self.encoder.vocab_size)
 
-    def _encode_batch(self, texts: list[str], max_length: int) -> torch.Tensor:
+    def encode_torch(self, texts: list[str], max_length: int) -> torch.Tensor:
+        """One batch of texts -> ``[N, V]`` on the model's device, with gradients when enabled (for training)."""
         inputs = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        inputs = {k: v.to(self.device) for k, v in inputs.items() if k in _MODEL_INPUTS}
+        return self.encoder(**{k: v.to(self.device) for k, v in inputs.items() if k in _MODEL_INPUTS})
+
+    def _encode_batch(self, texts: list[str], max_length: int) -> torch.Tensor:
         with torch.no_grad():
-            return self.encoder(**inputs).float().cpu()
+            return self.encode_torch(texts, max_length).float().cpu()
 
     def to_toks(self, reps: torch.Tensor) -> list[dict[str, float]]:
         """``[N, V]`` weights -> one ``{term: weight}`` dict of the non-zero weights per row."""
