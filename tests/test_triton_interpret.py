@@ -81,7 +81,7 @@ def check_attention_forward() -> None:
 
     from pyterrier_tite.ops import window_attention, window_attention_reference
 
-    for seed in range(4):
+    for seed in range(3):  # 0, 1 and 2 key groups; windows 0, 2, 5
         for dtype, tol in [(torch.float32, 1e-5), (torch.float16, 2e-3)]:
             q, k, v, w, lengths, groups = _case(seed, dtype, n_groups=seed % 3)
             out = window_attention(q, k, v, w, lengths, groups, backend="triton")
@@ -96,8 +96,8 @@ def check_attention_backward() -> None:
 
     from pyterrier_tite.ops import window_attention, window_attention_reference
 
-    for seed in range(3):
-        q, k, v, w, lengths, groups = _case(seed, torch.float32, n_groups=2 if seed else 0, requires_grad=True)
+    for seed in range(2):  # no groups with w = 0; two groups (one shared through an index) with w = 2
+        q, k, v, w, lengths, groups = _case(seed, torch.float32, n_groups=2 * seed, requires_grad=True)
         inputs = [q, k, v, *[t for g in groups for t in (g.k, g.v)]]
         grad = torch.randn(q.shape)
         got = torch.autograd.grad(window_attention(q, k, v, w, lengths, groups, backend="triton"), inputs, grad)
