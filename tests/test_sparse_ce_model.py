@@ -187,6 +187,8 @@ def test_tensor_batch_api_and_split_by_query():
         out = model(batch)
     torch.testing.assert_close(out.logits, score(model, queries, docs))
     assert [len(x) for x in out.split_by_query()] == [3, 3]
+    padded = SparseCrossEncoderBatch.from_padded(batch.query_ids, batch.doc_ids, batch.doc_query_index)
+    assert torch.equal(padded.query_lengths, batch.query_lengths) and torch.equal(padded.doc_lengths, batch.doc_lengths)
 
 
 def test_query_is_encoded_once_per_query_only_when_it_sees_nothing_else():
@@ -292,6 +294,15 @@ def test_plain_bert_model_object_converts_to_any_window_and_flags(window, minilm
         assert torch.equal(ours[key], value), key
     got = score(model, [[2054, 2003]], [[[1037, 3899, 2003, 2307, 1999, 1996, 2088], [2023]]])
     assert got.shape == (2,) and torch.isfinite(got).all()
+
+
+def test_from_bert_rejects_a_model_without_its_encoder_weights():
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2))
+    bert.encoder.layer = bert.encoder.layer[:0]  # config says one layer, the state dict has none
+    with pytest.raises(ValueError, match="missing encoder weights"):
+        SparseCrossEncoder.from_bert(bert)
 
 
 # ------------------------------------------------------------------------------------------- attention primitives

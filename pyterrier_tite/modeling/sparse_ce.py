@@ -148,6 +148,14 @@ class SparseCrossEncoderBatch:
         d_ids, d_len = _pad(flat, pad_token_id)
         return cls(q_ids, q_len, d_ids, d_len, index).to(device)
 
+    @classmethod
+    def from_padded(
+        cls, query_ids: torch.Tensor, doc_ids: torch.Tensor, doc_query_index: torch.Tensor, pad_token_id: int = 0
+    ) -> SparseCrossEncoderBatch:
+        """Right-padded id tensors; lengths count the non-pad ids (the reference derives its masks the same way)."""
+        lengths = [(ids != pad_token_id).sum(-1) for ids in (query_ids, doc_ids)]
+        return cls(query_ids, lengths[0], doc_ids, lengths[1], doc_query_index)
+
     def to(self, device: torch.device | str | None) -> SparseCrossEncoderBatch:
         if device is None:
             return self
@@ -376,7 +384,10 @@ class SparseCrossEncoderPreTrainedModel(PreTrainedModel):
             prefix = "" if any(k.startswith("bert.") for k in state) else "bert."
             target = cls.base_model_prefix + "." if cls is not SparseCrossEncoderModel else ""
             state = {_rebase(k, prefix, target): v for k, v in state.items()}
-            model.load_state_dict(state, strict=False)
+            missing, _ = model.load_state_dict(state, strict=False)
+            lost = [k for k in missing if ("embeddings." in k or "encoder." in k) and not k.endswith("position_ids")]
+            if lost:
+                raise ValueError(f"not a BERT checkpoint, missing encoder weights: {lost[:4]}")
             return model.to(path_or_model.dtype)
         config = load_config(path_or_model, **config_overrides)
         return cls.from_pretrained(path_or_model, config=config)
