@@ -19,9 +19,16 @@ def inv_freq(head_dim: int, base: float = 10_000.0, device: torch.device | None 
     return 1.0 / (base**exponent)
 
 
-def rope_rotation(positions: torch.Tensor, head_dim: int, base: float = 10_000.0) -> torch.Tensor:
-    """Unit complex numbers ``exp(i * pos * freq)`` for ``positions [T]``, shaped ``[T, 1, d/2]`` (complex64)."""
+def rope_rotation(
+    positions: torch.Tensor, head_dim: int, dtype: torch.dtype = torch.float32, base: float = 10_000.0
+) -> torch.Tensor:
+    """Unit complex numbers ``exp(i * pos * freq)`` for ``positions [T]``, shaped ``[T, 1, d/2]``.
+
+    The angles are float32 (as in the reference); cos/sin are taken in float64 for float64 models, else float32.
+    """
     angles = positions.to(torch.float32)[:, None] * inv_freq(head_dim, base, positions.device)[None, :]
+    if dtype == torch.float64:
+        angles = angles.double()
     return torch.polar(torch.ones_like(angles), angles)[:, None, :]
 
 
@@ -29,9 +36,7 @@ def apply_rope(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """Rotate the interleaved pairs of ``x [T, heads, d]`` by ``rotation [T, 1, d/2]``."""
     pairs = x.unflatten(-1, (-1, 2))
     if x.dtype in (torch.float32, torch.float64):
-        z = torch.view_as_complex(pairs.contiguous()) * rotation.to(
-            torch.complex128 if x.dtype == torch.float64 else torch.complex64
-        )
+        z = torch.view_as_complex(pairs.contiguous()) * rotation
         return torch.view_as_real(z).flatten(-2)
     cos, sin = rotation.real.to(x.dtype), rotation.imag.to(x.dtype)  # half precision: no complex kernels
     x0, x1 = pairs[..., 0], pairs[..., 1]

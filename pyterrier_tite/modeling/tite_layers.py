@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 
 class RMSNorm(nn.Module):
-    """RMS norm with a weight and no bias, computed in float32."""
+    """RMS norm with a weight and no bias, computed in float32 (or float64 for float64 inputs)."""
 
     def __init__(self, size: int, eps: float = 1e-5):
         super().__init__()
@@ -30,7 +30,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = x if x.dtype == torch.float64 else x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
 
 
@@ -58,10 +58,10 @@ class RopeCache:
     def __init__(self):
         self._cache: dict[tuple, torch.Tensor] = {}
 
-    def get(self, layout: PackedLayout, positions, key: str, head_dim: int) -> torch.Tensor:
-        cache_key = (id(layout), key, head_dim)
+    def get(self, layout: PackedLayout, positions, key: str, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+        cache_key = (id(layout), key, head_dim, dtype)
         if cache_key not in self._cache:
-            self._cache[cache_key] = rope_rotation(positions(), head_dim)
+            self._cache[cache_key] = rope_rotation(positions(), head_dim, dtype)
         return self._cache[cache_key]
 
 
@@ -165,8 +165,8 @@ class TiteAttention(nn.Module):
         else:
             q, k, v = self._project_qkv(q_in, kv_in, same_rows=q_in is kv_in)
             if self.rotary:
-                q = apply_rope(q, self._query_rope(q_layout, layout_in, rope))
-                k = apply_rope(k, rope.get(kv_layout, lambda: kv_layout.positions, "tokens", self.head_dim))
+                q = apply_rope(q, self._query_rope(q_layout, layout_in, rope, q.dtype))
+                k = apply_rope(k, rope.get(kv_layout, lambda: kv_layout.positions, "tokens", self.head_dim, k.dtype))
             out = attention(q, k, v, q_layout, kv_layout).flatten(-2)
         out = self.dropout(self.dense(out))
         if self.widen:
@@ -203,7 +203,9 @@ class TiteAttention(nn.Module):
             self._fused[names] = (stamp, weight, bias)
         return weight, bias
 
-    def _query_rope(self, q_layout: PackedLayout, layout_in: PackedLayout, rope: RopeCache) -> torch.Tensor:
+    def _query_rope(
+        self, q_layout: PackedLayout, layout_in: PackedLayout, rope: RopeCache, dtype: torch.dtype
+    ) -> torch.Tensor:
         """Query positions: window centres ``j*s + (k-1)/2`` for intra pooling, else the rows' own positions."""
         if q_layout is not layout_in and self.location == "intra":
             kernel, stride = self.kernel, self.stride
@@ -211,8 +213,8 @@ class TiteAttention(nn.Module):
             def centres() -> torch.Tensor:
                 return q_layout.positions.to(torch.float32) * stride + (kernel - 1) / 2
 
-            return rope.get(q_layout, centres, f"centres-{kernel}-{stride}", self.head_dim)
-        return rope.get(q_layout, lambda: q_layout.positions, "tokens", self.head_dim)
+            return rope.get(q_layout, centres, f"centres-{kernel}-{stride}", self.head_dim, dtype)
+        return rope.get(q_layout, lambda: q_layout.positions, "tokens", self.head_dim, dtype)
 
 
 class TiteMLP(nn.Module):
