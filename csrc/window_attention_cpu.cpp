@@ -23,6 +23,7 @@
 namespace {
 
 using tite_window::axpy;
+using tite_window::cpu_has_avx2_fma;
 using tite_window::dot;
 using tite_window::load;
 using tite_window::store;
@@ -110,6 +111,73 @@ struct Groups {  // raw pointers of the key groups
   size_t size() const { return k.size(); }
 };
 
+template <typename scalar_t>
+struct Forward {  // everything one forward task reads or writes
+  using acc_t = at::opmath_type<scalar_t>;
+  View4<const scalar_t> Q, K, V;
+  View4<scalar_t> O;
+  Groups<scalar_t> grp;
+  acc_t* lse;
+  const int64_t* len;
+  int64_t H, L, D, w, n_blocks, buffer;
+  acc_t scale;
+};
+
+// One task = one block of kRowBlock rows of one (batch row, head): scores of every visible key into a buffer
+// (groups first, then the band), exact two-pass softmax, then the weighted sum of values.
+template <typename scalar_t>
+TITE_ALWAYS_INLINE inline void forward_tasks(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t H = f.H, L = f.L, D = f.D, w = f.w;
+  std::vector<acc_t> qrow(D), acc(D), s(f.buffer);
+  for (int64_t task = begin; task < end; ++task) {
+    const int64_t bh = task / f.n_blocks, b = bh / H, h = bh % H;
+    const int64_t len = f.len[b];
+    const int64_t row_begin = (task % f.n_blocks) * kRowBlock;
+    const int64_t row_end = std::min(L, row_begin + kRowBlock);
+    for (int64_t i = std::max(len, row_begin); i < row_end; ++i) {  // padding rows: output 0, lse -inf
+      std::fill_n(f.O.row(b, h, i), D, scalar_t(0));
+      f.lse[bh * L + i] = -std::numeric_limits<acc_t>::infinity();
+    }
+    for (int64_t i = row_begin; i < std::min(len, row_end); ++i) {
+      load(qrow.data(), f.Q.row(b, h, i), D);
+      int64_t n = 0;
+      for (size_t g = 0; g < f.grp.size(); ++g) {
+        const int64_t r = f.grp.idx[g][b];
+        for (int64_t j = 0; j < f.grp.len[g][r]; ++j) s[n++] = f.scale * dot(qrow.data(), f.grp.k[g].row(r, h, j), D);
+      }
+      const int64_t t_lo = std::max<int64_t>(0, i - w), t_hi = std::min<int64_t>(len, i + w + 1);
+      for (int64_t t = t_lo; t < t_hi; ++t) s[n++] = f.scale * dot(qrow.data(), f.K.row(b, h, t), D);
+      acc_t m = s[0];
+      for (int64_t e = 1; e < n; ++e) m = std::max(m, s[e]);
+      acc_t sum = 0;
+      for (int64_t e = 0; e < n; ++e) sum += (s[e] = std::exp(s[e] - m));
+      const acc_t inv = acc_t(1) / sum;
+      std::fill(acc.begin(), acc.end(), acc_t(0));
+      n = 0;
+      for (size_t g = 0; g < f.grp.size(); ++g) {
+        const int64_t r = f.grp.idx[g][b];
+        for (int64_t j = 0; j < f.grp.len[g][r]; ++j) axpy(acc.data(), s[n++] * inv, f.grp.v[g].row(r, h, j), D);
+      }
+      for (int64_t t = t_lo; t < t_hi; ++t) axpy(acc.data(), s[n++] * inv, f.V.row(b, h, t), D);
+      store(f.O.row(b, h, i), acc.data(), D);
+      f.lse[bh * L + i] = m + std::log(sum);
+    }
+  }
+}
+
+// The same code compiled twice: for the baseline ISA and, picked at run time, for AVX2 + FMA (the extension is built
+// without -march flags, so this is where the vector units the machine has get used).
+template <typename scalar_t>
+TITE_TARGET_AVX2 void forward_tasks_avx2(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
+  forward_tasks(f, begin, end);
+}
+
+template <typename scalar_t>
+void forward_tasks_default(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
+  forward_tasks(f, begin, end);
+}
+
 std::vector<at::Tensor> forward_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                     const at::Tensor& lengths_in, int64_t window, at::TensorList gk_in,
                                     at::TensorList gv_in, at::TensorList glen_in, at::TensorList gidx_in, double scale) {
@@ -125,46 +193,15 @@ std::vector<at::Tensor> forward_cpu(const at::Tensor& q_in, const at::Tensor& k_
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, pr.q.scalar_type(), "window_attention_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const View4<const scalar_t> Q(pr.q), K(pr.k), V(pr.v);
-    const View4<scalar_t> O(out);
-    const Groups<scalar_t> grp(pr);
-    acc_t* lse_p = lse.data_ptr<acc_t>();
+    const Forward<scalar_t> f{View4<const scalar_t>(pr.q), View4<const scalar_t>(pr.k), View4<const scalar_t>(pr.v),
+                              View4<scalar_t>(out), Groups<scalar_t>(pr), lse.data_ptr<acc_t>(), len_p, H, L, D, w,
+                              n_blocks, buffer, acc_t(scale)};
+    const bool avx2 = cpu_has_avx2_fma();
     at::parallel_for(0, B * H * n_blocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<acc_t> qrow(D), acc(D), s(buffer);
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t bh = task / n_blocks, b = bh / H, h = bh % H;
-        const int64_t len = len_p[b];
-        const int64_t row_begin = (task % n_blocks) * kRowBlock;
-        const int64_t row_end = std::min(L, row_begin + kRowBlock);
-        for (int64_t i = std::max(len, row_begin); i < row_end; ++i) {  // padding rows: output 0, lse -inf
-          std::fill_n(O.row(b, h, i), D, scalar_t(0));
-          lse_p[(b * H + h) * L + i] = -std::numeric_limits<acc_t>::infinity();
-        }
-        for (int64_t i = row_begin; i < std::min(len, row_end); ++i) {
-          load(qrow.data(), Q.row(b, h, i), D);
-          // scores of every visible key, groups first, then the band
-          int64_t n = 0;
-          for (size_t g = 0; g < grp.size(); ++g) {
-            const int64_t r = grp.idx[g][b];
-            for (int64_t j = 0; j < grp.len[g][r]; ++j) s[n++] = acc_t(scale) * dot(qrow.data(), grp.k[g].row(r, h, j), D);
-          }
-          const int64_t t_lo = std::max<int64_t>(0, i - w), t_hi = std::min<int64_t>(len, i + w + 1);
-          for (int64_t t = t_lo; t < t_hi; ++t) s[n++] = acc_t(scale) * dot(qrow.data(), K.row(b, h, t), D);
-          const acc_t m = *std::max_element(s.begin(), s.begin() + n);
-          acc_t sum = 0;
-          for (int64_t e = 0; e < n; ++e) sum += (s[e] = std::exp(s[e] - m));
-          const acc_t inv = acc_t(1) / sum;
-          std::fill(acc.begin(), acc.end(), acc_t(0));
-          n = 0;
-          for (size_t g = 0; g < grp.size(); ++g) {
-            const int64_t r = grp.idx[g][b];
-            for (int64_t j = 0; j < grp.len[g][r]; ++j) axpy(acc.data(), s[n++] * inv, grp.v[g].row(r, h, j), D);
-          }
-          for (int64_t t = t_lo; t < t_hi; ++t) axpy(acc.data(), s[n++] * inv, V.row(b, h, t), D);
-          store(O.row(b, h, i), acc.data(), D);
-          lse_p[(b * H + h) * L + i] = m + std::log(sum);
-        }
-      }
+      if (avx2)
+        forward_tasks_avx2(f, begin, end);
+      else
+        forward_tasks_default(f, begin, end);
     });
   });
   return {out, lse};

@@ -5,10 +5,27 @@
 
 #include <cstdint>
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define TITE_ALWAYS_INLINE __attribute__((always_inline))
+#define TITE_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define TITE_ALWAYS_INLINE
+#define TITE_TARGET_AVX2
+#endif
+
 namespace tite_window {
 
+// Whether the AVX2 + FMA versions of the kernels may run on this CPU.
+inline bool cpu_has_avx2_fma() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
 template <typename A, typename T>
-inline A dot(const A* a, const T* b, int64_t d) {
+TITE_ALWAYS_INLINE inline A dot(const A* a, const T* b, int64_t d) {
   A s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t c = 0; c < d; ++c) s += a[c] * static_cast<A>(b[c]);
@@ -16,19 +33,19 @@ inline A dot(const A* a, const T* b, int64_t d) {
 }
 
 template <typename A, typename T>
-inline void axpy(A* acc, A alpha, const T* x, int64_t d) {
+TITE_ALWAYS_INLINE inline void axpy(A* acc, A alpha, const T* x, int64_t d) {
 #pragma omp simd
   for (int64_t c = 0; c < d; ++c) acc[c] += alpha * static_cast<A>(x[c]);
 }
 
 template <typename A, typename T>
-inline void load(A* dst, const T* src, int64_t d) {
+TITE_ALWAYS_INLINE inline void load(A* dst, const T* src, int64_t d) {
 #pragma omp simd
   for (int64_t c = 0; c < d; ++c) dst[c] = static_cast<A>(src[c]);
 }
 
 template <typename A, typename T>
-inline void store(T* dst, const A* src, int64_t d) {
+TITE_ALWAYS_INLINE inline void store(T* dst, const A* src, int64_t d) {
 #pragma omp simd
   for (int64_t c = 0; c < d; ++c) dst[c] = static_cast<T>(src[c]);
 }
