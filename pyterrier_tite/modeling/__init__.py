@@ -2,8 +2,9 @@
 
 from pyterrier_tite.modeling.tite import TiteModel, TiteModelOutput, TitePackedOutput
 from pyterrier_tite.modeling.tite_config import TiteConfig
+from pyterrier_tite.modeling.tite_from_bert import tite_config_from_bert, tite_from_bert
 
-__all__ = ["TiteConfig", "TiteModel", "TiteModelOutput", "TitePackedOutput"]
+__all__ = ["TiteConfig", "TiteModel", "TiteModelOutput", "TitePackedOutput", "tite_config_from_bert", "tite_from_bert"]
 
 from pyterrier_tite.modeling.celi import CeliHead, ClsHead, MeanPoolHead, PairStates  # noqa: E402
 from pyterrier_tite.modeling.sparse_ce import (  # noqa: E402
