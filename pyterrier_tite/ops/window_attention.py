@@ -183,9 +183,9 @@ def window_attention(
     if chosen == "triton":
         from pyterrier_tite.ops import window_attention_triton
 
-        if len(groups) <= window_attention_triton.MAX_GROUPS:
+        if len(groups) <= window_attention_triton.MAX_GROUPS and q.dtype != torch.float64:
             return window_attention_triton.TritonWindowAttention.apply(q, k, v, lengths, window, scale, *flat)
-        chosen = "torch"  # more key groups than the kernel takes
+        chosen = "torch"  # more key groups than the kernel takes, or fp64 (tl.dot has no fp64)
     if chosen == "torch":
         return _window_attention_torch(q, k, v, window, lengths, groups, scale)
     return _CsrcWindowAttention.apply(q, k, v, lengths, window, scale, *flat)

@@ -248,8 +248,7 @@ class _Dummy:
     """A tiny tensor standing in for absent group pointers."""
 
     def __init__(self):
-        self.device = None
-        self.tensor = None
+        self.tensor: torch.Tensor | None = None
 
     def set(self, device: torch.device) -> None:
         if self.tensor is None or self.tensor.device != device:
@@ -263,7 +262,7 @@ _DUMMY = _Dummy()
 
 
 def _prepare(q, k, v, flat):
-    """Unit stride in d for every tensor (strides of the other dims are passed to the kernels); q, k, v alike."""
+    """Contiguous tensors: the kernels take one stride set for q, k, v (and out / grad) and one per key group."""
     q, k, v = (t.contiguous() for t in (q, k, v))
     flat = [t.contiguous() for t in flat]
     return q, k, v, flat
