@@ -207,6 +207,129 @@ std::vector<at::Tensor> forward_cpu(const at::Tensor& q_in, const at::Tensor& k_
   return {out, lse};
 }
 
+template <typename scalar_t>
+struct Backward {  // everything the backward tasks read or write
+  using acc_t = at::opmath_type<scalar_t>;
+  View4<const scalar_t> Q, K, V, dO;
+  View4<scalar_t> dQ, dK, dV;
+  const Groups<scalar_t>& grp;
+  const acc_t* lse;
+  const acc_t* delta;
+  const int64_t* len;
+  int64_t H, L, D, w, n_blocks;
+  acc_t sc;
+};
+
+// One task = one block of rows of one (batch row, head): dq of its rows (over groups and band), then dk / dv of
+// the band keys at the same positions, gathered over the rows |i - t| <= w that see them.
+template <typename scalar_t>
+TITE_ALWAYS_INLINE inline void backward_row_tasks(const Backward<scalar_t>& f, int64_t begin, int64_t end) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t H = f.H, L = f.L, D = f.D, w = f.w;
+  const acc_t sc = f.sc;
+  std::vector<acc_t> qrow(D), grow(D), acc(D), acc2(D), krow(D), vrow(D);
+  for (int64_t task = begin; task < end; ++task) {
+    const int64_t bh = task / f.n_blocks, b = bh / H, h = bh % H;
+    const int64_t len = f.len[b];
+    const int64_t lo = (task % f.n_blocks) * kRowBlock, hi = std::min(len, lo + kRowBlock);
+    for (int64_t i = lo; i < hi; ++i) {
+      load(qrow.data(), f.Q.row(b, h, i), D);
+      load(grow.data(), f.dO.row(b, h, i), D);
+      const acc_t l = f.lse[bh * L + i], di = f.delta[bh * L + i];
+      std::fill(acc.begin(), acc.end(), acc_t(0));
+      for (size_t g = 0; g < f.grp.size(); ++g) {
+        const int64_t r = f.grp.idx[g][b];
+        for (int64_t j = 0; j < f.grp.len[g][r]; ++j) {
+          const acc_t p = std::exp(sc * dot(qrow.data(), f.grp.k[g].row(r, h, j), D) - l);
+          const acc_t ds = p * (dot(grow.data(), f.grp.v[g].row(r, h, j), D) - di);
+          axpy(acc.data(), ds * sc, f.grp.k[g].row(r, h, j), D);
+        }
+      }
+      for (int64_t t = std::max<int64_t>(0, i - w); t < std::min<int64_t>(len, i + w + 1); ++t) {
+        const acc_t p = std::exp(sc * dot(qrow.data(), f.K.row(b, h, t), D) - l);
+        const acc_t ds = p * (dot(grow.data(), f.V.row(b, h, t), D) - di);
+        axpy(acc.data(), ds * sc, f.K.row(b, h, t), D);
+      }
+      store(f.dQ.row(b, h, i), acc.data(), D);
+    }
+    for (int64_t t = lo; t < hi; ++t) {
+      load(krow.data(), f.K.row(b, h, t), D);
+      load(vrow.data(), f.V.row(b, h, t), D);
+      std::fill(acc.begin(), acc.end(), acc_t(0));
+      std::fill(acc2.begin(), acc2.end(), acc_t(0));
+      for (int64_t i = std::max<int64_t>(0, t - w); i < std::min<int64_t>(len, t + w + 1); ++i) {
+        const acc_t p = std::exp(sc * dot(krow.data(), f.Q.row(b, h, i), D) - f.lse[bh * L + i]);
+        const acc_t ds = p * (dot(vrow.data(), f.dO.row(b, h, i), D) - f.delta[bh * L + i]);
+        axpy(acc.data(), ds * sc, f.Q.row(b, h, i), D);
+        axpy(acc2.data(), p, f.dO.row(b, h, i), D);
+      }
+      store(f.dK.row(b, h, t), acc.data(), D);
+      store(f.dV.row(b, h, t), acc2.data(), D);
+    }
+  }
+}
+
+template <typename scalar_t>
+struct GroupSlice {  // one key group in the backward: which batch rows use each group row, where its grads go
+  size_t g;
+  const int64_t* start;    // [Bg + 1] offsets into members
+  const int64_t* members;  // batch rows grouped by group row
+  View4<scalar_t> dGK, dGV;
+};
+
+// One task = one (group row, head): dk / dv of its keys, gathered over all rows of all batch rows that index it.
+template <typename scalar_t>
+TITE_ALWAYS_INLINE inline void backward_group_tasks(const Backward<scalar_t>& f, const GroupSlice<scalar_t>& gs,
+                                                    int64_t begin, int64_t end) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t H = f.H, L = f.L, D = f.D;
+  const acc_t sc = f.sc;
+  const size_t g = gs.g;
+  std::vector<acc_t> ak(D), av(D), krow(D), vrow(D);
+  for (int64_t rh = begin; rh < end; ++rh) {
+    const int64_t r = rh / H, h = rh % H, glen = f.grp.len[g][r];
+    for (int64_t j = 0; j < glen; ++j) {
+      load(krow.data(), f.grp.k[g].row(r, h, j), D);
+      load(vrow.data(), f.grp.v[g].row(r, h, j), D);
+      std::fill(ak.begin(), ak.end(), acc_t(0));
+      std::fill(av.begin(), av.end(), acc_t(0));
+      for (int64_t m = gs.start[r]; m < gs.start[r + 1]; ++m) {
+        const int64_t b = gs.members[m], bh = b * H + h;
+        for (int64_t i = 0; i < f.len[b]; ++i) {
+          const acc_t p = std::exp(sc * dot(krow.data(), f.Q.row(b, h, i), D) - f.lse[bh * L + i]);
+          const acc_t ds = p * (dot(vrow.data(), f.dO.row(b, h, i), D) - f.delta[bh * L + i]);
+          axpy(ak.data(), ds * sc, f.Q.row(b, h, i), D);
+          axpy(av.data(), p, f.dO.row(b, h, i), D);
+        }
+      }
+      store(gs.dGK.row(r, h, j), ak.data(), D);
+      store(gs.dGV.row(r, h, j), av.data(), D);
+    }
+  }
+}
+
+template <typename scalar_t>
+TITE_TARGET_AVX2 void backward_row_tasks_avx2(const Backward<scalar_t>& f, int64_t begin, int64_t end) {
+  backward_row_tasks(f, begin, end);
+}
+
+template <typename scalar_t>
+void backward_row_tasks_default(const Backward<scalar_t>& f, int64_t begin, int64_t end) {
+  backward_row_tasks(f, begin, end);
+}
+
+template <typename scalar_t>
+TITE_TARGET_AVX2 void backward_group_tasks_avx2(const Backward<scalar_t>& f, const GroupSlice<scalar_t>& gs,
+                                                int64_t begin, int64_t end) {
+  backward_group_tasks(f, gs, begin, end);
+}
+
+template <typename scalar_t>
+void backward_group_tasks_default(const Backward<scalar_t>& f, const GroupSlice<scalar_t>& gs, int64_t begin,
+                                  int64_t end) {
+  backward_group_tasks(f, gs, begin, end);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> backward_cpu(
     const at::Tensor& grad_in, const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& out_in, const at::Tensor& lse_in, const at::Tensor& lengths_in, int64_t window,
@@ -250,81 +373,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>, std::vec
         }
     });
 
+    const Backward<scalar_t> f{Q, K, V, dO, dQ, dK, dV, grp, lse_p, delta.data(), len_p, H, L, D, w, n_blocks, sc};
+    const bool avx2 = cpu_has_avx2_fma();
     // dq of every row; band dk / dv of every key (gathered over the rows that see it)
     at::parallel_for(0, B * H * n_blocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<acc_t> qrow(D), grow(D), acc(D), acc2(D), krow(D), vrow(D);
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t bh = task / n_blocks, b = bh / H, h = bh % H;
-        const int64_t len = len_p[b];
-        const int64_t lo = (task % n_blocks) * kRowBlock, hi = std::min(len, lo + kRowBlock);
-        for (int64_t i = lo; i < hi; ++i) {
-          load(qrow.data(), Q.row(b, h, i), D);
-          load(grow.data(), dO.row(b, h, i), D);
-          const acc_t l = lse_p[bh * L + i], di = delta[bh * L + i];
-          std::fill(acc.begin(), acc.end(), acc_t(0));
-          for (size_t g = 0; g < grp.size(); ++g) {
-            const int64_t r = grp.idx[g][b];
-            for (int64_t j = 0; j < grp.len[g][r]; ++j) {
-              const acc_t p = std::exp(sc * dot(qrow.data(), grp.k[g].row(r, h, j), D) - l);
-              const acc_t ds = p * (dot(grow.data(), grp.v[g].row(r, h, j), D) - di);
-              axpy(acc.data(), ds * sc, grp.k[g].row(r, h, j), D);
-            }
-          }
-          for (int64_t t = std::max<int64_t>(0, i - w); t < std::min<int64_t>(len, i + w + 1); ++t) {
-            const acc_t p = std::exp(sc * dot(qrow.data(), K.row(b, h, t), D) - l);
-            const acc_t ds = p * (dot(grow.data(), V.row(b, h, t), D) - di);
-            axpy(acc.data(), ds * sc, K.row(b, h, t), D);
-          }
-          store(dQ.row(b, h, i), acc.data(), D);
-        }
-        for (int64_t t = lo; t < hi; ++t) {  // key t is seen by rows |i - t| <= w
-          load(krow.data(), K.row(b, h, t), D);
-          load(vrow.data(), V.row(b, h, t), D);
-          std::fill(acc.begin(), acc.end(), acc_t(0));
-          std::fill(acc2.begin(), acc2.end(), acc_t(0));
-          for (int64_t i = std::max<int64_t>(0, t - w); i < std::min<int64_t>(len, t + w + 1); ++i) {
-            const acc_t p = std::exp(sc * dot(krow.data(), Q.row(b, h, i), D) - lse_p[bh * L + i]);
-            const acc_t ds = p * (dot(vrow.data(), dO.row(b, h, i), D) - delta[bh * L + i]);
-            axpy(acc.data(), ds * sc, Q.row(b, h, i), D);
-            axpy(acc2.data(), p, dO.row(b, h, i), D);
-          }
-          store(dK.row(b, h, t), acc.data(), D);
-          store(dV.row(b, h, t), acc2.data(), D);
-        }
-      }
+      if (avx2)
+        backward_row_tasks_avx2(f, begin, end);
+      else
+        backward_row_tasks_default(f, begin, end);
     });
 
     // group dk / dv: every group row gathers over the batch rows that index it
     for (size_t g = 0; g < grp.size(); ++g) {
-      const int64_t bg = pr.gk[g].size(0), gsize = pr.gk[g].size(2);
+      const int64_t bg = pr.gk[g].size(0);
       std::vector<int64_t> start(bg + 1, 0), members(B);
       for (int64_t b = 0; b < B; ++b) ++start[grp.idx[g][b] + 1];
       for (int64_t r = 0; r < bg; ++r) start[r + 1] += start[r];
       std::vector<int64_t> fill(start.begin(), start.end() - 1);
       for (int64_t b = 0; b < B; ++b) members[fill[grp.idx[g][b]]++] = b;
       const View4<scalar_t> dGK(dgk[g]), dGV(dgv[g]);
+      const GroupSlice<scalar_t> slice{g, start.data(), members.data(), dGK, dGV};
       at::parallel_for(0, bg * H, 1, [&](int64_t begin, int64_t end) {
-        std::vector<acc_t> ak(gsize * D), av(gsize * D), krow(D), vrow(D);
-        for (int64_t rh = begin; rh < end; ++rh) {
-          const int64_t r = rh / H, h = rh % H, glen = grp.len[g][r];
-          std::fill(ak.begin(), ak.end(), acc_t(0));
-          std::fill(av.begin(), av.end(), acc_t(0));
-          for (int64_t j = 0; j < glen; ++j) {
-            load(krow.data(), grp.k[g].row(r, h, j), D);
-            load(vrow.data(), grp.v[g].row(r, h, j), D);
-            for (int64_t m = start[r]; m < start[r + 1]; ++m) {
-              const int64_t b = members[m], bh = b * H + h;
-              for (int64_t i = 0; i < len_p[b]; ++i) {
-                const acc_t p = std::exp(sc * dot(krow.data(), Q.row(b, h, i), D) - lse_p[bh * L + i]);
-                const acc_t ds = p * (dot(vrow.data(), dO.row(b, h, i), D) - delta[bh * L + i]);
-                axpy(ak.data() + j * D, ds * sc, Q.row(b, h, i), D);
-                axpy(av.data() + j * D, p, dO.row(b, h, i), D);
-              }
-            }
-            store(dGK.row(r, h, j), ak.data() + j * D, D);
-            store(dGV.row(r, h, j), av.data() + j * D, D);
-          }
-        }
+        if (avx2)
+          backward_group_tasks_avx2(f, slice, begin, end);
+        else
+          backward_group_tasks_default(f, slice, begin, end);
       });
     }
   });

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define TITE_ALWAYS_INLINE __attribute__((always_inline))
@@ -15,8 +16,11 @@
 
 namespace tite_window {
 
-// Whether the AVX2 + FMA versions of the kernels may run on this CPU.
+// Whether the AVX2 + FMA versions of the kernels may run on this CPU (PYTERRIER_TITE_CPU_BASELINE=1 forces the
+// baseline versions, so that tests cover them on any machine).
 inline bool cpu_has_avx2_fma() {
+  const char* baseline = std::getenv("PYTERRIER_TITE_CPU_BASELINE");
+  if (baseline != nullptr && baseline[0] == '1') return false;
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else

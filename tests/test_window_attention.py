@@ -198,6 +198,22 @@ def test_gradcheck_float64(backend, seed):
     assert torch.autograd.gradcheck(fn, tuple(tensors_of(q, k, v, groups)))
 
 
+@pytest.mark.skipif("csrc-cpu" not in BACKENDS, reason="extension not built")
+@pytest.mark.parametrize("seed", range(3))
+def test_csrc_baseline_isa_path(monkeypatch, seed):
+    """The CPU kernels also exist without AVX2; PYTERRIER_TITE_CPU_BASELINE=1 makes them run here."""
+    monkeypatch.setenv("PYTERRIER_TITE_CPU_BASELINE", "1")
+    q, k, v, w, lengths, groups = random_case(seed, requires_grad=True)
+    inputs = tensors_of(q, k, v, groups)
+    grad = torch.randn(q.shape)
+    out = window_attention(q, k, v, w, lengths, groups, backend="csrc-cpu")
+    ref = window_attention_reference(q, k, v, w, lengths, groups)
+    assert max_error(out, ref) <= 1e-5
+    got = torch.autograd.grad(out, inputs, grad)
+    expected = torch.autograd.grad(ref, inputs, grad)
+    assert max(max_error(a, b) for a, b in zip(got, expected, strict=True)) <= 1e-5
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_groups_and_strided_inputs(backend):
     # [B, L, H, d] projections viewed as [B, H, L, d], the layout a model produces
