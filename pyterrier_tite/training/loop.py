@@ -1,0 +1,292 @@
+"""One training loop for every model of the package: AdamW, linear warm-up/decay, gradient accumulation, clipping,
+checkpoints with exact resume, a fixed seed, and data parallelism under ``torchrun`` (gloo on CPU, nccl on GPU).
+
+The loop knows nothing about models or losses. A caller gives it
+- ``model``: any ``nn.Module`` (its parameters are trained),
+- ``batches(epoch, rank, world_size)``: an iterable of micro-batches for that epoch and process, deterministic in
+  its arguments (seed it from them) so that a resumed run sees the same data,
+- ``loss_fn(model, batch, step)``: returns the loss tensor, or ``(loss, {name: float})`` for the log,
+- ``save_fn(model, path)``: writes a loadable model folder (e.g. ``save_pretrained``); called for checkpoints and
+  for the final model.
+
+Data parallelism averages gradients with one all-reduce per optimizer step instead of wrapping the model in
+``DistributedDataParallel``: the losses call model methods other than ``forward`` (query/doc encoders), which DDP's
+forward hooks would not see.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+CHECKPOINT = "checkpoint"
+STATE_FILE = "trainer_state.pt"
+
+LossOutput = torch.Tensor | tuple[torch.Tensor, dict[str, float]]
+
+
+@dataclass
+class TrainingArguments:
+    """Optimisation settings; ``max_steps`` counts optimizer steps (each ``grad_accumulation`` micro-batches)."""
+
+    output_dir: str
+    max_steps: int
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    grad_accumulation: int = 1
+    max_grad_norm: float | None = 1.0
+    seed: int = 42
+    save_every: int = 0
+    log_every: int = 10
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.grad_accumulation < 1:
+            raise ValueError(f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
+        if self.warmup_steps < 0 or self.save_every < 0:
+            raise ValueError("warmup_steps and save_every must be >= 0")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) so a run is repeatable."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def distributed_context() -> tuple[int, int]:
+    """``(rank, world_size)``; joins the process group when started by ``torchrun`` (``WORLD_SIZE`` > 1)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return 0, 1
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def no_decay(name: str) -> bool:
+    """Biases and normalisation weights are not decayed (the usual BERT recipe)."""
+    lowered = name.lower()
+    return name.endswith(".bias") or "norm" in lowered or "layernorm" in lowered
+
+
+def make_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in params if not no_decay(n)], "weight_decay": args.weight_decay},
+        {"params": [p for n, p in params if no_decay(n)], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=args.learning_rate)
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, args: TrainingArguments) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up to the peak rate, then linear decay to zero at ``max_steps``."""
+
+    def factor(step: int) -> float:
+        if step < args.warmup_steps:
+            return (step + 1) / (args.warmup_steps + 1)
+        return max(0.0, (args.max_steps - step) / max(1, args.max_steps - args.warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class Trainer:
+    """Runs ``args.max_steps`` optimizer steps of ``loss_fn`` over ``batches``; see the module docstring."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: Callable[[int, int, int], Iterable],
+        loss_fn: Callable[[nn.Module, object, int], LossOutput],
+        save_fn: Callable[[nn.Module, str], None],
+        args: TrainingArguments,
+    ):
+        self.model = model
+        self.batches = batches
+        self.loss_fn = loss_fn
+        self.save_fn = save_fn
+        self.args = args
+        self.rank, self.world_size = distributed_context()
+        seed_everything(args.seed + self.rank)
+        self.optimizer = make_optimizer(model, args)
+        self.scheduler = linear_schedule(self.optimizer, args)
+        self.step = 0
+        self.epoch = 0
+        self.batches_done_in_epoch = 0
+        self.history: list[dict[str, float]] = []
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return os.path.join(self.args.output_dir, CHECKPOINT)
+
+    # -- checkpoints -------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        """Model, optimizer, schedule, data position and RNG states: resuming continues the same run exactly."""
+        if not self.is_main:
+            return
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batches_done_in_epoch": self.batches_done_in_epoch,
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "args": asdict(self.args),
+        }
+        tmp = os.path.join(self.checkpoint_dir, STATE_FILE + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, os.path.join(self.checkpoint_dir, STATE_FILE))
+        self.save_fn(self.model, os.path.join(self.checkpoint_dir, "model"))
+
+    def load_checkpoint(self) -> bool:
+        """Resume from ``output_dir/checkpoint`` when it exists; returns whether it did."""
+        path = os.path.join(self.checkpoint_dir, STATE_FILE)
+        if not os.path.exists(path):
+            return False
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.batches_done_in_epoch = state["batches_done_in_epoch"]
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        log_path = os.path.join(self.args.output_dir, "log.jsonl")
+        self.history = _read_log(log_path)[: self.step]
+        if self.is_main:  # steps after the checkpoint are redone: drop their lines
+            with open(log_path, "w") as log:
+                log.writelines(json.dumps(entry) + "\n" for entry in self.history)
+        return True
+
+    # -- data parallel -----------------------------------------------------------------------------------------
+    def _broadcast_parameters(self) -> None:
+        if self.world_size > 1:
+            for tensor in self.model.state_dict().values():
+                dist.broadcast(tensor, src=0)
+
+    def _average_gradients(self) -> None:
+        if self.world_size == 1:
+            return
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+    def _micro_batches(self):
+        """Endless micro-batches, epoch after epoch, skipping those a resumed run already consumed."""
+        while True:
+            produced = 0
+            for index, batch in enumerate(self.batches(self.epoch, self.rank, self.world_size)):
+                produced += 1
+                if index < self.batches_done_in_epoch:
+                    continue
+                self.batches_done_in_epoch = index + 1
+                yield batch
+            if produced == 0:
+                raise ValueError(f"the batch source yielded nothing for epoch {self.epoch} (rank {self.rank})")
+            self.epoch += 1
+            self.batches_done_in_epoch = 0
+
+    def train(self, resume: bool = True) -> list[dict[str, float]]:
+        """Train to ``max_steps`` (resuming from the last checkpoint if asked) and save the final model.
+
+        Returns the per-step log (``loss``, ``lr`` and whatever ``loss_fn`` reported), also written to
+        ``output_dir/log.jsonl``.
+        """
+        from pyterrier import tqdm
+
+        args = self.args
+        if self.is_main:
+            os.makedirs(args.output_dir, exist_ok=True)
+        resumed = resume and self.load_checkpoint()
+        if not resumed and self.is_main:
+            open(os.path.join(args.output_dir, "log.jsonl"), "w").close()
+        self._broadcast_parameters()
+        self.model.train()
+        batches = self._micro_batches()
+        bar = tqdm(
+            total=args.max_steps, initial=self.step, desc="training", disable=not (args.verbose and self.is_main)
+        )
+        while self.step < args.max_steps:
+            totals: dict[str, float] = {}
+            for _ in range(args.grad_accumulation):
+                loss, parts = _split_loss(self.loss_fn(self.model, next(batches), self.step))
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"loss is {loss.item()} at step {self.step}")
+                (loss / args.grad_accumulation).backward()
+                for name, value in {"loss": loss.item(), **parts}.items():
+                    totals[name] = totals.get(name, 0.0) + value / args.grad_accumulation
+            self._average_gradients()
+            if args.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.max_grad_norm)
+            totals["lr"] = self.scheduler.get_last_lr()[0]
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+            totals["step"] = self.step
+            self.history.append(totals)
+            if self.is_main:
+                with open(os.path.join(args.output_dir, "log.jsonl"), "a") as log:
+                    log.write(json.dumps(totals) + "\n")
+            bar.update(1)
+            if args.log_every and self.step % args.log_every == 0:
+                bar.set_postfix(loss=f"{totals['loss']:.4f}")
+            if args.save_every and self.step % args.save_every == 0 and self.step < args.max_steps:
+                self.save_checkpoint()
+        bar.close()
+        self.model.eval()
+        if self.is_main:
+            self.save_fn(self.model, args.output_dir)
+            self.save_checkpoint()
+        if self.world_size > 1:
+            dist.barrier()
+        return self.history
+
+
+def _split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
+    if isinstance(output, tuple):
+        loss, parts = output
+        return loss, {k: float(v) for k, v in parts.items()}
+    return output, {}
+
+
+def _read_log(path: str) -> list[dict[str, float]]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def steps_for(
+    num_examples: int, batch_size: int, epochs: float, grad_accumulation: int = 1, world_size: int = 1
+) -> int:
+    """Optimizer steps that cover ``epochs`` passes over ``num_examples`` examples."""
+    per_step = batch_size * grad_accumulation * world_size
+    return max(1, math.ceil(num_examples * epochs / per_step))

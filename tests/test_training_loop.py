@@ -1,0 +1,141 @@
+"""The shared training loop: it learns, accumulation equals a bigger batch, resume is exact, torchrun averages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, steps_for
+
+TRUE_W = torch.tensor([[1.5, -2.0, 0.5]])
+
+
+def batches_of(size: int):
+    """Deterministic regression data per (epoch, rank, world): rank r takes every world-th example."""
+
+    def batches(epoch: int, rank: int, world_size: int):
+        gen = torch.Generator().manual_seed(1000 + epoch)
+        x = torch.randn(16, 3, generator=gen)
+        x = x[rank::world_size]
+        for i in range(0, len(x), size):
+            yield x[i : i + size]
+
+    return batches
+
+
+def mse(model: nn.Module, x: torch.Tensor, step: int):
+    loss = (model(x) - x @ TRUE_W.T).pow(2).mean()
+    return loss, {"half": loss.item() / 2}
+
+
+def save(model: nn.Module, path: str) -> None:
+    os.makedirs(path, exist_ok=True)
+    torch.save(model.state_dict(), os.path.join(path, "weights.pt"))
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(3, 1)
+
+
+def run(
+    tmp_path, name: str, size: int, accumulation: int = 1, steps: int = 6, loss_fn=mse, lr: float = 0.05, **kwargs
+) -> tuple[nn.Module, list]:
+    model = make_model()
+    args = TrainingArguments(
+        str(tmp_path / name),
+        max_steps=steps,
+        learning_rate=lr,
+        grad_accumulation=accumulation,
+        verbose=False,
+        warmup_steps=2,
+        **kwargs,
+    )
+    history = Trainer(model, batches_of(size), loss_fn, save, args).train()
+    return model, history
+
+
+def test_loss_goes_down_and_log_is_written(tmp_path):
+    _, history = run(tmp_path, "a", size=4, steps=40, lr=0.3)
+    assert history[-1]["loss"] < 0.1 * history[0]["loss"]
+    assert history[0]["half"] == pytest.approx(history[0]["loss"] / 2)
+    assert os.path.exists(tmp_path / "a" / "weights.pt")
+    with open(tmp_path / "a" / "log.jsonl") as f:
+        assert len(f.readlines()) == 40
+
+
+def test_accumulation_equals_bigger_batch(tmp_path):
+    big, _ = run(tmp_path, "big", size=4, accumulation=1)
+    small, _ = run(tmp_path, "small", size=2, accumulation=2)
+    for a, b in zip(big.parameters(), small.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_resume_continues_the_same_run(tmp_path):
+    straight, history = run(tmp_path, "straight", size=3, steps=8)
+
+    def crash_at_step_5(model, batch, step):
+        if step == 5:
+            raise KeyboardInterrupt
+        return mse(model, batch, step)
+
+    with pytest.raises(KeyboardInterrupt):  # checkpoints at steps 3 (kept) and would at 6
+        run(tmp_path, "resumed", size=3, steps=8, loss_fn=crash_at_step_5, save_every=3)
+    resumed, resumed_history = run(tmp_path, "resumed", size=3, steps=8, save_every=3)
+    for a, b in zip(straight.parameters(), resumed.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert [h["loss"] for h in resumed_history] == pytest.approx([h["loss"] for h in history])
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="max_steps"):
+        TrainingArguments("x", max_steps=0)
+    with pytest.raises(ValueError, match="grad_accumulation"):
+        TrainingArguments("x", max_steps=1, grad_accumulation=0)
+
+
+def test_steps_for():
+    assert steps_for(100, batch_size=8, epochs=1) == 13
+    assert steps_for(100, batch_size=8, epochs=2, grad_accumulation=2, world_size=2) == 7
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    sys.path.insert(0, {tests!r})
+    from test_training_loop import batches_of, make_model, mse, save
+    from pyterrier_tite.training.loop import Trainer, TrainingArguments
+    model = make_model()
+    args = TrainingArguments({out!r}, max_steps=5, learning_rate=0.05, warmup_steps=2, verbose=False)
+    Trainer(model, batches_of(2), mse, save, args).train()
+    """
+)
+
+
+def test_torchrun_two_processes_average_gradients(tmp_path):
+    """2 gloo processes with 2 examples each take the same steps as 1 process with the 4 examples together."""
+    script = tmp_path / "ddp.py"
+    script.write_text(SCRIPT.format(tests=os.path.dirname(__file__), out=str(tmp_path / "ddp")))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29533",
+        str(script),
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    single, _ = run(tmp_path, "single", size=4, steps=5)
+    ddp_state = torch.load(tmp_path / "ddp" / "weights.pt")
+    for name, value in single.state_dict().items():
+        torch.testing.assert_close(ddp_state[name], value, rtol=1e-5, atol=1e-6)
