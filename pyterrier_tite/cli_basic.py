@@ -1,0 +1,33 @@
+"""CLI commands of the foundation: ``demo`` (the main job) and ``backends``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    demo = commands.add_parser("demo", help="pt.Experiment on a collection (default: vaswani), printed as a table")
+    demo.add_argument("--dataset", default="vaswani", help="ir_datasets ID or alias (vaswani, cranfield, scifact, ...)")
+    demo.set_defaults(func=run_demo)
+
+    backends = commands.add_parser("backends", help="list the kernel backends available on this machine")
+    backends.set_defaults(func=print_backends)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from pyterrier_tite.demo import run_demo as experiment
+
+    table = experiment(args.dataset)
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        print(f"\n{args.dataset}:\n{table.to_string(index=False)}")
+    return 0
+
+
+def print_backends(args: argparse.Namespace) -> int:
+    import pyterrier_tite
+
+    for op, names in pyterrier_tite.ops.backends().items():
+        print(f"{op}: {', '.join(names)}")
+    return 0
