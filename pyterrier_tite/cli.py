@@ -13,6 +13,7 @@ import sys
 
 COMMAND_MODULES = [
     "pyterrier_tite.cli_basic",
+    "pyterrier_tite.cli_sparse",
 ]
 
 

