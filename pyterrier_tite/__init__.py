@@ -12,3 +12,15 @@ from pyterrier_tite.pt.first_stage import bm25, pisa_index, trec_dl_bm25
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "bm25", "datasets", "ops", "pisa_index", "trec_dl_bm25"]
+
+# Dense bi-encoders import pyterrier_dr (seconds): loaded on first use so `pyterrier-tite --help` stays fast.
+_LAZY = {"BertBiEncoder": "pyterrier_tite.pt.bert_biencoder"}
+__all__ += list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pyterrier_tite' has no attribute {name!r}")

