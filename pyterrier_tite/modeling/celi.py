@@ -126,3 +126,98 @@ def _per_pair(x: torch.Tensor, mask: torch.Tensor, index: torch.Tensor | None) -
 
 def _masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask[..., None].to(x.dtype)).sum(1)
+
+
+# ------------------------------------------------------------------------------------------------ backbone + head
+HEADS = ("cls", "mean", "celi")
+
+
+class CrossEncoderScorer(nn.Module):
+    """A cross-encoder backbone with one score head: the module rerankers run and trainers train.
+
+    ``backbone``: a :class:`SparseCrossEncoder` (segments, windowed / asymmetric attention) or a
+    ``transformers`` ``BertForSequenceClassification`` (full attention over ``[CLS] q [SEP] d [SEP]``). ``head``:
+    ``"cls"`` uses the backbone's own pooler + linear classifier (the reference / monoBERT checkpoint format, so
+    published cross-encoders score unchanged), ``"mean"`` a :class:`MeanPoolHead`, ``"celi"`` a :class:`CeliHead`.
+    Inputs are raw token ids without special tokens: one query per entry with its list of docs. Scores come back
+    flat ``[N]`` in input order.
+    """
+
+    def __init__(self, backbone: nn.Module, head: str = "cls", token_dim: int = 32):
+        super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
+        from pyterrier_tite.modeling.sparse_ce import SparseCrossEncoder
+
+        self.backbone = backbone
+        self.head_name = head
+        self.token_dim = token_dim
+        self.is_sparse = isinstance(backbone, SparseCrossEncoder)
+        hidden = backbone.config.hidden_size
+        self.head = {"cls": None, "mean": lambda: MeanPoolHead(hidden), "celi": lambda: CeliHead(hidden, token_dim)}[
+            head
+        ]
+        self.head = self.head() if self.head is not None else None
+
+    @property
+    def config(self):
+        return self.backbone.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def max_positions(self) -> int:
+        return int(self.backbone.config.max_position_embeddings)
+
+    def forward(self, queries: list[list[int]], docs: list[list[list[int]]]) -> torch.Tensor:
+        parts = self.score_parts(queries, docs)
+        return parts["cls"] + parts["late"] if "late" in parts else parts["score"]
+
+    def score_parts(self, queries: list[list[int]], docs: list[list[list[int]]]) -> dict[str, torch.Tensor]:
+        """``{"score": [N]}``, or for CELI ``{"cls": [N], "late": [N]}`` (the terms the paper trains separately)."""
+        if sum(len(d) for d in docs) == 0:
+            return {"score": self.backbone.classifier.weight.new_zeros(0)}
+        if self.head is None:
+            return {"score": self._logits(queries, docs)}
+        states = self._states(queries, docs)
+        if isinstance(self.head, CeliHead):
+            s_cls, s_late = self.head.score_parts(states)
+            return {"cls": s_cls, "late": s_late}
+        return {"score": self.head(states)}
+
+    # -- backbones ---------------------------------------------------------------------------------------------------
+    def _logits(self, queries, docs) -> torch.Tensor:
+        if self.is_sparse:
+            return self.backbone(queries, docs).logits
+        ids, types, mask = self._bert_inputs(queries, docs)
+        return self.backbone(input_ids=ids, token_type_ids=types, attention_mask=mask).logits.squeeze(-1)
+
+    def _states(self, queries, docs) -> PairStates:
+        if self.is_sparse:
+            return pair_states_from_sparse(self.backbone.bert(self.backbone.make_batch(queries, docs)).segments)
+        ids, types, mask = self._bert_inputs(queries, docs)
+        hidden = self.backbone.bert(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
+        return pair_states_from_bert(hidden, types, mask)
+
+    def _bert_inputs(self, queries, docs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``[CLS] q [SEP] d [SEP]`` per pair, right-padded, with token types 0 / 1 and the attention mask."""
+        c = self.backbone.config
+        cls, sep = _special_id(c, "cls_token_id", 101), _special_id(c, "sep_token_id", 102)
+        rows, types = [], []
+        for query, doc_list in zip(queries, docs, strict=True):
+            for doc in doc_list:
+                rows.append([cls, *query, sep, *doc, sep])
+                types.append([0] * (len(query) + 2) + [1] * (len(doc) + 1))
+        length = max(len(r) for r in rows)
+        pad = c.pad_token_id or 0
+        ids = torch.tensor([r + [pad] * (length - len(r)) for r in rows], device=self.device)
+        type_ids = torch.tensor([t + [0] * (length - len(t)) for t in types], device=self.device)
+        mask = torch.tensor([[1] * len(r) + [0] * (length - len(r)) for r in rows], device=self.device)
+        return ids, type_ids, mask
+
+
+def _special_id(config, name: str, default: int) -> int:
+    """BertConfig has no [CLS]/[SEP] ids; the WordPiece defaults apply unless the config (or the reranker) sets them."""
+    value = getattr(config, name, None)
+    return default if value is None else int(value)

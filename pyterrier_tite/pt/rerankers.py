@@ -1,0 +1,384 @@
+"""Cross-encoder rerankers as PyTerrier transformers: ``SparseCE`` (windowed, asymmetric), ``MonoCE`` (full
+attention, monoBERT) and ``CELI`` (late-interaction head on either backbone).
+
+All three take a result frame (qid, query, docno, text) and return it rescored and re-ranked. Docs are scored
+grouped by query, so a sparse cross-encoder whose query attends only to itself encodes each query once per batch.
+Texts are tokenised without special tokens (the models add them) and truncated to ``query_max_length`` /
+``doc_max_length`` tokens and to what the position embeddings hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+import torch
+from torch import nn
+
+from pyterrier_tite.modeling.celi import CrossEncoderScorer
+from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
+
+#: the released sparse cross-encoder pattern, applied when a plain BERT checkpoint is turned into a SparseCE
+RELEASED_PATTERN = {"attention_window_size": 4, "query_cls_attention": False, "query_doc_attention": False}
+#: ``w`` / ``symmetric`` value meaning "as the checkpoint says"
+KEEP = "config"
+META_FILE = "pt_meta.json"
+HEAD_FILE = "score_head.safetensors"
+SPECIAL_TOKENS = 3  # [CLS] q [SEP] d [SEP]
+
+
+class CrossEncoderReranker(pt.Transformer):
+    """Scores (query, doc) pairs of a result frame with a :class:`CrossEncoderScorer`; see the module docstring."""
+
+    def __init__(
+        self,
+        scorer: CrossEncoderScorer,
+        tokenizer,
+        batch_size: int = 32,
+        query_max_length: int = 32,
+        doc_max_length: int = 512,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+    ):
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.scorer = scorer.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.query_max_length = query_max_length
+        self.doc_max_length = doc_max_length
+        self.text_field = text_field
+        self.verbose = verbose
+
+    def __repr__(self) -> str:
+        c = self.scorer.config
+        window = c.attention_window_size if self.scorer.is_sparse else None
+        return f"{type(self).__name__}(w={'inf' if window is None else window}, head={self.scorer.head_name!r})"
+
+    # -- tokens ------------------------------------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str], max_length: int) -> list[list[int]]:
+        """Raw token ids (no special tokens), truncated to ``max_length``."""
+        if len(texts) == 0:
+            return []
+        enc = self.tokenizer([str(t) for t in texts], add_special_tokens=False, truncation=True, max_length=max_length)
+        return enc["input_ids"]
+
+    def tokenize_queries(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.tokenize(texts, self.query_max_length)
+
+    def tokenize_docs(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.tokenize(texts, self.doc_max_length)
+
+    def fit_doc(self, query: list[int], doc: list[int]) -> list[int]:
+        """The doc cut to what the position embeddings leave after the query and the special tokens."""
+        return doc[: max(0, self.scorer.max_positions() - SPECIAL_TOKENS - len(query))]
+
+    def scores_torch(self, queries: list[list[int]], docs: list[list[list[int]]]) -> torch.Tensor:
+        """Differentiable scores ``[N]`` of token-id inputs (one query with its docs per entry), for training."""
+        docs = [[self.fit_doc(q, d) for d in ds] for q, ds in zip(queries, docs, strict=True)]
+        return self.scorer(queries, docs)
+
+    # -- transformer -------------------------------------------------------------------------------------------------
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.result_frame(inp, extra_columns=["query", self.text_field])
+        out = inp.copy()
+        if len(out) == 0:
+            out["score"] = pd.Series(dtype="float64")
+            out["rank"] = pd.Series(dtype="int64")
+            return out
+        qids = out["qid"].astype(str).to_numpy()
+        order = pd.unique(qids)
+        first = pd.Series(range(len(out))).groupby(qids, sort=False).first()
+        query_text = out["query"].astype(str).to_numpy()
+        query_ids = dict(zip(order, self.tokenize_queries([query_text[first[q]] for q in order]), strict=True))
+        doc_ids = self.tokenize_docs(out[self.text_field].astype(str).tolist())
+        rank_of_query = {q: i for i, q in enumerate(order)}
+        lengths = np.array([len(d) for d in doc_ids])
+        # by query (sharing its encoding), longest docs first (less padding per batch)
+        rows = np.lexsort((-lengths, np.array([rank_of_query[q] for q in qids])))
+        scores = np.zeros(len(out), dtype="float64")
+        starts = range(0, len(rows), self.batch_size)
+        if self.verbose:
+            starts = pt.tqdm(starts, desc=repr(self), unit="batch")
+        with torch.no_grad():
+            for start in starts:
+                batch = rows[start : start + self.batch_size]
+                groups = pd.Series(batch).groupby(qids[batch], sort=False).agg(list)
+                queries = [query_ids[q] for q in groups.index]
+                docs = [[doc_ids[i] for i in members] for members in groups]
+                result = self.scores_torch(queries, docs).float().cpu().numpy()
+                scores[np.concatenate(groups.to_list())] = result
+        out["score"] = scores
+        out = pt.model.add_ranks(out)
+        key = out["qid"].astype(str).map(rank_of_query)
+        return out.assign(_q=key).sort_values(["_q", "rank"], kind="stable").drop(columns="_q")
+
+    # -- artifacts ---------------------------------------------------------------------------------------------------
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Hugging Face layout (backbone ``config.json`` + ``model.safetensors``, tokenizer files), the head's
+        weights (``score_head.safetensors``, heads other than "cls") and ``pt_meta.json``."""
+        save_scorer(self.scorer, self.tokenizer, path, reranker=type(self).__name__)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> CrossEncoderReranker:
+        """A folder saved by ``save_pretrained`` (any of the three classes, read from ``pt_meta.json``), a reference
+        sparse cross-encoder checkpoint or a plain BERT / cross-encoder checkpoint (as this class)."""
+        meta = read_meta(path)
+        target = {c.__name__: c for c in (SparseCE, MonoCE, CELI)}.get(meta.get("reranker"), cls)
+        if target is CrossEncoderReranker:
+            target = SparseCE if meta.get("backbone") == "sparse" else MonoCE
+        return target(str(path), **kwargs)
+
+
+def read_meta(path: str | os.PathLike) -> dict:
+    file = os.path.join(str(path), META_FILE)
+    if not os.path.isfile(file):
+        return {}
+    with open(file) as f:
+        return json.load(f)
+
+
+def save_scorer(scorer: CrossEncoderScorer, tokenizer, path: str | os.PathLike, reranker: str | None = None) -> None:
+    """Writes a reranker folder; also the ``save_fn`` of training (the scorer is what the trainer optimises)."""
+    from safetensors.torch import save_file
+
+    path = str(path)
+    os.makedirs(path, exist_ok=True)
+    scorer.backbone.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    if scorer.head is not None:
+        save_file({k: v.contiguous() for k, v in scorer.head.state_dict().items()}, os.path.join(path, HEAD_FILE))
+    meta = {
+        "type": "model",
+        "format": "cross-encoder",
+        "package_hint": "pyterrier-tite",
+        "reranker": reranker or ("SparseCE" if scorer.is_sparse else "MonoCE"),
+        "backbone": "sparse" if scorer.is_sparse else "bert",
+        "head": scorer.head_name,
+        "token_dim": scorer.token_dim,
+    }
+    with open(os.path.join(path, META_FILE), "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+# ------------------------------------------------------------------------------------------------ building scorers
+def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, bool]) -> dict:
+    """Config overrides for a sparse backbone: a plain BERT gets the released pattern unless told otherwise."""
+    overrides: dict = {}
+    if isinstance(path_or_model, (str, os.PathLike)) and not _has_sparse_config(path_or_model):
+        overrides.update(RELEASED_PATTERN)
+    if isinstance(path_or_model, nn.Module) and not isinstance(path_or_model, SparseCrossEncoder):
+        overrides.update(RELEASED_PATTERN)
+    if w != KEEP:
+        if w is not None and (not isinstance(w, int) or w < 0):
+            raise ValueError(f"w must be None (full attention) or an int >= 0, got {w!r}")
+        overrides["attention_window_size"] = w
+    if symmetric is not None:
+        overrides.update(query_cls_attention=symmetric, query_doc_attention=symmetric)
+    unknown = set(flags) - set(FLAGS)
+    if unknown:
+        raise TypeError(f"unknown attention flags {sorted(unknown)}; expected some of {FLAGS}")
+    overrides.update(flags)
+    return overrides
+
+
+def _has_sparse_config(path) -> bool:
+    file = os.path.join(str(path), "config.json")
+    if not os.path.isfile(file):
+        return False
+    with open(file) as f:
+        return "attention_window_size" in json.load(f)
+
+
+def sparse_backbone(path_or_model, w=KEEP, symmetric: bool | None = None, **flags: bool) -> SparseCrossEncoder:
+    """A :class:`SparseCrossEncoder` from a reference checkpoint, any plain BERT (folder or module) or a model."""
+    overrides = sparse_overrides(path_or_model, w, symmetric, flags)
+    if isinstance(path_or_model, SparseCrossEncoder) and not overrides:
+        return path_or_model
+    with _quiet_transformers():  # "newly initialized classifier" is expected when starting from a BertModel
+        return SparseCrossEncoder.from_bert(path_or_model, **overrides)
+
+
+def bert_backbone(path_or_model) -> nn.Module:
+    """A ``BertForSequenceClassification`` with one output (score); a plain ``BertModel`` folder gets a new head."""
+    from transformers import BertForSequenceClassification
+
+    if isinstance(path_or_model, BertForSequenceClassification):
+        return path_or_model
+    if isinstance(path_or_model, nn.Module):
+        raise TypeError(f"expected a BertForSequenceClassification or a folder, got {type(path_or_model).__name__}")
+    with _quiet_transformers():
+        return BertForSequenceClassification.from_pretrained(str(path_or_model), num_labels=1)
+
+
+@contextmanager
+def _quiet_transformers():
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def load_head(scorer: CrossEncoderScorer, path) -> None:
+    """Loads ``score_head.safetensors`` when the folder has one for the same head."""
+    from safetensors.torch import load_file
+
+    file = os.path.join(str(path), HEAD_FILE)
+    if scorer.head is not None and os.path.isfile(file) and read_meta(path).get("head") == scorer.head_name:
+        scorer.head.load_state_dict(load_file(file))
+
+
+def _tokenizer(model, tokenizer):
+    if tokenizer is not None:
+        return tokenizer
+    if not isinstance(model, (str, os.PathLike)):
+        raise ValueError("pass tokenizer= when the model is given as a module")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model))
+
+
+def _build(model, backbone_fn, head: str | None, token_dim: int | None) -> CrossEncoderScorer:
+    """A scorer from a folder (its saved head when it has one) or a module / scorer."""
+    if isinstance(model, CrossEncoderScorer):
+        if head is not None and head != model.head_name:
+            return CrossEncoderScorer(backbone_fn(model.backbone), head, token_dim or model.token_dim)
+        return _rebackbone(model, backbone_fn)
+    meta = read_meta(model) if isinstance(model, (str, os.PathLike)) else {}
+    head = head or meta.get("head", "cls")
+    token_dim = token_dim or meta.get("token_dim", 32)
+    scorer = CrossEncoderScorer(backbone_fn(model), head, token_dim)
+    if isinstance(model, (str, os.PathLike)):
+        load_head(scorer, model)
+    return scorer
+
+
+def _rebackbone(scorer: CrossEncoderScorer, backbone_fn) -> CrossEncoderScorer:
+    """The same head on the backbone ``backbone_fn`` returns (a new one when window / flags change)."""
+    backbone = backbone_fn(scorer.backbone)
+    if backbone is scorer.backbone:
+        return scorer
+    new = CrossEncoderScorer(backbone, scorer.head_name, scorer.token_dim)
+    if scorer.head is not None:
+        new.head.load_state_dict(scorer.head.state_dict())
+    return new
+
+
+# ------------------------------------------------------------------------------------------------ the three classes
+class SparseCE(CrossEncoderReranker):
+    """Sparse cross-encoder reranker (ECIR'24).
+
+    ``model``: a folder or hub id (reference checkpoint such as ``webis/sparse-cross-encoder-4-512``, a folder saved
+    by ``save_pretrained``, or any plain BERT such as MiniLM), a :class:`SparseCrossEncoder`, a BERT module or a
+    :class:`CrossEncoderScorer`. ``w``: doc-to-doc window (``None`` = full attention; default: the checkpoint's, and
+    for a plain BERT the released 4). ``symmetric``: True lets the query attend to [CLS] and the doc (encoded per
+    pair), False keeps it to itself (encoded once per query; the released pattern); single flags as keywords
+    (``doc_query_attention=False``). ``head``: "cls" (pooler + linear, reference), "mean" or "celi".
+    """
+
+    def __init__(
+        self,
+        model,
+        w: int | None | str = KEEP,
+        symmetric: bool | None = None,
+        head: str | None = None,
+        token_dim: int | None = None,
+        tokenizer=None,
+        batch_size: int = 32,
+        query_max_length: int = 32,
+        doc_max_length: int = 512,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+        **flags: bool,
+    ):
+        def backbone(m):
+            return sparse_backbone(m, w, symmetric, **flags)
+
+        scorer = _build(model, backbone, head, token_dim)
+        super().__init__(
+            scorer, _tokenizer(model, tokenizer), batch_size, query_max_length, doc_max_length, text_field, device,
+            verbose,
+        )  # fmt: skip
+
+
+class MonoCE(CrossEncoderReranker):
+    """Standard (full attention) cross-encoder over ``[CLS] q [SEP] d [SEP]``: monoBERT with the "cls" head
+    (``BertForSequenceClassification``; ``cross-encoder/ms-marco-MiniLM-L-6-v2`` loads unchanged), or "mean" /
+    "celi" heads on its last layer."""
+
+    def __init__(
+        self,
+        model,
+        head: str | None = None,
+        token_dim: int | None = None,
+        tokenizer=None,
+        batch_size: int = 32,
+        query_max_length: int = 32,
+        doc_max_length: int = 512,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+    ):
+        scorer = _build(model, bert_backbone, head, token_dim)
+        if scorer.is_sparse:
+            raise ValueError("MonoCE needs a standard BERT backbone; use SparseCE for a sparse cross-encoder")
+        super().__init__(
+            scorer, _tokenizer(model, tokenizer), batch_size, query_max_length, doc_max_length, text_field, device,
+            verbose,
+        )  # fmt: skip
+
+
+class CELI(CrossEncoderReranker):
+    """CELI: [CLS] score + late interaction over projected token vectors (``token_dim`` = D_tok), on a standard
+    cross-encoder (``sparse=False``) or a sparse one (``sparse=True`` with ``w`` / ``symmetric`` / flags as in
+    :class:`SparseCE`)."""
+
+    def __init__(
+        self,
+        model,
+        sparse: bool | None = None,
+        w: int | None | str = KEEP,
+        symmetric: bool | None = None,
+        token_dim: int | None = None,
+        tokenizer=None,
+        batch_size: int = 32,
+        query_max_length: int = 32,
+        doc_max_length: int = 512,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+        **flags: bool,
+    ):
+        if sparse is None:
+            sparse = _is_sparse(model) or w != KEEP or symmetric is not None or bool(flags)
+
+        def backbone(m):
+            return sparse_backbone(m, w, symmetric, **flags) if sparse else bert_backbone(m)
+
+        scorer = _build(model, backbone, "celi", token_dim)
+        super().__init__(
+            scorer, _tokenizer(model, tokenizer), batch_size, query_max_length, doc_max_length, text_field, device,
+            verbose,
+        )  # fmt: skip
+
+
+def _is_sparse(model) -> bool:
+    if isinstance(model, CrossEncoderScorer):
+        return model.is_sparse
+    if isinstance(model, SparseCrossEncoder):
+        return True
+    if isinstance(model, (str, os.PathLike)):
+        return read_meta(model).get("backbone") == "sparse" or _has_sparse_config(model)
+    return False

