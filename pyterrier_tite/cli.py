@@ -13,7 +13,9 @@ import sys
 
 COMMAND_MODULES = [
     "pyterrier_tite.cli_basic",
+    "pyterrier_tite.cli_rerankers",
     "pyterrier_tite.cli_sparse",
+    "pyterrier_tite.cli_tite",
 ]
 
 

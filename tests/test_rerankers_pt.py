@@ -26,10 +26,10 @@ def _one_thread():
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    vocab.write_text("\n".join(WORDS) + "\n")
-    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+def tokenizer():
+    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDS)}, do_lower_case=True)
+    assert tok("w1 w7", add_special_tokens=False)["input_ids"] == [WORDS.index("w1"), WORDS.index("w7")]
+    return tok
 
 
 def tiny_sparse(window=4, symmetric=False, max_positions=64) -> SparseCrossEncoder:

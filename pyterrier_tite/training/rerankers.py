@@ -1,0 +1,203 @@
+"""Fine-tuning cross-encoder rerankers (SparseCE / MonoCE / CELI) from qrels + first-stage candidates.
+
+Each training group is one query with ``1 + n`` docs, the positive first: a judged relevant candidate and ``n``
+negatives sampled from the rest of the query's candidates (the first stage's top-k), as in localized contrastive
+estimation. Losses over the group's scores ``[B, 1 + n]``:
+
+- ``lce``: cross-entropy of the positive (Gao et al., 2021),
+- ``margin_mse``: the student's ``pos - neg`` margins against a teacher's (scores given per (qid, docno)),
+- ``ranknet``: pairwise logistic loss over all pairs whose graded labels differ (Burges et al., 2005).
+
+A CELI head's two terms (``s_cls``, ``s_late``) each get the loss, as in the CELI paper. The optimisation loop
+(AdamW, warm-up, accumulation, checkpoints, resume, seed) is the shared :class:`~pyterrier_tite.training.loop.Trainer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from pyterrier_tite.training.loop import Trainer, TrainingArguments
+from pyterrier_tite.training.losses import margin_mse
+
+LOSSES = ("lce", "margin_mse", "ranknet")
+
+
+# ------------------------------------------------------------------------------------------------------------ losses
+def lce_loss(scores: torch.Tensor) -> torch.Tensor:
+    """Localized contrastive estimation: ``-log softmax(scores)[:, 0]`` averaged over groups ``[B, 1 + n]``."""
+    return F.cross_entropy(scores, torch.zeros(len(scores), dtype=torch.long, device=scores.device))
+
+
+def ranknet_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean of ``log(1 + exp(s_j - s_i))`` over pairs (i, j) of a group with ``label_i > label_j``."""
+    better = labels[:, :, None] > labels[:, None, :]
+    if not better.any():
+        return scores.sum() * 0.0
+    diff = scores[:, None, :] - scores[:, :, None]  # [b, i, j] = s_j - s_i
+    return F.softplus(diff[better]).mean()
+
+
+def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """MarginMSE of every negative against the group's positive (the shared ``losses.margin_mse``)."""
+    return margin_mse(scores[:, 0], scores[:, 1:], teacher[:, 0], teacher[:, 1:])
+
+
+def group_loss(name: str, scores: torch.Tensor, labels: torch.Tensor, teacher: torch.Tensor | None) -> torch.Tensor:
+    if name == "lce":
+        return lce_loss(scores)
+    if name == "ranknet":
+        return ranknet_loss(scores, labels)
+    if name == "margin_mse":
+        if teacher is None:
+            raise ValueError("margin_mse needs teacher scores")
+        return margin_mse_loss(scores, teacher)
+    raise ValueError(f"unknown loss {name!r}; expected one of {LOSSES}")
+
+
+# ------------------------------------------------------------------------------------------------------------ data
+@dataclass
+class QueryCandidates:
+    """One training query: token ids, its candidates' token ids, graded labels and (optional) teacher scores."""
+
+    query: list[int]
+    docs: list[list[int]]
+    labels: np.ndarray
+    teacher: np.ndarray | None
+    positives: np.ndarray
+    negatives: np.ndarray
+
+
+class RerankerTrainingData:
+    """Groups ``1 + negatives`` per query, resampled per epoch from a seed (a resumed run sees the same batches).
+
+    ``candidates``: result frame (qid, query, docno, text[, rank]); ``qrels``: (qid, docno, label). Only candidates
+    with text can be used, so positives are the candidates with ``label >= min_label`` (queries without one, or
+    without negatives, are skipped). ``teacher``: frame (qid, docno, score) or a ``teacher_score`` column.
+    """
+
+    def __init__(
+        self,
+        reranker,
+        candidates: pd.DataFrame,
+        qrels: pd.DataFrame,
+        negatives: int = 7,
+        queries_per_batch: int = 4,
+        depth: int | None = None,
+        min_label: int = 1,
+        teacher: pd.DataFrame | None = None,
+        seed: int = 42,
+    ):
+        if negatives < 1 or queries_per_batch < 1:
+            raise ValueError("negatives and queries_per_batch must be >= 1")
+        self.negatives = negatives
+        self.queries_per_batch = queries_per_batch
+        self.seed = seed
+        frame = candidates.assign(qid=candidates["qid"].astype(str), docno=candidates["docno"].astype(str))
+        if depth is not None:
+            ranks = frame["rank"] if "rank" in frame else frame.groupby("qid").cumcount()
+            frame = frame[ranks < depth]
+        qrels = qrels.assign(qid=qrels["qid"].astype(str), docno=qrels["docno"].astype(str))
+        frame = frame.merge(qrels[["qid", "docno", "label"]], on=["qid", "docno"], how="left")
+        frame["label"] = frame["label"].fillna(0).astype(int).clip(lower=0)
+        if teacher is not None:
+            teacher = teacher.assign(qid=teacher["qid"].astype(str), docno=teacher["docno"].astype(str))
+            frame = frame.merge(
+                teacher[["qid", "docno", "score"]].rename(columns={"score": "teacher_score"}),
+                on=["qid", "docno"],
+                how="left",
+            )
+            if frame["teacher_score"].isna().any():
+                raise ValueError("the teacher has no score for some candidates")
+        self.queries: list[QueryCandidates] = []
+        for _, group in frame.groupby("qid", sort=True):
+            labels = group["label"].to_numpy()
+            positives, negatives_ = np.flatnonzero(labels >= min_label), np.flatnonzero(labels < min_label)
+            if len(positives) == 0 or len(negatives_) == 0:
+                continue
+            query = reranker.tokenize_queries([str(group["query"].iloc[0])])[0]
+            docs = [reranker.fit_doc(query, d) for d in reranker.tokenize_docs(group["text"].astype(str).tolist())]
+            scores = group["teacher_score"].to_numpy(float) if "teacher_score" in group else None
+            self.queries.append(QueryCandidates(query, docs, labels, scores, positives, negatives_))
+        if not self.queries:
+            raise ValueError(f"no query has both a candidate with label >= {min_label} and a negative")
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __call__(self, epoch: int, rank: int = 0, world_size: int = 1):
+        """The micro-batches of one epoch (every usable query once) for one process."""
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.queries))[rank::world_size]
+        for start in range(0, len(order), self.queries_per_batch):
+            yield self._batch([self.queries[i] for i in order[start : start + self.queries_per_batch]], rng)
+
+    def _batch(self, queries: list[QueryCandidates], rng: np.random.Generator) -> dict:
+        picks = []
+        for q in queries:
+            negs = rng.choice(q.negatives, self.negatives, replace=len(q.negatives) < self.negatives)
+            picks.append(np.concatenate([[rng.choice(q.positives)], negs]))
+        teacher = None
+        if all(q.teacher is not None for q in queries):
+            teacher = torch.tensor(np.stack([q.teacher[p] for q, p in zip(queries, picks, strict=True)]))
+        return {
+            "queries": [q.query for q in queries],
+            "docs": [[q.docs[i] for i in p] for q, p in zip(queries, picks, strict=True)],
+            "labels": torch.tensor(np.stack([q.labels[p] for q, p in zip(queries, picks, strict=True)])),
+            "teacher": teacher,
+        }
+
+
+# ------------------------------------------------------------------------------------------------------------ train
+def reranker_loss(loss: str):
+    """``loss_fn(scorer, batch, step)`` for the Trainer: the loss of each score part (CELI: s_cls and s_late)."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+
+    def loss_fn(scorer, batch: dict, step: int):
+        parts = scorer.score_parts(batch["queries"], batch["docs"])
+        groups = len(batch["queries"])
+        labels = batch["labels"].to(scorer.device)
+        teacher = batch["teacher"].to(scorer.device) if batch["teacher"] is not None else None
+        terms = {
+            name: group_loss(loss, scores.view(groups, -1).float(), labels, teacher) for name, scores in parts.items()
+        }
+        total = sum(terms.values())
+        return total, {f"loss_{k}": v.item() for k, v in terms.items()} if len(terms) > 1 else {}
+
+    return loss_fn
+
+
+def train_reranker(
+    reranker,
+    candidates: pd.DataFrame,
+    qrels: pd.DataFrame,
+    args: TrainingArguments,
+    loss: str = "lce",
+    negatives: int = 7,
+    queries_per_batch: int = 4,
+    depth: int | None = None,
+    min_label: int = 1,
+    teacher: pd.DataFrame | None = None,
+    resume: bool = True,
+) -> list[dict[str, float]]:
+    """Fine-tunes ``reranker.scorer`` in place and saves it (loadable with ``from_pretrained``) to
+    ``args.output_dir``; returns the per-step log."""
+    from pyterrier_tite.pt.rerankers import save_scorer
+
+    data = RerankerTrainingData(
+        reranker, candidates, qrels, negatives, queries_per_batch, depth, min_label, teacher, args.seed
+    )
+    kind = type(reranker).__name__
+
+    def save_fn(scorer, path: str) -> None:
+        save_scorer(scorer, reranker.tokenizer, path, reranker=kind)
+
+    trainer = Trainer(reranker.scorer, data, reranker_loss(loss), save_fn, args)
+    history = trainer.train(resume=resume)
+    reranker.scorer.eval()
+    return history
