@@ -69,6 +69,8 @@ def grouped_attention(
     gathered = [g.gathered() for g in groups]
     if window is None or window >= length - 1:  # a window covering the whole segment is full attention
         out = _dense(q, k, v, lengths, gathered, scale, dropout)
+    elif not dropout and FUSED:
+        return _fused(q, k, v, window, lengths, groups, scale)
     else:
         out = _banded(q, k, v, window, lengths, gathered, scale, dropout)
     if lengths is not None:
@@ -87,6 +89,18 @@ def _dense(q, k, v, lengths, gathered, scale, dropout) -> torch.Tensor:
     return F.scaled_dot_product_attention(
         q, keys, values, attn_mask=bias[:, None, None, :], dropout_p=dropout, scale=scale
     )
+
+
+#: the fused kernel (``pyterrier_tite.ops.window_attention``: csrc on CPU, Triton on GPU) for the banded path; it has
+#: no attention dropout, so training with dropout uses the pure-torch path below
+FUSED = True
+
+
+def _fused(q, k, v, window, lengths, groups, scale) -> torch.Tensor:
+    from pyterrier_tite import ops
+
+    fused_groups = [ops.KeyGroup(g.k, g.v, g.lengths, g.index) for g in groups]
+    return ops.window_attention(q, k, v, window, lengths, fused_groups, scale=scale)
 
 
 BLOCK = 32  # rows per block of the banded path; a block's keys span BLOCK + 2w (measured fastest on CPU for w=4)
