@@ -359,3 +359,22 @@ def test_band_ops_match_definition_and_have_gradients():
     q, k, v = (torch.randn(1, 1, 9, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     lengths = torch.tensor([7])
     assert torch.autograd.gradcheck(lambda q, k, v: grouped_attention(q, k, v, 2, lengths), (q, k, v), fast_mode=True)
+
+
+@pytest.mark.parametrize("window", [0, 1, 3], ids=["w0", "w1", "w3"])
+def test_fused_kernel_and_pure_torch_band_paths_agree_in_values_and_gradients(window, monkeypatch):
+    """Inference / no-dropout training use the fused window_attention kernel; dropout training the torch path."""
+    import pyterrier_tite.modeling.sparse_attention as sparse_attention
+
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(sparse_attention, "FUSED", fused)
+        model = tiny(window, **RELEASED)
+        queries, docs = sample_inputs()
+        logits = model(queries, docs).logits
+        logits.square().sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results.append((logits.detach(), grads))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=ATOL, rtol=0)
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(grad, results[1][1][name], atol=1e-4, rtol=1e-4, msg=name)
