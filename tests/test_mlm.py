@@ -38,11 +38,11 @@ def args(tmp_path, name, steps, **kw) -> TrainingArguments:
 def test_pretraining_learns_and_saves_a_loadable_checkpoint(tmp_path, tokenizer, objective):
     torch.set_num_threads(1)
     model, history = pretrain_mlm(
-        TEXTS, tokenizer, args(tmp_path, objective, 40), size=SIZE, objective=objective, batch_size=6,
-        max_length=32, flops_weight=1e-3, flops_warmup_steps=10, device="cpu",
+        TEXTS, tokenizer, args(tmp_path, objective, 60), size=SIZE, objective=objective, batch_size=6,
+        mlm_probability=0.3, max_length=32, flops_weight=1e-3, flops_warmup_steps=10, device="cpu",
     )  # fmt: skip
     first, last = sum(h["mlm"] for h in history[:5]) / 5, sum(h["mlm"] for h in history[-5:]) / 5
-    assert last < first - 0.5, (first, last)
+    assert last < first - 0.7, (first, last)  # measured drops: 1.1-1.2
     if objective == "mlm+flops":
         assert {"mlm_splade", "flops", "doc_terms"} <= set(history[-1])
         assert history[0]["flops"] == 0.0  # quadratic warm-up starts at zero
