@@ -1,0 +1,174 @@
+"""Reranker efficiency: time and peak memory per document of the sparse cross-encoder against full attention.
+
+MiniLM-L6 dimensions (384 hidden, 12 heads, 1536 FFN, 6 layers; random weights, fp32, inference), random token ids,
+one query of ``--query-length`` tokens with a batch of passages (``--passage-length``) or documents
+(``--document-length``). Configurations: a ``transformers`` ``BertForSequenceClassification`` with SDPA (the
+baseline), and ``SparseCrossEncoder`` with full attention (w=inf), w=64 and w=4, each symmetric (the query also sees
+[CLS] and the doc, encoded per pair) and asymmetric (the query sees only itself, encoded once per batch).
+
+Per configuration it prints milliseconds and MiB of peak memory per document, the measured speed-up and memory
+saving against the baseline (all from this one run), and the FLOP-ratio limit: FLOPs of the full-attention model
+over FLOPs of the configuration (linear layers + attention, multiply-add = 2), i.e. the speed-up a perfect kernel
+would give. Peak memory is the highest net allocation during one forward pass (torch profiler memory events), the
+model weights and inputs not included. Run: ``python benchmarks/rerank_efficiency.py`` (see ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from window_attention import peak_bytes  # noqa: E402  (the kernel benchmark's profiler-based measurement)
+
+from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig  # noqa: E402
+
+MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+
+
+@dataclass
+class Setting:
+    name: str
+    window: int | None  # None: full attention
+    symmetric: bool
+    baseline: bool = False
+
+
+SETTINGS = [
+    Setting("BERT SDPA (baseline)", None, True, baseline=True),
+    Setting("SparseCE w=inf sym", None, True),
+    Setting("SparseCE w=inf asym", None, False),
+    Setting("SparseCE w=64 sym", 64, True),
+    Setting("SparseCE w=64 asym", 64, False),
+    Setting("SparseCE w=4 sym", 4, True),
+    Setting("SparseCE w=4 asym", 4, False),
+]
+
+
+def flops_per_doc(setting: Setting, query: int, doc: int, batch: int, hidden: int, ffn: int, layers: int) -> float:
+    """Forward FLOPs per doc: linear layers (QKV, output, FFN) per token + 4 H per (row, key) of attention.
+
+    Segments include their special tokens ([CLS]; query + [SEP]; doc + [SEP]). An asymmetric query is encoded once
+    per batch, so its cost is shared by the batch's docs.
+    """
+    q, d = query + 1, doc + 1
+    linear = 8 * hidden * hidden + 4 * hidden * ffn
+    attention = 4 * hidden
+    if setting.baseline or (setting.window is None and setting.symmetric):
+        n = 1 + q + d
+        return layers * (n * linear + n * n * attention)
+    band = d if setting.window is None else min(d, 2 * setting.window + 1)
+    cls_keys = 1 + q + d
+    doc_keys = band + 1 + q
+    query_keys = 1 + q + d if setting.symmetric else q
+    query_share = 1.0 if setting.symmetric else 1.0 / batch
+    tokens = 1 + d + q * query_share
+    keys = cls_keys + d * doc_keys + q * query_keys * query_share
+    return layers * (tokens * linear + keys * attention)
+
+
+def build(setting: Setting, max_positions: int) -> torch.nn.Module:
+    if setting.baseline:
+        config = BertConfig(**MINILM, max_position_embeddings=max_positions, num_labels=1, attn_implementation="sdpa")
+        return BertForSequenceClassification(config).eval()
+    config = SparseCrossEncoderConfig(
+        **MINILM,
+        max_position_embeddings=max_positions,
+        attention_window_size=setting.window,
+        query_cls_attention=setting.symmetric,
+        query_doc_attention=setting.symmetric,
+    )
+    return SparseCrossEncoder(config).eval()
+
+
+def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: torch.Tensor):
+    """A no-grad forward pass over one query and its batch of docs (inputs built beforehand)."""
+    if setting.baseline:
+        batch = docs.shape[0]
+        ids = torch.cat([torch.full((batch, 1), 101), query.expand(batch, -1), torch.full((batch, 1), 102), docs,
+                         torch.full((batch, 1), 102)], dim=1)  # fmt: skip
+        types = torch.cat([torch.zeros(batch, query.shape[1] + 2), torch.ones(batch, docs.shape[1] + 1)], 1).long()
+
+        def run():
+            with torch.no_grad():
+                return model(input_ids=ids, token_type_ids=types).logits
+
+        return run
+    batch_inputs = model.make_batch([query[0]], [list(docs)])
+
+    def run():
+        with torch.no_grad():
+            return model(batch_inputs).logits
+
+    return run
+
+
+def timed(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--query-length", type=int, default=10)
+    parser.add_argument("--passage-length", type=int, default=164)
+    parser.add_argument("--document-length", type=int, default=4086)
+    parser.add_argument("--passage-batch", type=int, default=16)
+    parser.add_argument("--document-batch", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per passage setting (best counts)")
+    parser.add_argument("--document-repeats", type=int, default=1, help="timed runs per document setting")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the machine is shared)")
+    parser.add_argument("--only", choices=["passages", "documents"], default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(
+        f"# CPU, {args.threads} thread(s), fp32, inference, MiniLM-L6 dims, random weights; query {args.query_length} "
+        f"tokens; timed runs: best of {args.repeats} (passages) / {args.document_repeats} (documents) after a warm-up"
+    )
+    workloads = [("passage", args.passage_length, args.passage_batch, args.repeats),
+                 ("document", args.document_length, args.document_batch, args.document_repeats)]  # fmt: skip
+    if args.only:
+        workloads = [w for w in workloads if w[0] == args.only[:-1]]
+    header = (
+        "| input | configuration | ms / doc | MiB / doc | speed-up vs baseline | memory vs baseline "
+        "| FLOP-ratio limit | % of limit |"
+    )
+    print(header + "\n|" + "---|" * 8)
+    for kind, length, batch, repeats in workloads:
+        max_positions = args.query_length + length + 8
+        query = torch.randint(1000, 29000, (1, args.query_length))
+        docs = torch.randint(1000, 29000, (batch, length))
+        full_flops = flops_per_doc(SETTINGS[0], args.query_length, length, batch, 384, 1536, 6)
+        base_time = base_mem = None
+        for setting in SETTINGS:
+            model = build(setting, max_positions)
+            run = runner(model, setting, query, docs)
+            seconds = timed(run, repeats) / batch
+            memory = peak_bytes(run) / batch / 2**20
+            if setting.baseline:
+                base_time, base_mem = seconds, memory
+            limit = full_flops / flops_per_doc(setting, args.query_length, length, batch, 384, 1536, 6)
+            speedup = base_time / seconds
+            print(
+                f"| {kind} {args.query_length}+{length} (batch {batch}) | {setting.name} | {seconds * 1e3:.1f} "
+                f"| {memory:.2f} | {speedup:.2f}x | {base_mem / memory:.2f}x less | {limit:.2f} "
+                f"| {100 * speedup / limit:.0f}% |",
+                flush=True,
+            )
+            del model, run
+
+
+if __name__ == "__main__":
+    main()
