@@ -3,6 +3,9 @@ not change them, empty frames and missing columns, save / load, building from Mi
 
 from __future__ import annotations
 
+import json
+import os
+
 import pandas as pd
 import pytest
 import torch
@@ -229,3 +232,34 @@ def test_trec_dl_pipeline_reranks_the_provided_bm25_run(minilm, irds_home):
     assert out["score"].notna().all() and out["score"].nunique() > 1
     bm25 = (dl19 % 10)(topics)
     assert set(zip(out["qid"], out["docno"], strict=True)) == set(zip(bm25["qid"], bm25["docno"], strict=True))
+
+
+PARITY = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "parity")
+PARITY_FOLDERS = sorted(f for f in os.listdir(PARITY) if f.startswith("sparse-ce")) if os.path.isdir(PARITY) else []
+
+
+@pytest.mark.parametrize("folder", PARITY_FOLDERS, ids=PARITY_FOLDERS)
+def test_reranker_parity_with_reference_logits_through_a_result_frame(folder):
+    """The reference checkpoint scores a DataFrame of the fixture's token ids (written as words of a vocabulary whose
+    word i has id i) exactly like the reference logits, whatever the batching."""
+    base = os.path.join(PARITY, folder)
+    with open(os.path.join(base, "inputs.json")) as f:
+        inputs = json.load(f)
+    with open(os.path.join(base, "outputs.json")) as f:
+        logits = json.load(f)["logits_target"]  # with every [SEP] (the reference loses one; parity README)
+    with open(os.path.join(base, "model", "config.json")) as f:
+        vocab_size = json.load(f)["vocab_size"]
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"t{i}" for i in range(5, vocab_size)]
+    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
+    rows = []
+    for q, (query, docs) in enumerate(zip(inputs["query_input_ids"], inputs["doc_input_ids"], strict=True)):
+        assert min(query + [i for d in docs for i in d]) >= 5
+        for d, doc in enumerate(docs):
+            text = " ".join(f"t{i}" for i in doc)
+            rows.append({"qid": str(q), "query": " ".join(f"t{i}" for i in query), "docno": f"{q}-{d}", "text": text})
+    reranker = CrossEncoderReranker.from_pretrained(os.path.join(base, "model"), tokenizer=tok, batch_size=2)
+    assert isinstance(reranker, SparseCE)
+    out = reranker(pd.DataFrame(rows)).set_index("docno")["score"]
+    for q, row in enumerate(logits):
+        for d, expected in enumerate(row):
+            assert out[f"{q}-{d}"] == pytest.approx(expected, abs=1e-5)

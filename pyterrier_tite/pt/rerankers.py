@@ -132,7 +132,7 @@ class CrossEncoderReranker(pt.Transformer):
         meta = read_meta(path)
         target = {c.__name__: c for c in (SparseCE, MonoCE, CELI)}.get(meta.get("reranker"), cls)
         if target is CrossEncoderReranker:
-            target = SparseCE if meta.get("backbone") == "sparse" else MonoCE
+            target = SparseCE if meta.get("backbone") == "sparse" or _has_sparse_config(path) else MonoCE
         return target(str(path), **kwargs)
 
 
