@@ -56,11 +56,11 @@ def loop_kl(r, y):
     return total / r.shape[0]
 
 
-def loop_info_nce(q, d, y, theta):
+def loop_info_nce(q, d, y, theta, positives=None):
     batch, n = y.shape
     total = 0.0
     for b in range(batch):
-        pos = int(y[b].argmax())
+        pos = int(y[b].argmax()) if positives is None else positives[b]
         own = [b * n + i for i in range(n)]
         negatives = [j for j in range(batch * n) if j not in own]  # in-batch
         negatives += [b * n + i for i in range(n) if y[b, pos] - y[b, i] > theta]  # in-sample hard
@@ -83,6 +83,9 @@ def test_info_nce_negatives_are_in_batch_and_in_sample_hard(theta):
     q, d = torch.randn(3, 4, dtype=torch.float64), torch.randn(3 * 4, 4, dtype=torch.float64)
     y = torch.randn(3, 4, dtype=torch.float64)
     assert info_nce(q, d, y, theta).item() == pytest.approx(loop_info_nce(q, d, y, theta), rel=1e-10)
+    judged = [0, 2, 1]  # a judged positive the teacher may not rank first
+    got = info_nce(q, d, y, theta, positive=torch.tensor(judged)).item()
+    assert got == pytest.approx(loop_info_nce(q, d, y, theta, judged), rel=1e-10)
 
 
 def test_total_is_the_sum_and_label_only_uses_info_nce():

@@ -3,8 +3,10 @@
 ``L = L_M-MSE + L_KL + L_InfoNCE`` over samples ``(q, D = (d_1..d_n), Y = (y_1..y_n))``, scores ``r = q . d``:
 - Margin-MSE over all ``n choose 2`` pairs of the sample (teacher margins vs student margins),
 - KL(softmax(Y) || softmax(R)) per sample,
-- InfoNCE of the positive ``d+ = argmax Y`` against in-batch negatives (every document of the other samples) and
-  in-sample hard negatives (documents with ``y+ - y_i > theta``).
+- InfoNCE of the positive ``d+`` against in-batch negatives (every document of the other samples) and in-sample hard
+  negatives (documents with ``y+ - y_i > theta``). The paper takes ``d+ = argmax Y`` (its data has teacher scores
+  only); with judged data ``positive_first=True`` keeps the judged positive (first doc) as ``d+`` even where the
+  teacher disagrees, and docs the teacher scores above it are then not used as in-sample negatives.
 Without teacher scores (``Y`` = 1 for the positive, 0 otherwise) only InfoNCE is used.
 
 The model is anything with ``encode_queries_torch`` / ``encode_docs_torch`` and a torch module ``.model``;
@@ -26,7 +28,7 @@ from pyterrier_tite.training.loop import Trainer, TrainingArguments
 
 @dataclass
 class Sample:
-    """One query with its documents; ``scores`` are teacher scores (or labels), the positive has the highest."""
+    """One query with its documents, the judged positive first; ``scores`` are teacher scores (or 1/0 labels)."""
 
     query: str
     docs: list[str]
@@ -51,15 +53,21 @@ def kl_distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tenso
 
 
 def info_nce(
-    query_reps: torch.Tensor, doc_reps: torch.Tensor, teacher: torch.Tensor, theta: float = 0.0, in_batch: bool = True
+    query_reps: torch.Tensor,
+    doc_reps: torch.Tensor,
+    teacher: torch.Tensor,
+    theta: float = 0.0,
+    in_batch: bool = True,
+    positive: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``-log exp(r+) / sum_{d in {d+} u N} exp(r_d)`` with ``N`` = in-batch docs of other samples + in-sample docs
-    whose teacher score is more than ``theta`` below the positive's. ``doc_reps`` ``[B * n, D]`` sample-major."""
+    whose teacher score is more than ``theta`` below the positive's. ``doc_reps`` ``[B * n, D]`` sample-major;
+    ``positive`` ``[B]`` indices of d+ (default: argmax of the teacher scores)."""
     batch, n = teacher.shape
     if batch == 0:
         return query_reps.new_zeros(())
     scores = query_reps @ doc_reps.T  # [B, B * n]
-    positive = teacher.argmax(1)
+    positive = teacher.argmax(1) if positive is None else positive.to(scores.device)
     own = torch.zeros(batch, batch * n, dtype=torch.bool, device=scores.device)
     rows = torch.arange(batch, device=scores.device)
     for k in range(n):
@@ -81,11 +89,16 @@ class LossWeights:
 
 
 def biencoder_loss(
-    query_reps: torch.Tensor, doc_reps: torch.Tensor, teacher: torch.Tensor, weights: LossWeights, distill: bool
+    query_reps: torch.Tensor,
+    doc_reps: torch.Tensor,
+    teacher: torch.Tensor,
+    weights: LossWeights,
+    distill: bool,
+    positive: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The paper's sum (only InfoNCE when ``distill`` is False); returns the total and each term for the log."""
     student = torch.einsum("bd,bnd->bn", query_reps, doc_reps.view(query_reps.shape[0], -1, doc_reps.shape[-1]))
-    terms = {"info_nce": weights.info_nce * info_nce(query_reps, doc_reps, teacher, weights.theta)}
+    terms = {"info_nce": weights.info_nce * info_nce(query_reps, doc_reps, teacher, weights.theta, positive=positive)}
     if distill:
         terms["margin_mse"] = weights.margin_mse * pairwise_margin_mse(student, teacher)
         terms["kl"] = weights.kl * kl_distillation(student, teacher)
@@ -129,6 +142,7 @@ def fine_tune(
     weights: LossWeights | None = None,
     distill: bool = True,
     resume: bool = True,
+    positive_first: bool = True,
 ) -> list[dict[str, float]]:
     """Train ``model.model`` on ``samples`` (all with the same number of docs after subsampling) and save the result
     with ``model.save_pretrained(args.output_dir)``; returns the Trainer's per-step log."""
@@ -140,7 +154,8 @@ def fine_tune(
         queries = model.encode_queries_torch([s.query for s in batch], batch_size=len(batch))
         docs = model.encode_docs_torch([d for s in batch for d in s.docs], batch_size=len(batch) * docs_per_query)
         teacher = torch.tensor([s.scores for s in batch], dtype=queries.dtype, device=queries.device)
-        return biencoder_loss(queries, docs, teacher, weights, distill)
+        positive = torch.zeros(len(batch), dtype=torch.long) if positive_first else None
+        return biencoder_loss(queries, docs, teacher, weights, distill, positive)
 
     trainer = Trainer(
         model.model,
