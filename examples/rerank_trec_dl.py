@@ -78,7 +78,8 @@ def train(name: str, train_year: str, args: argparse.Namespace):
     from pyterrier_tite.training.loop import TrainingArguments, seed_everything
     from pyterrier_tite.training.rerankers import train_reranker
 
-    folder = os.path.join(args.models_dir, f"{name}-dl{train_year[2:]}-{args.max_steps}steps-seed{args.seed}")
+    run_name = f"{name}-dl{train_year[2:]}-{args.max_steps}steps-lr{args.learning_rate:g}-seed{args.seed}"
+    folder = os.path.join(args.models_dir, run_name)
     if os.path.exists(os.path.join(folder, "pt_meta.json")) and _finished(folder, args.max_steps):
         return CrossEncoderReranker.from_pretrained(
             folder, batch_size=args.batch_size, doc_max_length=args.doc_max_length, verbose=args.verbose
