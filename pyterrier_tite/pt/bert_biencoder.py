@@ -186,35 +186,71 @@ class IterDocEncoder(pyterrier_dr.BiDocEncoder):
 class BertBiEncoder(DenseBiEncoder):
     """Baseline bi-encoder over any BERT-like ``AutoModel``: the [CLS] vector or the masked mean of all tokens."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, pooling: Literal["cls", "mean"] = "cls", **kwargs):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        pooling: Literal["cls", "mean"] = "cls",
+        normalize: bool = False,
+        **kwargs,
+    ):
         if pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
         super().__init__(model, tokenizer, **kwargs)
         self.pooling = pooling
+        self.normalize = normalize
 
     @classmethod
-    def from_pretrained(cls, path: str, pooling: Literal["cls", "mean"] | None = None, **kwargs) -> BertBiEncoder:
-        """A folder saved by ``save_pretrained`` (settings from ``pt_meta.json``) or any BERT checkpoint."""
+    def from_pretrained(
+        cls, path: str, pooling: Literal["cls", "mean"] | None = None, normalize: bool | None = None, **kwargs
+    ) -> BertBiEncoder:
+        """A folder saved by ``save_pretrained`` (settings from ``pt_meta.json``), a sentence-transformers folder
+        (pooling and normalisation from its ``modules.json``, e.g. all-MiniLM-L6-v2: mean + L2 = cosine), or any
+        BERT checkpoint ([CLS], unnormalised, unless told otherwise)."""
         from transformers import AutoModel, AutoTokenizer
 
-        meta = read_meta(path)
+        meta = {**sentence_transformers_settings(path), **read_meta(path)}
         settings = {k: meta[k] for k in SETTINGS if k in meta}
         model = AutoModel.from_pretrained(path, add_pooling_layer=False)
         pooling = pooling or meta.get("pooling", "cls")
-        encoder = cls(model, AutoTokenizer.from_pretrained(path), pooling=pooling, **{**settings, **kwargs})
+        normalize = meta.get("normalize", False) if normalize is None else normalize
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        encoder = cls(model, tokenizer, pooling=pooling, normalize=normalize, **{**settings, **kwargs})
         encoder.model_name = path
         return encoder
 
     def save_pretrained(self, path: str) -> None:
-        """HF layout + ``pt_meta.json`` (pooling, lengths, markers); ``from_pretrained(path)`` reloads it."""
-        self._save(path, "bert-biencoder", {"pooling": self.pooling})
+        """HF layout + ``pt_meta.json`` (pooling, normalisation, lengths, markers); ``from_pretrained`` reloads it."""
+        self._save(path, "bert-biencoder", {"pooling": self.pooling, "normalize": self.normalize})
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if self.pooling == "cls":
-            return hidden[:, 0]
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+            vectors = hidden[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            vectors = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return torch.nn.functional.normalize(vectors, dim=-1) if self.normalize else vectors
 
     def __repr__(self) -> str:
-        return f"BertBiEncoder({getattr(self, 'model_name', '')!r}, pooling={self.pooling!r})"
+        norm = ", normalize=True" if self.normalize else ""
+        return f"BertBiEncoder({getattr(self, 'model_name', '')!r}, pooling={self.pooling!r}{norm})"
+
+
+def sentence_transformers_settings(path: str) -> dict:
+    """Pooling / normalisation declared by a sentence-transformers folder (``modules.json``); {} for other folders."""
+    modules_file = os.path.join(path, "modules.json")
+    if not os.path.isdir(path) or not os.path.exists(modules_file):
+        return {}
+    with open(modules_file) as f:
+        modules = json.load(f)
+    settings: dict = {"normalize": any(m.get("type", "").endswith(".Normalize") for m in modules)}
+    for module in modules:
+        if module.get("type", "").endswith(".Pooling"):
+            with open(os.path.join(path, module.get("path", ""), "config.json")) as f:
+                pooling = json.load(f)
+            if pooling.get("pooling_mode_mean_tokens"):
+                settings["pooling"] = "mean"
+            elif pooling.get("pooling_mode_cls_token"):
+                settings["pooling"] = "cls"
+    return settings
