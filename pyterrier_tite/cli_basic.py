@@ -8,6 +8,10 @@ import argparse
 def register(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="pt.Experiment on a collection (default: vaswani), printed as a table")
     demo.add_argument("--dataset", default="vaswani", help="ir_datasets ID or alias (vaswani, cranfield, scifact, ...)")
+    demo.add_argument(
+        "--systems", default="bm25,splade,minilm", help="comma-separated subset of bm25, splade, minilm (default: all)"
+    )
+    demo.add_argument("--rerank-depth", type=int, default=50, help="BM25 results re-scored by MiniLM (default 50)")
     demo.set_defaults(func=run_demo)
 
     backends = commands.add_parser("backends", help="list the kernel backends available on this machine")
@@ -19,7 +23,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from pyterrier_tite.demo import run_demo as experiment
 
-    table = experiment(args.dataset)
+    systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    table = experiment(args.dataset, systems=systems, rerank_depth=args.rerank_depth)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(f"\n{args.dataset}:\n{table.to_string(index=False)}")
     return 0

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from pyterrier_tite.cli import main
+from pyterrier_tite.demo import run_demo
 
 NO_EXTENSION = """
 import sys, warnings
@@ -32,7 +35,24 @@ def test_cli_backends_lists_compiled_pooling(capsys):
 
 
 def test_cli_demo_prints_vaswani_table(irds_home, tite_cache, capsys):
-    assert main(["demo"]) == 0
+    assert main(["demo", "--systems", "bm25"]) == 0
     out = capsys.readouterr().out
     assert "nDCG@10" in out and "R@100" in out and "mrt" in out
     assert "0.4667" in out  # BM25 nDCG@10 on vaswani (../shared/DATA.md)
+
+
+@pytest.mark.slow
+def test_demo_neural_systems_on_cranfield(irds_home, tite_cache):
+    """The shipped SPLADE (indexed into PISA) and the MiniLM re-ranker run end to end inside pt.Experiment."""
+    table = run_demo("cranfield", systems=["bm25", "splade", "minilm"], rerank_depth=10).set_index("name")
+    assert len(table) == 3
+    bm25_row, splade_row, minilm_row = (table.iloc[i] for i in range(3))
+    assert bm25_row["nDCG@10"] == pytest.approx(0.3276, abs=0.005)  # ../shared/DATA.md
+    assert splade_row["nDCG@10"] > 0.25  # zero-shot 2-layer SPLADE: 0.3299 measured (README)
+    assert minilm_row["R@100"] == pytest.approx(bm25_row["R@100"], abs=1e-9)  # only the top 10 are re-ordered
+    assert minilm_row["nDCG@10"] != pytest.approx(bm25_row["nDCG@10"], abs=1e-6)
+
+
+def test_demo_rejects_unknown_systems():
+    with pytest.raises(ValueError, match="unknown demo systems"):
+        run_demo("vaswani", systems=["bm25", "colbert"])
