@@ -29,3 +29,15 @@ def tite_cache(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("tite_cache"))
     os.environ["PYTERRIER_TITE_HOME"] = path
     return path
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Tiny models and tensors: one torch thread is fastest and stays fast on a shared CPU (no OpenMP spin-waits).
+    Modules opt in with ``pytestmark = pytest.mark.usefixtures("single_thread")``; kernel tests keep all threads."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -27,12 +27,7 @@ DOCS = pd.DataFrame(
 QUERIES = pd.DataFrame({"qid": ["q0", "q1"], "query": ["plasma magnetic field", "library indexing"]})
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

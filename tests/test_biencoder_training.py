@@ -29,13 +29,7 @@ from pyterrier_tite.training.biencoder import (
 from pyterrier_tite.training.biencoder_data import build_samples
 from pyterrier_tite.training.loop import TrainingArguments
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # -- the paper's formulas as loops ---------------------------------------------------------------------------------

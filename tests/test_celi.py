@@ -22,13 +22,7 @@ QUERIES = [[5, 6, 7], [8]]
 DOCS = [[[9, 10, 11, 12], [13]], [[14, 15, 16, 17, 18, 19]]]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids OpenMP spin-waits on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def sparse_model(**overrides) -> SparseCrossEncoder:

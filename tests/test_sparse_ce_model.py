@@ -21,13 +21,7 @@ from pyterrier_tite.modeling.sparse_ce import FLAGS
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids OpenMP spin-waits on a shared machine (100x faster under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 RELEASED = {"query_cls_attention": False, "query_doc_attention": False}  # w=4 in the released config

@@ -23,13 +23,7 @@ FIXTURES = sorted(PARITY_ROOT.glob("sparse-ce*")) if PARITY_ROOT.is_dir() else [
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one thread avoids OpenMP spin-waits on a shared machine (100x faster under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _missing(reason: str) -> None:

@@ -18,13 +18,7 @@ from pyterrier_tite.modeling.tite_from_bert import pooling_layers, tite_config_f
 LATE2 = [None, None, 2, 2, 2, 2]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is fastest and stays fast when the CPU is shared (OpenMP spin-waits otherwise)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 VARIANTS = {

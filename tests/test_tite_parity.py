@@ -20,13 +20,7 @@ FIXTURES = sorted(PARITY_ROOT.glob("tite*")) if PARITY_ROOT.is_dir() else []
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is fastest and stays fast when the CPU is shared (OpenMP spin-waits otherwise)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _missing(reason: str) -> None:

@@ -19,13 +19,7 @@ from pyterrier_tite.training.tite_pretraining import (
     pretrain,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def tiny_tite(vocab: int = 50) -> TiteModel:
