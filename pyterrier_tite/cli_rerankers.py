@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from pyterrier_tite.cli_training import add_training_arguments, training_arguments
+
 
 def window(value: str) -> int | None | str:
     """``inf`` / ``full`` / ``none`` -> None (full attention), ``config`` -> the checkpoint's, else an int."""
@@ -64,16 +66,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--negatives", type=int, default=7)
     train.add_argument("--queries-per-batch", type=int, default=4)
     train.add_argument("--min-label", type=int, default=1, help="qrels label from which a candidate is a positive")
-    train.add_argument("--max-steps", type=int, default=100)
-    train.add_argument("--learning-rate", type=float, default=2e-5)
-    train.add_argument("--warmup-steps", type=int, default=10)
-    train.add_argument("--grad-accumulation", type=int, default=1)
-    train.add_argument("--save-every", type=int, default=0)
-    train.add_argument("--seed", type=int, default=42)
-    train.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    train.add_argument("--no-resume", action="store_true", help="start over even if output-dir has a checkpoint")
-    train.add_argument("--output-dir", required=True)
-    train.add_argument("--quiet", action="store_true")
+    add_training_arguments(train, batch_size=None)  # --batch-size is the scoring batch (model arguments)
     train.set_defaults(func=run_train)
 
 
@@ -82,7 +75,7 @@ def run_train(args: argparse.Namespace) -> int:
     import torch
 
     from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
-    from pyterrier_tite.training.loop import TrainingArguments, seed_everything
+    from pyterrier_tite.training.loop import seed_everything
     from pyterrier_tite.training.rerankers import train_reranker
 
     if args.threads:
@@ -96,16 +89,7 @@ def run_train(args: argparse.Namespace) -> int:
         topics = topics.head(args.max_queries)
     first_stage = candidates(args.dataset, args.depth)(topics)
     teacher = pt.io.read_results(args.teacher_run) if args.teacher_run else None
-    training = TrainingArguments(
-        output_dir=args.output_dir,
-        max_steps=args.max_steps,
-        learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps,
-        grad_accumulation=args.grad_accumulation,
-        save_every=args.save_every,
-        seed=args.seed,
-        verbose=not args.quiet,
-    )
+    training = training_arguments(args)
     history = train_reranker(
         reranker,
         first_stage,

