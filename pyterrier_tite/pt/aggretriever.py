@@ -15,6 +15,7 @@ import pyterrier_dr
 import torch
 from more_itertools import chunked
 
+from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -35,7 +36,7 @@ class Aggretriever(pyterrier_dr.BiEncoder):
         verbose: bool = False,
     ):
         super().__init__(batch_size=batch_size, text_field=text_field, verbose=verbose)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = default_device(device)
         self.encoder = encoder.to(self.device).eval()
         self.tokenizer = tokenizer
         self.query_max_length = query_max_length

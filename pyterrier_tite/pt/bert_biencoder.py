@@ -20,6 +20,8 @@ import pyterrier_dr
 import torch
 from more_itertools import chunked
 
+from pyterrier_tite.devices import default_device
+
 PT_META = "pt_meta.json"
 SETTINGS = ("query_max_length", "doc_max_length", "query_marker", "doc_marker")  # kept in pt_meta.json
 
@@ -81,7 +83,7 @@ class DenseBiEncoder(pyterrier_dr.BiEncoder):
         verbose: bool = False,
     ):
         super().__init__(batch_size=batch_size, text_field=text_field, verbose=verbose)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = default_device(device)
         self.tokenizer = tokenizer
         add_marker_tokens(tokenizer, model, [m for m in (query_marker, doc_marker) if m])
         self.model = model.to(self.device).eval()

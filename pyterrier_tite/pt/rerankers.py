@@ -21,6 +21,7 @@ import pyterrier_alpha as pta
 import torch
 from torch import nn
 
+from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.celi import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
 
@@ -47,7 +48,7 @@ class CrossEncoderReranker(pt.Transformer):
         device: str | torch.device | None = None,
         verbose: bool = False,
     ):
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = default_device(device)
         self.scorer = scorer.to(self.device).eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size

@@ -19,6 +19,7 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite._native_output import native_output_silenced
+from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.splade import SpladeEncoder
 
 #: the one quantisation factor, applied to document weights at indexing and to query weights at retrieval
@@ -59,7 +60,7 @@ class Splade(pt.Transformer):
         device: str | torch.device | None = None,
         verbose: bool = False,
     ):
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = default_device(device)
         self.encoder = encoder.to(self.device).eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.splade import splade_pool
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import QuadraticWarmup, flops
@@ -180,7 +181,7 @@ def pretrain_mlm(
         model = bert_mlm(tokenizer, size or BertSize())
     if max_length > model.config.max_position_embeddings:
         raise ValueError(f"max_length {max_length} exceeds the model's {model.config.max_position_embeddings}")
-    model.to(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
+    model.to(default_device(device))
     batches = MlmBatches(texts, tokenizer, batch_size, max_length, mlm_probability, seed=args.seed)
     loss = MlmLoss(objective, flops_weight, flops_warmup_steps)
     trainer = Trainer(model, batches, loss, save_mlm(tokenizer), args)
