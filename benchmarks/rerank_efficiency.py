@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from window_attention import peak_bytes  # noqa: E402  (the kernel benchmark's profiler-based measurement)
+from window_attention import best_time, peak_bytes  # noqa: E402  (the kernel benchmark's measurements)
 
 from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig  # noqa: E402
 
@@ -92,8 +91,9 @@ def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: 
     if setting.baseline:
         batch = docs.shape[0]
         ids = torch.cat([torch.full((batch, 1), 101), query.expand(batch, -1), torch.full((batch, 1), 102), docs,
-                         torch.full((batch, 1), 102)], dim=1)  # fmt: skip
+                         torch.full((batch, 1), 102)], dim=1).to(model.device)  # fmt: skip
         types = torch.cat([torch.zeros(batch, query.shape[1] + 2), torch.ones(batch, docs.shape[1] + 1)], 1).long()
+        types = types.to(model.device)
 
         def run():
             with torch.no_grad():
@@ -109,16 +109,6 @@ def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: 
     return run
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--query-length", type=int, default=10)
@@ -130,12 +120,19 @@ def main() -> None:
     parser.add_argument("--document-repeats", type=int, default=1, help="timed runs per document setting")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the machine is shared)")
     parser.add_argument("--only", choices=["passages", "documents"], default=None)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    if device.type == "cuda":
+        where, timing = torch.cuda.get_device_name(), "median (CUDA events)"
+    else:
+        where, timing = f"CPU, {args.threads} thread(s)", "best"
     print(
-        f"# CPU, {args.threads} thread(s), fp32, inference, MiniLM-L6 dims, random weights; query {args.query_length} "
-        f"tokens; timed runs: best of {args.repeats} (passages) / {args.document_repeats} (documents) after a warm-up"
+        f"# {where}, {args.dtype}, inference, MiniLM-L6 dims, random weights; query {args.query_length} tokens; "
+        f"timed runs: {timing} of {args.repeats} (passages) / {args.document_repeats} (documents) after a warm-up"
     )
     workloads = [("passage", args.passage_length, args.passage_batch, args.repeats),
                  ("document", args.document_length, args.document_batch, args.document_repeats)]  # fmt: skip
@@ -153,10 +150,10 @@ def main() -> None:
         full_flops = flops_per_doc(SETTINGS[0], args.query_length, length, batch, 384, 1536, 6)
         base_time = base_mem = None
         for setting in SETTINGS:
-            model = build(setting, max_positions)
+            model = build(setting, max_positions).to(device, dtype)
             run = runner(model, setting, query, docs)
-            seconds = timed(run, repeats) / batch
-            memory = peak_bytes(run) / batch / 2**20
+            seconds = best_time(run, repeats, 0.0, device) / batch
+            memory = peak_bytes(run, device) / batch / 2**20
             if setting.baseline:
                 base_time, base_mem = seconds, memory
             limit = full_flops / flops_per_doc(setting, args.query_length, length, batch, 384, 1536, 6)

@@ -23,8 +23,16 @@ from torch.profiler import ProfilerActivity, profile
 from pyterrier_tite import ops
 
 
-def peak_bytes(fn) -> int:
-    """Highest net allocation during ``fn()``, from the CPU profiler's memory events."""
+def peak_bytes(fn, device: torch.device | str = "cpu") -> int:
+    """Highest net allocation during ``fn()``: CUDA's peak-memory counter on a GPU, else the CPU profiler's memory
+    events (allocations held before the call, e.g. inputs and weights, are not counted)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # raw allocator records (op-level numbers are net per op and hide transients freed inside an op)
@@ -36,16 +44,29 @@ def peak_bytes(fn) -> int:
     return peak
 
 
-def best_time(fn, repeats: int, min_seconds: float) -> float:
-    """Best of at least ``repeats`` runs after a warm-up, repeated until ``min_seconds`` passed (at most 100 runs):
-    fast calls get many tries, which keeps their minimum stable on a shared machine."""
-    fn()  # warm-up
+def best_time(fn, repeats: int, min_seconds: float, device: torch.device | str = "cpu") -> float:
+    """Seconds per call after a warm-up, over at least ``repeats`` runs, repeated until ``min_seconds`` passed (at
+    most 100 runs). CPU: the best run (fast calls get many tries, which keeps the minimum stable on a shared
+    machine). GPU: the median, timed with CUDA events (kernels run asynchronously; the host clock would time the
+    launches)."""
+    cuda = torch.device(device).type == "cuda"
+    fn()  # warm-up (Triton compiles here)
+    if cuda:
+        torch.cuda.synchronize()
     times: list[float] = []
     while len(times) < repeats or (sum(times) < min_seconds and len(times) < 100):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] if cuda else min(times)
 
 
 def band_mask(length: int, window: int) -> torch.Tensor:
@@ -56,8 +77,8 @@ def band_mask(length: int, window: int) -> torch.Tensor:
 def make_runs(q, k, v, eager_qkv, window: int, scale: float, backend: str | None):
     """The three attention calls for one (L, w); masks are built here, outside what is timed."""
     length = q.shape[2]
-    mask = band_mask(length, window)
-    additive = torch.zeros(length, length).masked_fill_(~mask, float("-inf"))
+    mask = band_mask(length, window).to(q.device)
+    additive = torch.zeros(length, length, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
     qe, ke, ve = eager_qkv
 
     def run_window():
@@ -84,14 +105,19 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=1.0, help="keep repeating fast calls for this long")
     parser.add_argument("--eager-max-gib", type=float, default=1.0, help="largest L x L score tensor eager may build")
     parser.add_argument("--backend", default=None, help="backend of window_attention (default: fastest available)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     args = parser.parse_args()
 
     torch.manual_seed(0)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     backends = ops.backends()["window_attention"]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, window_attention backends {backends}")
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}, window_attention backends {backends}")
+    timing = "median (CUDA events)" if device.type == "cuda" else "best"
     print(
-        f"batch {args.batch}, heads {args.heads}, head dim {args.dim}, fp32, "
-        f"best of >= {args.repeats} runs (and >= {args.min_seconds} s) after a warm-up"
+        f"batch {args.batch}, heads {args.heads}, head dim {args.dim}, {args.dtype}, "
+        f"{timing} of >= {args.repeats} runs (and >= {args.min_seconds} s) after a warm-up"
     )
     print()
     header = (
@@ -103,10 +129,11 @@ def main() -> None:
     scale = 1.0 / math.sqrt(args.dim)
     mib = 2.0**20
     for length in args.lengths:
-        q, k, v = (torch.randn(args.batch, args.heads, length, args.dim) for _ in range(3))
-        # eager builds [batch, heads, L, L] fp32 scores; shrink its batch to fit the memory cap, then scale up
+        q, k, v = (torch.randn(args.batch, args.heads, length, args.dim, device=device, dtype=dtype) for _ in range(3))
+        # eager builds [batch, heads, L, L] scores; shrink its batch to fit the memory cap, then scale up
         eager_batch = args.batch
-        while eager_batch > 1 and eager_batch * args.heads * length * length * 4 > args.eager_max_gib * 2**30:
+        score_bytes = args.heads * length * length * q.element_size()
+        while eager_batch > 1 and eager_batch * score_bytes > args.eager_max_gib * 2**30:
             eager_batch //= 2
         factor = args.batch / eager_batch
         qe, ke, ve = q[:eager_batch], k[:eager_batch], v[:eager_batch]
@@ -114,14 +141,14 @@ def main() -> None:
             run_window, run_sdpa, run_eager = make_runs(q, k, v, (qe, ke, ve), window, scale, args.backend)
 
             with torch.inference_mode():
-                expected = run_sdpa()
-                error = (run_window() - expected).abs().max().item()
-                if error > 1e-4:
+                expected = run_sdpa().float()
+                error = (run_window().float() - expected).abs().max().item()
+                if error > (1e-4 if dtype == torch.float32 else 3e-2):
                     raise SystemExit(f"window attention differs from SDPA by {error} at L={length}, w={window}")
                 t_w, t_s, t_e = (
-                    best_time(f, args.repeats, args.min_seconds) for f in (run_window, run_sdpa, run_eager)
+                    best_time(f, args.repeats, args.min_seconds, device) for f in (run_window, run_sdpa, run_eager)
                 )
-                m_w, m_s, m_e = (peak_bytes(f) / mib for f in (run_window, run_sdpa, run_eager))
+                m_w, m_s, m_e = (peak_bytes(f, device) / mib for f in (run_window, run_sdpa, run_eager))
             t_e, m_e = t_e * factor, m_e * factor
             star = "*" if factor > 1 else ""
             print(

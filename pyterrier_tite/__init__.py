@@ -6,22 +6,26 @@ Public API only. torch is imported first because the compiled extension links ag
 
 import torch  # noqa: F401  (must precede the compiled extension)
 
-from pyterrier_tite import datasets, ops
-from pyterrier_tite.pt.first_stage import bm25, pisa_index, trec_dl_bm25
+from pyterrier_tite import ops
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "bm25", "datasets", "ops", "pisa_index", "trec_dl_bm25"]
+__all__ = ["__version__", "ops"]
 
-# Dense bi-encoders import pyterrier_dr (seconds): loaded on first use so `pyterrier-tite --help` stays fast.
+# PyTerrier, ir_datasets and pyterrier_dr take seconds to import and the kernels / models need none of them
+# (a GPU box may have torch alone): everything PyTerrier-facing is loaded on first use.
 _LAZY = {"BertBiEncoder": "pyterrier_tite.pt.bert_biencoder", "TITE": "pyterrier_tite.pt.tite"}
 _LAZY.update({name: "pyterrier_tite.pt.rerankers" for name in ("SparseCE", "MonoCE", "CELI")})  # cross-encoders
-__all__ += list(_LAZY)
+_LAZY.update({name: "pyterrier_tite.pt.first_stage" for name in ("bm25", "pisa_index", "trec_dl_bm25")})
+_LAZY_MODULES = ("datasets",)
+__all__ += [*_LAZY, *_LAZY_MODULES]
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"pyterrier_tite.{name}")
     raise AttributeError(f"module 'pyterrier_tite' has no attribute {name!r}")

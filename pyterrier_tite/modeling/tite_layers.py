@@ -19,6 +19,13 @@ try:  # optional: varlen attention on GPU
     from flash_attn import flash_attn_varlen_func
 except ImportError:  # pragma: no cover - depends on the machine
     flash_attn_varlen_func = None
+try:  # torch's own FlashAttention varlen (torch >= 2.9), used on GPU when the flash_attn package is absent
+    from torch.nn.attention.varlen import varlen_attn as torch_varlen_attn
+except ImportError:  # pragma: no cover - older torch
+    torch_varlen_attn = None
+
+#: head dims FlashAttention kernels take
+_FLASH_HEAD_DIMS = range(8, 257)
 
 
 class RMSNorm(nn.Module):
@@ -71,12 +78,14 @@ def attention(
     """Per-sequence softmax attention of packed ``q [Tq, h, d]`` over packed ``k, v [Tk, h, d]`` -> ``[Tq, h, d]``.
 
     Queries and keys may have different lengths (intra-attention pooling). GPU half precision goes through
-    FlashAttention varlen when installed; otherwise rows are padded to ``[B, h, L, d]`` for SDPA with a key mask.
+    FlashAttention varlen (the flash_attn package, else torch's ``varlen_attn``) with no padding at all; otherwise
+    rows are padded to ``[B, h, L, d]`` for SDPA with a key mask.
     """
-    if flash_attn_varlen_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
-        return flash_attn_varlen_func(
-            q, k, v, q_layout.cu_seqlens, kv_layout.cu_seqlens, q_layout.max_len, kv_layout.max_len
-        )
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] in _FLASH_HEAD_DIMS:
+        varlen = flash_attn_varlen_func or torch_varlen_attn
+        if varlen is not None:
+            cu_q, cu_k = q_layout.cu_seqlens.to(torch.int32), kv_layout.cu_seqlens.to(torch.int32)
+            return varlen(q, k, v, cu_q, cu_k, q_layout.max_len, kv_layout.max_len)
     qp = q_layout.pad(q).transpose(1, 2)
     kp = kv_layout.pad(k).transpose(1, 2)
     vp = kv_layout.pad(v).transpose(1, 2)

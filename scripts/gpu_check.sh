@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On a CUDA machine whose python already has torch, triton and transformers: the GPU tests (Triton kernels, models on
+# the GPU, parity) and the GPU benchmarks, run from the source tree (the compiled CPU extension is not needed there).
+#   bash scripts/gpu_check.sh [tests|kernels|rerank|encode|all]   (default: all)
+# Logs go to $OUT (the device tool's output folder) or runs/gpu/. The throughput benchmark reads its texts and
+# tokenizer from GPU_TEXTS / GPU_TOKENIZER when the collections are not on that machine
+# (`python benchmarks/encode_throughput.py --docs 2000 --dump-texts texts.json` writes them where they are).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+LOG="${OUT:-runs/gpu}"
+mkdir -p "$LOG"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+what="${1:-all}"
+status=0
+step() { echo "== $1"; shift; "$@" || status=1; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
+'transformers', transformers.__version__)"
+
+if [[ $what == all || $what == tests ]]; then
+  step tests python -m pytest -q -ra -p no:cacheprovider tests/test_gpu.py tests/test_tite_parity.py \
+    tests/test_sparse_ce_parity.py 2>&1 | tee "$LOG/pytest.log"
+fi
+if [[ $what == all || $what == kernels ]]; then
+  for dtype in bfloat16 float32; do
+    step "window attention $dtype" python benchmarks/window_attention.py --device cuda --dtype "$dtype" \
+      --lengths 512 1024 4096 16384 --windows 1 4 16 64 --batch 16 --eager-max-gib 8 --min-seconds 0.3 2>&1 \
+      | grep -v USDT | tee "$LOG/window_attention_$dtype.md"
+  done
+fi
+if [[ $what == all || $what == rerank ]]; then
+  step rerank python benchmarks/rerank_efficiency.py --device cuda --dtype bfloat16 --passage-batch 64 \
+    --document-batch 16 --repeats 20 --document-repeats 10 2>&1 | tee "$LOG/rerank_efficiency.md"
+fi
+if [[ $what == all || $what == encode ]]; then
+  for width in 384 768; do
+    step "encode $width" python benchmarks/encode_throughput.py --device cuda --dtype bfloat16 --width "$width" \
+      --docs 2000 --queries 2000 --batch-size 128 --rounds 5 ${GPU_TEXTS:+--texts "$GPU_TEXTS"} \
+      ${GPU_TOKENIZER:+--tokenizer "$GPU_TOKENIZER"} 2>&1 | tee "$LOG/encode_throughput_$width.md"
+  done
+fi
+exit $status

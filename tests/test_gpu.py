@@ -1,0 +1,213 @@
+"""The kernels and models on a CUDA GPU (the whole module is skipped without one).
+
+The Triton kernels run compiled here, not interpreted: fp32 / fp16 / bf16 against the fp64 references, with
+gradients, at sizes the interpreter cannot reach (long sequences, many heads, head dims 32 and 64). The models run
+on the GPU and must give the CPU's outputs. Run on a GPU machine with ``bash scripts/gpu_check.sh``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CUDA = torch.device("cuda")
+#: relative error ||out - ref|| / ||ref|| allowed per dtype (fp32 runs with IEEE dots: far below 1e-5)
+REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+
+
+def _rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref||, or the absolute error where the reference is (close to) zero, e.g. dq when w = 0 and
+    each row sees only itself (softmax = 1, so the exact gradient is 0 and rounding leaves ~1e-7)."""
+    assert torch.isfinite(out).all(), "non-finite values"
+    ref = ref.double()
+    return ((out.double() - ref).norm() / ref.norm().clamp_min(1.0)).item()
+
+
+def _attention_case(seed: int, dtype: torch.dtype, length: int, dim: int, window: int, n_groups: int, grad: bool):
+    from pyterrier_tite.ops import KeyGroup
+
+    gen = torch.Generator(device=CUDA).manual_seed(seed)
+    batch, heads = 5, 12
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, device=CUDA).to(dtype).requires_grad_(grad)
+
+    q, k, v = (rnd(batch, heads, length, dim) for _ in range(3))
+    lengths = torch.tensor([length, max(length // 3, 1), 0, 1, max(length - 5, 0)], device=CUDA)
+    groups = [
+        KeyGroup(rnd(batch, heads, 1, dim), rnd(batch, heads, 1, dim)),  # [CLS] of each pair
+        KeyGroup(  # a query shared by several docs (index), with its own length
+            rnd(2, heads, 33, dim),
+            rnd(2, heads, 33, dim),
+            lengths=torch.tensor([33, 11], device=CUDA),
+            index=torch.tensor([1, 0, 1, 1, 0], device=CUDA),
+        ),
+    ]
+    return q, k, v, lengths, groups[:n_groups]
+
+
+ATTENTION_CASES = [
+    # (length, head dim, window, key groups)
+    (1, 32, 0, 2),
+    (17, 32, 0, 0),
+    (300, 32, 4, 2),
+    (300, 64, 1, 1),
+    (1030, 32, 64, 2),
+    (4096, 32, 4, 2),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=lambda c: f"L{c[0]}-d{c[1]}-w{c[2]}-g{c[3]}")
+def test_triton_window_attention_forward_and_backward(case, dtype):
+    from pyterrier_tite.ops import window_attention, window_attention_reference
+
+    length, dim, window, n_groups = case
+    q, k, v, lengths, groups = _attention_case(length + dim, dtype, length, dim, window, n_groups, grad=True)
+    inputs = [q, k, v, *[t for g in groups for t in (g.k, g.v)]]
+    out = window_attention(q, k, v, window, lengths, groups, backend="triton")
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    rq, rk, rv, *rg = ref_inputs
+    from pyterrier_tite.ops import KeyGroup
+
+    ref_groups = [KeyGroup(rg[2 * i], rg[2 * i + 1], g.lengths, g.index) for i, g in enumerate(groups)]
+    ref = window_attention_reference(rq, rk, rv, window, lengths, ref_groups)
+    assert out.dtype == dtype and out.shape == q.shape
+    assert _rel_error(out, ref) <= REL_TOL[dtype]
+    padded_rows = torch.arange(length, device=CUDA)[None, :] >= lengths[:, None]
+    assert (out.transpose(1, 2)[padded_rows] == 0).all(), "padding rows must output 0"
+
+    grad = torch.randn(q.shape, device=CUDA).to(dtype)
+    got = torch.autograd.grad(out, inputs, grad)
+    expected = torch.autograd.grad(ref, ref_inputs, grad.double())
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a.dtype == dtype
+        assert _rel_error(a, b) <= 2 * REL_TOL[dtype], f"gradient of input {i}"
+
+
+def test_triton_window_attention_is_deterministic_in_forward():
+    from pyterrier_tite.ops import window_attention
+
+    q, k, v, lengths, groups = _attention_case(7, torch.bfloat16, 700, 32, 4, 2, grad=False)
+    first = window_attention(q, k, v, 4, lengths, groups, backend="triton")
+    second = window_attention(q, k, v, 4, lengths, groups, backend="triton")
+    assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kernel,stride", [(2, 2), (3, 3), (3, 2), (512, 512)])
+def test_triton_packed_mean_pool(dtype, kernel, stride):
+    from pyterrier_tite.ops import packed_mean_pool, packed_mean_pool_reference
+
+    lengths = torch.tensor([512, 0, 1, 300, 77, 2])
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(lengths, 0)
+    cu = cu.to(CUDA)
+    x = torch.randn(int(lengths.sum()), 768, device=CUDA).to(dtype).requires_grad_()
+    out, out_cu = packed_mean_pool(x, cu, kernel, stride, backend="triton")
+    xd = x.detach().double().requires_grad_()
+    ref, ref_cu = packed_mean_pool_reference(xd, cu, kernel, stride)
+    assert torch.equal(out_cu, ref_cu)
+    assert _rel_error(out, ref) <= REL_TOL[dtype]
+    grad = torch.randn(out.shape, device=CUDA).to(dtype)
+    (g,) = torch.autograd.grad(out, x, grad)
+    (g_ref,) = torch.autograd.grad(ref, xd, grad.double())
+    assert _rel_error(g, g_ref) <= REL_TOL[dtype]
+
+
+def test_default_backends_on_gpu_are_triton():
+    from pyterrier_tite import ops
+    from pyterrier_tite.ops._extension import choose_backend
+
+    assert choose_backend("window_attention", CUDA, None) == "triton"
+    assert choose_backend("packed_mean_pool", CUDA, None) in ("triton", "csrc-cuda")
+    assert "triton" in ops.backends()["window_attention"]
+
+
+def _tiny_sparse_ce(window, symmetric: bool):
+    from pyterrier_tite.modeling import SparseCrossEncoderConfig, SparseCrossEncoderModelForSequenceClassification
+
+    torch.manual_seed(0)
+    config = SparseCrossEncoderConfig(
+        vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+        max_position_embeddings=600, attention_window_size=window, query_cls_attention=symmetric,
+        query_doc_attention=symmetric, cls_token_id=101, sep_token_id=102, pad_token_id=0,
+    )  # fmt: skip
+    return SparseCrossEncoderModelForSequenceClassification(config).eval()
+
+
+@pytest.mark.parametrize("window,symmetric", [(4, False), (4, True), (0, False), (None, False)])
+def test_sparse_cross_encoder_on_gpu_equals_cpu(window, symmetric):
+    model = _tiny_sparse_ce(window, symmetric)
+    gen = torch.Generator().manual_seed(1)
+    queries = [torch.randint(1, 100, (n,), generator=gen).tolist() for n in (5, 9)]
+    docs = [[torch.randint(1, 100, (n,), generator=gen).tolist() for n in ns] for ns in ((40, 3, 500), (77,))]
+    with torch.no_grad():
+        cpu = model(queries, docs).logits
+        gpu = model.to(CUDA)(queries, docs).logits
+        bf16 = model.to(torch.bfloat16)(queries, docs).logits
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
+    assert _rel_error(bf16.float().cpu(), cpu) <= 5e-2
+
+
+@pytest.mark.parametrize("location", ["intra", "pre", "post"])
+def test_tite_on_gpu_equals_cpu(location):
+    from pyterrier_tite.modeling import TiteConfig, TiteModel
+
+    torch.manual_seed(0)
+    late = [None, None, 2, 2, 2, 2, 2, 2, 2, 2, 2]
+    config = TiteConfig(
+        vocab_size=300, num_hidden_layers=11, hidden_sizes=[64] * 11, num_attention_heads=[2] * 11,
+        intermediate_sizes=[128] * 11, kernel_sizes=late, strides=late, max_position_embeddings=512,
+        pooling_location=location,
+    )  # fmt: skip
+    model = TiteModel(config).eval()
+    lengths = [512, 1, 0, 200, 33]
+    ids = torch.randint(1, 300, (len(lengths), 512))
+    mask = torch.arange(512)[None, :] < torch.tensor(lengths)[:, None]
+    with torch.no_grad():
+        cpu = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        model = model.to(CUDA)
+        gpu = model(input_ids=ids.to(CUDA), attention_mask=mask.to(CUDA)).last_hidden_state
+        bf16 = model.to(torch.bfloat16)(input_ids=ids.to(CUDA), attention_mask=mask.to(CUDA)).last_hidden_state
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-4, rtol=1e-4)
+    assert _rel_error(bf16.float().cpu(), cpu) <= 5e-2
+
+
+def test_tite_trains_on_gpu_in_bf16_autocast():
+    from pyterrier_tite.modeling import TiteConfig, TiteModel
+
+    torch.manual_seed(0)
+    late = [None, 2, 2, 2, 2, 2, 2]
+    config = TiteConfig(
+        vocab_size=300, num_hidden_layers=7, hidden_sizes=[64] * 7, num_attention_heads=[2] * 7,
+        intermediate_sizes=[128] * 7, kernel_sizes=late, strides=late, max_position_embeddings=64,
+    )  # fmt: skip
+    model = TiteModel(config).to(CUDA).train()
+    ids = torch.randint(1, 300, (8, 64), device=CUDA)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    out.float().pow(2).mean().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_tite_varlen_attention_equals_padded_sdpa():
+    """bf16 on GPU goes through FlashAttention varlen (no padding); it must equal the padded SDPA path."""
+    from pyterrier_tite.modeling import tite_layers
+    from pyterrier_tite.modeling.tite_packing import PackedLayout
+
+    if tite_layers.flash_attn_varlen_func is None and tite_layers.torch_varlen_attn is None:
+        pytest.skip("no varlen attention in this torch")
+    torch.manual_seed(0)
+    q_layout = PackedLayout.from_lengths(torch.tensor([3, 1, 0, 256]), CUDA)
+    kv_layout = PackedLayout.from_lengths(torch.tensor([6, 2, 0, 512]), CUDA)
+    q = torch.randn(q_layout.total, 6, 64, device=CUDA, dtype=torch.bfloat16)
+    k, v = (torch.randn(kv_layout.total, 6, 64, device=CUDA, dtype=torch.bfloat16) for _ in range(2))
+    out = tite_layers.attention(q, k, v, q_layout, kv_layout)
+    ref = tite_layers.attention(q.float(), k.float(), v.float(), q_layout, kv_layout)  # fp32: the SDPA path
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    assert _rel_error(out, ref) <= REL_TOL[torch.bfloat16]
