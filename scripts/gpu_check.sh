@@ -36,7 +36,7 @@ fi
 if [[ $what == all || $what == encode ]]; then
   for width in 384 768; do
     step "encode $width" python benchmarks/encode_throughput.py --device cuda --dtype bfloat16 --width "$width" \
-      --docs 2000 --queries 2000 --batch-size 128 --rounds 5 ${GPU_TEXTS:+--texts "$GPU_TEXTS"} \
+      --docs 2000 --queries 2000 --batch-size "${GPU_BATCH:-512}" --rounds 5 ${GPU_TEXTS:+--texts "$GPU_TEXTS"} \
       ${GPU_TOKENIZER:+--tokenizer "$GPU_TOKENIZER"} 2>&1 | tee "$LOG/encode_throughput_$width.md"
   done
 fi

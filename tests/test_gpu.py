@@ -211,3 +211,22 @@ def test_tite_varlen_attention_equals_padded_sdpa():
     ref = tite_layers.attention(q.float(), k.float(), v.float(), q_layout, kv_layout)  # fp32: the SDPA path
     assert out.dtype == torch.bfloat16 and out.shape == q.shape
     assert _rel_error(out, ref) <= REL_TOL[torch.bfloat16]
+
+
+def test_triton_window_attention_takes_strided_views_without_copies():
+    """q, k, v sliced from one fused QKV output go in as views; the output is stored [B, L, H, d] so merging the
+    heads is a view; values and gradients equal those of contiguous inputs."""
+    from pyterrier_tite.ops import window_attention
+
+    batch, length, heads, dim = 3, 100, 4, 32
+    qkv = torch.randn(batch, length, 3, heads, dim, device=CUDA, requires_grad=True)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    out = window_attention(q, k, v, 4, backend="triton")
+    ref = window_attention(q.contiguous(), k.contiguous(), v.contiguous(), 4, backend="triton")
+    torch.testing.assert_close(out, ref, atol=0, rtol=0)
+    merged = out.transpose(1, 2).reshape(batch, length, heads * dim)
+    assert merged.data_ptr() == out.data_ptr(), "merging the heads copied the output"
+    grad = torch.randn(merged.shape, device=CUDA)
+    (got,) = torch.autograd.grad(merged, qkv, grad)
+    (expected,) = torch.autograd.grad(ref.transpose(1, 2).reshape(batch, length, heads * dim), qkv, grad)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)

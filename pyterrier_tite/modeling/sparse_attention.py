@@ -66,11 +66,12 @@ def grouped_attention(
         raise ValueError(f"window must be None or >= 0, got {window}")
     batch, _, length, dim = q.shape
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    full = window is None or window >= length - 1  # a window covering the whole segment is full attention
+    if not dropout and FUSED and (not full or (q.is_cuda and length <= FUSED_FULL_MAX_ROWS)):
+        return _fused(q, k, v, length - 1 if full else window, lengths, groups, scale)
     gathered = [g.gathered() for g in groups]
-    if window is None or window >= length - 1:  # a window covering the whole segment is full attention
+    if full:
         out = _dense(q, k, v, lengths, gathered, scale, dropout)
-    elif not dropout and FUSED:
-        return _fused(q, k, v, window, lengths, groups, scale)
     else:
         out = _banded(q, k, v, window, lengths, gathered, scale, dropout)
     if lengths is not None:
@@ -85,6 +86,8 @@ def _dense(q, k, v, lengths, gathered, scale, dropout) -> torch.Tensor:
     values = torch.cat([gv for _, gv, _ in gathered] + [v], dim=2)
     masks = [_key_mask(gl, batch, gk.shape[2], q.device) for gk, _, gl in gathered]
     valid = torch.cat(masks + [_key_mask(lengths, batch, length, q.device)], dim=1)
+    if q.is_cuda and bool(valid.all()):  # nothing padded: no mask, so SDPA may pick its flash kernels
+        return F.scaled_dot_product_attention(q, keys, values, dropout_p=dropout, scale=scale)
     bias = torch.zeros(valid.shape, dtype=q.dtype, device=q.device).masked_fill(~valid, torch.finfo(q.dtype).min)
     return F.scaled_dot_product_attention(
         q, keys, values, attn_mask=bias[:, None, None, :], dropout_p=dropout, scale=scale
@@ -94,6 +97,9 @@ def _dense(q, k, v, lengths, gathered, scale, dropout) -> torch.Tensor:
 #: the fused kernel (``pyterrier_tite.ops.window_attention``: csrc on CPU, Triton on GPU) for the banded path; it has
 #: no attention dropout, so training with dropout uses the pure-torch path below
 FUSED = True
+#: on GPU, segments of at most this many rows with full attention ([CLS]: 1 row, queries: ~10-32) also go through the
+#: fused kernel: it streams the long key groups (the document) instead of concatenating them with the own keys
+FUSED_FULL_MAX_ROWS = 64
 
 
 def _fused(q, k, v, window, lengths, groups, scale) -> torch.Tensor:

@@ -261,11 +261,29 @@ class _Dummy:
 _DUMMY = _Dummy()
 
 
+def _shared_strides(*tensors: torch.Tensor) -> bool:
+    """Same strides and a unit-stride head dim: one stride set addresses them all, no copy needed."""
+    return all(t.stride() == tensors[0].stride() for t in tensors) and tensors[0].stride(-1) == 1
+
+
 def _prepare(q, k, v, flat):
-    """Contiguous tensors: the kernels take one stride set for q, k, v (and out / grad) and one per key group."""
-    q, k, v = (t.contiguous() for t in (q, k, v))
-    flat = [t.contiguous() for t in flat]
+    """The kernels take one stride set for q, k, v and one per key group (its k and v). Views of one projection
+    (e.g. q, k, v sliced from a fused QKV output and transposed to [B, H, L, d]) share theirs and go in as they are;
+    anything else is made contiguous."""
+    if not _shared_strides(q, k, v):
+        q, k, v = (t.contiguous() for t in (q, k, v))
+    flat = list(flat)
+    for g in range(0, len(flat), 4):
+        if not _shared_strides(flat[g], flat[g + 1]):
+            flat[g], flat[g + 1] = flat[g].contiguous(), flat[g + 1].contiguous()
+        flat[g + 2], flat[g + 3] = flat[g + 2].contiguous(), flat[g + 3].contiguous()
     return q, k, v, flat
+
+
+def _rows_major_like(q: torch.Tensor) -> torch.Tensor:
+    """An empty [B, H, L, d] stored as [B, L, H, d]: merging the heads afterwards (transpose + reshape) is a view."""
+    batch, heads, length, dim = q.shape
+    return q.new_empty(batch, length, heads, dim).transpose(1, 2)
 
 
 class TritonWindowAttention(torch.autograd.Function):
@@ -277,7 +295,7 @@ class TritonWindowAttention(torch.autograd.Function):
             raise ValueError(f"the Triton window_attention takes at most {MAX_GROUPS} key groups")
         q, k, v, flat = _prepare(q, k, v, flat)
         batch, heads, length, dim = q.shape
-        out = torch.empty_like(q)
+        out = _rows_major_like(q)
         lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
         _DUMMY.set(q.device)
         if q.numel():
@@ -296,10 +314,13 @@ class TritonWindowAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, out, lse, lengths, *flat = ctx.saved_tensors
-        grad = grad.contiguous()
+        # dq, dk, dv are written with grad's strides (one stride set for dO and the three gradients); empty_like keeps
+        # the strides of a dense tensor, so a grad that is not dense (or has a strided head dim) is copied first
+        if grad.stride(-1) != 1 or torch.empty_like(grad).stride() != grad.stride():
+            grad = grad.contiguous()
         batch, heads, length, dim = q.shape
         delta = (grad.float() * out.float()).sum(-1)  # dO_i . O_i
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dq, dk, dv = (torch.empty_like(grad, dtype=q.dtype) for _ in range(3))
         group_grads = [torch.zeros(t.shape, dtype=torch.float32, device=t.device) for t in flat[0::4] for _ in (0, 1)]
         _DUMMY.set(q.device)
         if q.numel():
