@@ -72,9 +72,11 @@ def flops_per_doc(setting: Setting, query: int, doc: int, batch: int, hidden: in
     return layers * (tokens * linear + keys * attention)
 
 
-def build(setting: Setting, max_positions: int) -> torch.nn.Module:
+def build(setting: Setting, max_positions: int, baseline_attention: str = "sdpa") -> torch.nn.Module:
     if setting.baseline:
-        config = BertConfig(**MINILM, max_position_embeddings=max_positions, num_labels=1, attn_implementation="sdpa")
+        config = BertConfig(
+            **MINILM, max_position_embeddings=max_positions, num_labels=1, attn_implementation=baseline_attention
+        )
         return BertForSequenceClassification(config).eval()
     config = SparseCrossEncoderConfig(
         **MINILM,
@@ -122,7 +124,14 @@ def main() -> None:
     parser.add_argument("--only", choices=["passages", "documents"], default=None)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    parser.add_argument(
+        "--baseline-attention",
+        choices=["sdpa", "eager"],
+        default="sdpa",
+        help="attention of the BERT baseline: sdpa (fused kernels) or eager (materialised L x L, the reference's way)",
+    )
     args = parser.parse_args()
+    SETTINGS[0].name = f"BERT {args.baseline_attention} (baseline)"
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -150,7 +159,7 @@ def main() -> None:
         full_flops = flops_per_doc(SETTINGS[0], args.query_length, length, batch, 384, 1536, 6)
         base_time = base_mem = None
         for setting in SETTINGS:
-            model = build(setting, max_positions).to(device, dtype)
+            model = build(setting, max_positions, args.baseline_attention).to(device, dtype)
             run = runner(model, setting, query, docs)
             seconds = best_time(run, repeats, 0.0, device) / batch
             memory = peak_bytes(run, device) / batch / 2**20
@@ -159,7 +168,7 @@ def main() -> None:
             limit = full_flops / flops_per_doc(setting, args.query_length, length, batch, 384, 1536, 6)
             speedup = base_time / seconds
             print(
-                f"| {kind} {args.query_length}+{length} (batch {batch}) | {setting.name} | {seconds * 1e3:.1f} "
+                f"| {kind} {args.query_length}+{length} (batch {batch}) | {setting.name} | {seconds * 1e3:.2f} "
                 f"| {memory:.2f} | {speedup:.2f}x | {base_mem / memory:.2f}x less | {limit:.2f} "
                 f"| {100 * speedup / limit:.0f}% |",
                 flush=True,

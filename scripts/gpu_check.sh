@@ -30,8 +30,11 @@ if [[ $what == all || $what == kernels ]]; then
   done
 fi
 if [[ $what == all || $what == rerank ]]; then
-  step rerank python benchmarks/rerank_efficiency.py --device cuda --dtype bfloat16 --passage-batch 64 \
-    --document-batch 16 --repeats 20 --document-repeats 10 2>&1 | tee "$LOG/rerank_efficiency.md"
+  for baseline in sdpa eager; do
+    step "rerank vs $baseline" python benchmarks/rerank_efficiency.py --device cuda --dtype bfloat16 \
+      --passage-batch 64 --document-batch 16 --repeats 20 --document-repeats 10 --baseline-attention "$baseline" 2>&1 \
+      | tee "$LOG/rerank_efficiency_$baseline.md"
+  done
 fi
 if [[ $what == all || $what == encode ]]; then
   for width in 384 768; do
