@@ -110,3 +110,16 @@ def test_bad_kernel_stride_raise(k, s):
 def test_unknown_backend_raises():
     with pytest.raises(ValueError, match="unknown backend"):
         packed_mean_pool(torch.randn(4, 2), make_cu([4]), 2, 2, backend="nope")
+
+
+@pytest.mark.parametrize("backend", [b for b in ops.backends()["packed_mean_pool"] if b != "triton"])
+def test_known_pooled_layout_gives_the_same_result(backend):
+    """A caller that planned its layouts passes the pooled offsets and size; the output must not change."""
+    lengths = torch.tensor([7, 0, 1, 4])
+    cu = torch.zeros(5, dtype=torch.int32)
+    cu[1:] = torch.cumsum(lengths, 0)
+    x = torch.randn(int(lengths.sum()), 6)
+    expected, out_cu = ops.packed_mean_pool(x, cu, 3, 2, backend=backend)
+    got, got_cu = ops.packed_mean_pool(x, cu, 3, 2, backend=backend, out_cu_seqlens=out_cu, out_total=int(out_cu[-1]))
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    assert torch.equal(got_cu, out_cu)

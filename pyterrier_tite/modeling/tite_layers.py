@@ -149,15 +149,18 @@ class TiteAttention(nn.Module):
     def pools(self) -> bool:
         return self.kernel is not None
 
-    def _pool(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
-        return packed_mean_pool(x, layout.cu_seqlens, self.kernel, self.stride)[0]
+    def _pool(self, x: torch.Tensor, layout: PackedLayout, pooled: PackedLayout) -> torch.Tensor:
+        """Pool from ``layout`` into the planned ``pooled`` layout (its offsets and size are known: no GPU sync)."""
+        return packed_mean_pool(
+            x, layout.cu_seqlens, self.kernel, self.stride, out_cu_seqlens=pooled.cu_seqlens, out_total=pooled.total
+        )[0]
 
     def forward(
         self, x: torch.Tensor, layout_in: PackedLayout, layout_out: PackedLayout, rope: RopeCache
     ) -> torch.Tensor:
         pooled = self.pools and layout_out is not layout_in
         if pooled and self.location in ("pre", "intra"):
-            residual = self._pool(x, layout_in)
+            residual = self._pool(x, layout_in, layout_out)
             q_in = self.norm(residual) if self.pre_norm else residual
             if self.location == "pre":
                 kv_in, kv_layout = q_in, layout_out
@@ -182,7 +185,7 @@ class TiteAttention(nn.Module):
             residual = F.pad(residual, (0, self.widen))
         out = out + residual
         if pooled and self.location == "post":
-            out = self._pool(out, layout_in)
+            out = self._pool(out, layout_in, layout_out)
         return out if self.pre_norm else self.norm(out)
 
     def _project_qkv(self, q_in: torch.Tensor, kv_in: torch.Tensor, same_rows: bool):

@@ -57,12 +57,20 @@ def packed_mean_pool_reference(
 
 
 def packed_mean_pool(
-    x: torch.Tensor, cu_seqlens: torch.Tensor, kernel: int, stride: int, backend: str | None = None
+    x: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    kernel: int,
+    stride: int,
+    backend: str | None = None,
+    out_cu_seqlens: torch.Tensor | None = None,
+    out_total: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pool packed sequences; returns ``(pooled [total_pooled, H], pooled_cu_seqlens)``.
 
     ``backend`` forces one of ``pyterrier_tite.ops.backends()['packed_mean_pool']``; by default the fastest for the
-    device of ``x`` is used (Triton on GPU, compiled C++ on CPU, the torch reference otherwise).
+    device of ``x`` is used (Triton on GPU, compiled C++ on CPU, the torch reference otherwise). ``out_cu_seqlens``
+    and ``out_total``: the pooled offsets and row count when the caller already knows them (a model that planned its
+    layouts), which spares their recomputation and, on GPU, a device-to-host sync for the output size.
     """
     if x.dim() != 2:
         raise ValueError(f"x must be packed as [total_tokens, hidden], got shape {tuple(x.shape)}")
@@ -71,11 +79,14 @@ def packed_mean_pool(
     chosen = choose_backend("packed_mean_pool", x.device, backend)
     if chosen == "torch":
         return packed_mean_pool_reference(x, cu_seqlens, kernel, stride)
-    out_cu = pooled_cu_seqlens(cu_seqlens, kernel, stride)
+    if out_cu_seqlens is None:
+        out_cu = pooled_cu_seqlens(cu_seqlens, kernel, stride)
+    else:
+        out_cu = out_cu_seqlens.to(device=x.device, dtype=torch.int32)
     if chosen == "triton":
         from pyterrier_tite.ops import pooling_triton
 
-        return pooling_triton.TritonPackedMeanPool.apply(x, cu_seqlens, out_cu, kernel, stride), out_cu
+        return pooling_triton.TritonPackedMeanPool.apply(x, cu_seqlens, out_cu, kernel, stride, out_total), out_cu
     return _CsrcPackedMeanPool.apply(x, cu_seqlens, out_cu, kernel, stride), out_cu
 
 

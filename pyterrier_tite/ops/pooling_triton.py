@@ -69,18 +69,21 @@ def _launch(kernel_fn, src: torch.Tensor, total: int, owner_cu: torch.Tensor, cu
 
 
 class TritonPackedMeanPool(torch.autograd.Function):
-    """``apply(x [total, H], cu_seqlens, out_cu_seqlens, kernel, stride) -> pooled [total_pooled, H]``."""
+    """``apply(x [total, H], cu_seqlens, out_cu_seqlens, kernel, stride[, total_pooled])`` -> ``[total_pooled, H]``."""
 
     @staticmethod
-    def forward(ctx, x, cu_seqlens, out_cu, kernel, stride):
+    def forward(ctx, x, cu_seqlens, out_cu, kernel, stride, total_out=None):
         x, cu_seqlens, out_cu = x.contiguous(), cu_seqlens.contiguous(), out_cu.contiguous()
         ctx.save_for_backward(cu_seqlens, out_cu)
-        ctx.kernel, ctx.stride = kernel, stride
-        return _launch(_pool_fwd, x, int(out_cu[-1]), out_cu, cu_seqlens, out_cu, kernel, stride)
+        ctx.kernel, ctx.stride, ctx.total = kernel, stride, x.shape[0]
+        if total_out is None:  # reading it from the GPU waits for all queued work: callers that know it pass it
+            total_out = int(out_cu[-1])
+        return _launch(_pool_fwd, x, total_out, out_cu, cu_seqlens, out_cu, kernel, stride)
 
     @staticmethod
     def backward(ctx, grad):
         cu_seqlens, out_cu = ctx.saved_tensors
-        total = int(cu_seqlens[-1])
-        grad_x = _launch(_pool_bwd, grad.contiguous(), total, cu_seqlens, cu_seqlens, out_cu, ctx.kernel, ctx.stride)
-        return grad_x, None, None, None, None
+        grad_x = _launch(
+            _pool_bwd, grad.contiguous(), ctx.total, cu_seqlens, cu_seqlens, out_cu, ctx.kernel, ctx.stride
+        )
+        return grad_x, None, None, None, None, None
