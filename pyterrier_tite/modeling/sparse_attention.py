@@ -68,7 +68,7 @@ def grouped_attention(
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
     full = window is None or window >= length - 1  # a window covering the whole segment is full attention
     if not dropout and FUSED and (not full or (q.is_cuda and length <= FUSED_FULL_MAX_ROWS)):
-        return _fused(q, k, v, length - 1 if full else window, lengths, groups, scale)
+        return _fused(q, k, v, max(length - 1, 0) if full else window, lengths, groups, scale)
     gathered = [g.gathered() for g in groups]
     if full:
         out = _dense(q, k, v, lengths, gathered, scale, dropout)

@@ -26,6 +26,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
+from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
 from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
 
 FLAGS = (
@@ -227,28 +228,15 @@ class SparseCrossEncoderSelfAttention(nn.Module):
         self.dropout = config.attention_probs_dropout_prob
         self.window = config.attention_window_size
         self.flags = {name: bool(getattr(config, name)) for name in FLAGS}
-        self._fused: tuple | None = None  # inference-only cache of the concatenated Q|K|V projection
+        self._fused = ConcatenatedLinears()  # Q|K|V as one GEMM (checkpoints keep the three tensors)
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q, K, V [B, heads, L, d] from ONE projection GEMM: views of one [B, L, 3, heads, d] tensor, so they share
         strides and the fused attention kernel reads them without copies."""
         b, length, hidden = x.shape
-        qkv = F.linear(x, *self._qkv_weights()).view(b, length, 3, self.heads, hidden // self.heads)
+        weight, bias = self._fused.get("qkv", (self.query, self.key, self.value))
+        qkv = F.linear(x, weight, bias).view(b, length, 3, self.heads, hidden // self.heads)
         return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
-
-    def _qkv_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The three projections concatenated; without autograd cached until a parameter changes (the checkpoint
-        keeps its separate query / key / value tensors)."""
-        linears = (self.query, self.key, self.value)
-        stamp = tuple((t.data_ptr(), t._version) for lin in linears for t in (lin.weight, lin.bias))
-        cacheable = not torch.is_grad_enabled()
-        if cacheable and self._fused is not None and self._fused[0] == stamp:
-            return self._fused[1], self._fused[2]
-        weight = torch.cat([lin.weight for lin in linears])
-        bias = torch.cat([lin.bias for lin in linears])
-        if cacheable:
-            self._fused = (stamp, weight, bias)
-        return weight, bias
 
     def forward(self, s: Segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         f, p = self.flags, self.dropout if self.training else 0.0

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
+from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
 from pyterrier_tite.modeling.rope import apply_rope, interleave_heads, rope_rotation
 from pyterrier_tite.modeling.tite_config import TiteConfig
 from pyterrier_tite.modeling.tite_packing import PackedLayout
@@ -24,8 +25,10 @@ try:  # torch's own FlashAttention varlen (torch >= 2.9), used on GPU when the f
 except ImportError:  # pragma: no cover - older torch
     torch_varlen_attn = None
 
-#: head dims FlashAttention kernels take
-_FLASH_HEAD_DIMS = range(8, 257)
+
+def _flash_head_dim(dim: int) -> bool:
+    """FlashAttention kernels take head dims that are multiples of 8 up to 256."""
+    return dim % 8 == 0 and dim <= 256
 
 
 class RMSNorm(nn.Module):
@@ -81,7 +84,7 @@ def attention(
     FlashAttention varlen (the flash_attn package, else torch's ``varlen_attn``) with no padding at all; otherwise
     rows are padded to ``[B, h, L, d]`` for SDPA with a key mask.
     """
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] in _FLASH_HEAD_DIMS:
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and _flash_head_dim(q.shape[-1]):
         varlen = flash_attn_varlen_func or torch_varlen_attn
         if varlen is not None:
             cu_q, cu_k = q_layout.cu_seqlens.to(torch.int32), kv_layout.cu_seqlens.to(torch.int32)
@@ -143,7 +146,7 @@ class TiteAttention(nn.Module):
         self.value = nn.Linear(h_in, h_out)
         self.dense = nn.Linear(h_out, h_out)
         self.dropout = nn.Dropout(config.dropout_prob)
-        self._fused: dict[tuple[str, ...], tuple] = {}  # inference-only cache of concatenated projections
+        self._fused = ConcatenatedLinears()  # Q|K|V (or K|V) as one GEMM
 
     @property
     def pools(self) -> bool:
@@ -198,22 +201,13 @@ class TiteAttention(nn.Module):
         return tuple(t.unflatten(-1, (self.heads, self.head_dim)) for t in (q, k, v))
 
     def _weights(self, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Concatenated weight and bias of the named projections. Half-split RoPE models get their Q/K rows reordered
-        to interleaved pairs (q.k is unchanged). Without autograd the result is cached until a parameter changes."""
-        linears = [getattr(self, name) for name in names]
-        stamp = tuple((t.data_ptr(), t._version) for lin in linears for t in (lin.weight, lin.bias))
-        cacheable = not torch.is_grad_enabled()
-        if cacheable and (hit := self._fused.get(names)) is not None and hit[0] == stamp:
-            return hit[1], hit[2]
-        weights, biases = [], []
-        for name, lin in zip(names, linears, strict=True):
-            reorder = self.half_split and name != "value"
-            weights.append(interleave_heads(lin.weight, self.heads) if reorder else lin.weight)
-            biases.append(interleave_heads(lin.bias, self.heads) if reorder else lin.bias)
-        weight, bias = (weights[0], biases[0]) if len(names) == 1 else (torch.cat(weights), torch.cat(biases))
-        if cacheable:
-            self._fused[names] = (stamp, weight, bias)
-        return weight, bias
+        """Concatenated weight and bias of the named projections (cached in inference). Half-split RoPE models get
+        their Q/K rows reordered to interleaved pairs (q.k is unchanged)."""
+
+        def prepare(i: int, t: torch.Tensor) -> torch.Tensor:
+            return interleave_heads(t, self.heads) if self.half_split and names[i] != "value" else t
+
+        return self._fused.get(names, [getattr(self, name) for name in names], prepare)
 
     def _query_rope(
         self, q_layout: PackedLayout, layout_in: PackedLayout, rope: RopeCache, dtype: torch.dtype
