@@ -101,6 +101,7 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
 
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    from pyterrier_tite.training.loop import main_process_first
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 
@@ -114,10 +115,11 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     else:
         path = os.path.join(args.output_dir, "tokenizer")
-        if os.path.exists(os.path.join(path, "tokenizer_config.json")):  # a resumed run keeps its vocabulary
-            tokenizer = AutoTokenizer.from_pretrained(path)
-        else:
-            tokenizer = train_collection_tokenizer(args.dataset, path, vocab_size=args.vocab_size, limit=args.limit)
+        with main_process_first():  # under torchrun rank 0 trains the vocabulary, the other ranks load it
+            if os.path.exists(os.path.join(path, "tokenizer_config.json")):  # a resumed run keeps its vocabulary
+                tokenizer = AutoTokenizer.from_pretrained(path)
+            else:
+                tokenizer = train_collection_tokenizer(args.dataset, path, vocab_size=args.vocab_size, limit=args.limit)
     texts = pretraining_texts(args.dataset, limit=args.limit, queries_dataset=args.queries)
     size = BertSize(args.hidden_size, args.layers, args.heads, args.intermediate_size, max(512, args.max_length))
     print(f"pretraining on {len(texts)} texts, vocabulary {len(tokenizer)}, objective {args.objective}")

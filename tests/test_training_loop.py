@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
+from _torchrun import torchrun
 from torch import nn
 
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, steps_for
@@ -122,19 +121,7 @@ def test_torchrun_two_processes_average_gradients(tmp_path):
     """2 gloo processes with 2 examples each take the same steps as 1 process with the 4 examples together."""
     script = tmp_path / "ddp.py"
     script.write_text(SCRIPT.format(tests=os.path.dirname(__file__), out=str(tmp_path / "ddp")))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "29533",
-        str(script),
-    ]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    torchrun(str(script))
     single, _ = run(tmp_path, "single", size=4, steps=5)
     ddp_state = torch.load(tmp_path / "ddp" / "weights.pt")
     for name, value in single.state_dict().items():

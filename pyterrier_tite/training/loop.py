@@ -20,7 +20,8 @@ import json
 import math
 import os
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -74,6 +75,21 @@ def distributed_context() -> tuple[int, int]:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     return dist.get_rank(), dist.get_world_size()
+
+
+@contextmanager
+def main_process_first() -> Iterator[bool]:
+    """Run the block on rank 0 first, then on the other ranks (yields ``is_main``).
+
+    For set-up that writes shared files, e.g. a tokenizer trained once into the output folder: rank 0 creates it,
+    the others find it and load it instead of racing to write the same files.
+    """
+    rank, world_size = distributed_context()
+    if rank != 0:
+        dist.barrier()
+    yield rank == 0  # an error on rank 0 skips the barrier: torchrun then stops the waiting ranks
+    if rank == 0 and world_size > 1:
+        dist.barrier()
 
 
 def no_decay(name: str) -> bool:
