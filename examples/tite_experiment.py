@@ -69,7 +69,9 @@ def build(kind: str, args: argparse.Namespace, doc_max_length: int):
         if args.pooling_layers is not None:
             tite["num_pooling_layers"] = args.pooling_layers
         return TITE.from_bert(start, tite, **common)
-    return BertBiEncoder.from_pretrained(start, pooling=kind, **common)
+    # dot product like TITE: the start folder's cosine (all-MiniLM-L6-v2 normalises) would make the comparison unequal
+    # and, at InfoNCE temperature 1, keep the in-batch loss near chance
+    return BertBiEncoder.from_pretrained(start, pooling=kind, normalize=False, **common)
 
 
 def load(kind: str, folder: str, doc_max_length: int, args):

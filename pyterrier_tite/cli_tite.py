@@ -60,6 +60,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     ft.add_argument("--query-max-length", type=int, default=32)
     ft.add_argument("--doc-max-length", type=int, default=256)
     ft.add_argument("--no-markers", action="store_true", help="no [QUE]/[DOC] marker tokens")
+    ft.add_argument(
+        "--cosine", action="store_true", help="cls / mean: L2-normalised vectors (default: dot product, like TITE)"
+    )
     ft.add_argument("--theta", type=float, default=0.0, help="in-sample negatives: teacher margin above theta")
     ft.add_argument("--no-distill", action="store_true", help="InfoNCE only (no Margin-MSE / KL)")
     add_training_arguments(ft)
@@ -132,7 +135,9 @@ def build_model(args: argparse.Namespace):
         if is_tite_folder(start):
             return TITE.from_pretrained(start, **common)
         return TITE.from_bert(start, tite_kwargs(args), **common)
-    return BertBiEncoder.from_pretrained(start, pooling=args.model, **common)
+    # students score by dot product, like TITE, unless --cosine: a start folder's L2 normalisation (all-MiniLM-L6-v2)
+    # bounds scores to [-1, 1], which keeps InfoNCE at temperature 1 near chance
+    return BertBiEncoder.from_pretrained(start, pooling=args.model, normalize=args.cosine, **common)
 
 
 def build_teacher(name: str):

@@ -194,6 +194,7 @@ def test_cli_train_biencoder_on_samples_file(tmp_path):
 
     loaded = BertBiEncoder.from_pretrained(str(out), device="cpu")
     assert loaded.pooling == "mean" and loaded.query_marker == "[QUE]" and loaded.doc_max_length == 16
+    assert not loaded.normalize  # dot product like TITE, although all-MiniLM-L6-v2 itself is a cosine model
     assert len(open(out / "log.jsonl").readlines()) == 2
 
 
