@@ -51,8 +51,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     ft.add_argument(
         "--teacher",
         default="minilm",
-        help="'minilm' (all-MiniLM-L6-v2 mean pooling), 'none', or a "
-        "folder of a BertBiEncoder / TITE saved with save_pretrained",
+        help="'minilm' (all-MiniLM-L6-v2: mean pooling, cosine), 'minilm-dot' (the same vectors unnormalised: scores "
+        "on a dot-product student's scale), 'none', or a folder saved with save_pretrained: a BertBiEncoder, a TITE "
+        "or a cross-encoder reranker (MonoCE / CELI / SparseCE)",
     )
     ft.add_argument("--samples-cache", default=None, help="jsonl to reuse built samples (written when missing)")
     ft.add_argument("--max-samples", type=int, default=None)
@@ -141,15 +142,26 @@ def build_model(args: argparse.Namespace):
 
 
 def build_teacher(name: str):
+    """The scorer whose scores become the samples' teacher scores (``None`` for 'none').
+
+    Margin-MSE copies the teacher's score margins, so the teacher should score on the student's scale: cosine
+    teachers ('minilm') have margins within [-2, 2] and drag dot-product students' margins down to that range."""
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder, read_meta
+    from pyterrier_tite.pt.rerankers import CrossEncoderReranker
     from pyterrier_tite.pt.tite import TITE
 
     if name == "none":
         return None
-    if name == "minilm":
-        return BertBiEncoder.from_pretrained(resolve_start("minilm"), pooling="mean", batch_size=64).scorer()
-    if read_meta(name).get("format") == "tite":
+    if name in ("minilm", "minilm-dot"):
+        start = resolve_start("minilm")
+        return BertBiEncoder.from_pretrained(start, pooling="mean", normalize=name == "minilm", batch_size=64).scorer()
+    if not os.path.isdir(name):
+        raise ValueError(f"unknown --teacher {name!r}: 'minilm', 'minilm-dot', 'none' or a model folder")
+    meta = read_meta(name)
+    if meta.get("format") == "tite":
         return TITE.from_pretrained(name, batch_size=64).scorer()
+    if meta.get("format") == "cross-encoder":
+        return CrossEncoderReranker.from_pretrained(name, batch_size=64)
     return BertBiEncoder.from_pretrained(name, batch_size=64).scorer()
 
 

