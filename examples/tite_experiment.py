@@ -31,7 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--samples", default="runs/tite/scifact_train_minilm_teacher_n7.jsonl")
     p.add_argument("--models", default="tite,cls,mean", help="comma list of tite, cls, mean (+ '-zeroshot' suffix)")
     p.add_argument("--datasets", default=",".join(EVAL_ORDER))
-    p.add_argument("--start", default="minilm")
+    p.add_argument("--start", default="minilm", help="'minilm', a BERT folder, or (tite only) a pretrained TITE folder")
     p.add_argument("--pooling-layers", type=int, default=None, help="TITE: pooling layers (default: 5 of 6)")
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", default="late", choices=["late", "staggered"])
@@ -51,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build(kind: str, args: argparse.Namespace, doc_max_length: int):
-    from pyterrier_tite.cli_tite import resolve_start
+    from pyterrier_tite.cli_tite import is_tite_folder, resolve_start
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.tite import TITE
 
@@ -64,6 +64,8 @@ def build(kind: str, args: argparse.Namespace, doc_max_length: int):
         "batch_size": args.eval_batch_size,
         "device": "cpu",
     }
+    if kind == "tite" and is_tite_folder(start):  # a pretrained TITE (pyterrier-tite pretrain)
+        return TITE.from_pretrained(start, **common)
     if kind == "tite":
         tite = {"kernel": args.kernel, "arrangement": args.arrangement}
         if args.pooling_layers is not None:

@@ -159,3 +159,27 @@ def test_indexes_and_retrieves_cranfield(minilm, irds_home, tmp_path):
     topics = dataset.get_topics().head(5)
     run = (model.query_encoder() >> index.np_retriever(num_results=10))(topics)
     assert len(run) == 50 and set(run.docno) <= {d["docno"] for d in docs}
+
+
+def test_experiment_script_starts_tite_from_a_pretrained_tite_folder(minilm, tmp_path):
+    """examples/tite_experiment.py --start <folder of `pyterrier-tite pretrain`> fine-tunes that TITE (not a new
+    TITE built from a BERT), with the experiment's markers and lengths."""
+    import importlib.util
+    import os
+
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "tite_experiment.py")
+    spec = importlib.util.spec_from_file_location("tite_experiment", script)
+    experiment = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiment)
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    encoder = tiny_tite(len(tokenizer))
+    encoder.save_pretrained(str(tmp_path / "pretrained"))  # what `pyterrier-tite pretrain` writes
+    tokenizer.save_pretrained(str(tmp_path / "pretrained"))
+    args = experiment.parse_args(["--start", str(tmp_path / "pretrained"), "--query-max-length", "8"])
+    model = experiment.build("tite", args, doc_max_length=16)
+    assert isinstance(model, TITE) and (model.query_max_length, model.doc_max_length) == (8, 16)
+    assert model.query_marker == "[QUE]" and model.model.config.num_hidden_layers == 3
+    reference = TiteModel.from_pretrained(str(tmp_path / "pretrained")).eval()
+    shared = {k: v for k, v in reference.state_dict().items() if "word_embeddings" not in k}
+    assert all(torch.equal(model.model.state_dict()[k], v) for k, v in shared.items())
