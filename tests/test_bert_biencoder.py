@@ -164,3 +164,25 @@ def test_normalisation_survives_save_and_load(tokenizer, tmp_path):
     loaded = BertBiEncoder.from_pretrained(str(tmp_path / "m"), device="cpu")
     assert loaded.normalize and loaded.pooling == "cls"
     np.testing.assert_allclose(np.linalg.norm(loaded.encode_queries(["plasma"]), axis=1), 1.0, atol=1e-5)
+
+
+def test_loading_warns_about_missing_weights_but_not_about_an_unused_pooler(tmp_path):
+    """The pooler of a BERT checkpoint is expected to go unused (quiet); weights the encoder lacks are not."""
+    import warnings
+
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+
+    config = BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16)
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"])})
+    BertModel(config).save_pretrained(tmp_path / "with-pooler")  # add_pooling_layer=True: pooler.* is saved
+    tokenizer.save_pretrained(tmp_path / "with-pooler")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BertBiEncoder.from_pretrained(str(tmp_path / "with-pooler"), device="cpu")
+
+    config.num_hidden_layers = 3  # the checkpoint lacks layer 2
+    config.save_pretrained(tmp_path / "with-pooler")
+    with pytest.warns(UserWarning, match="missing.*encoder.layer.2"):
+        BertBiEncoder.from_pretrained(str(tmp_path / "with-pooler"), device="cpu")

@@ -21,7 +21,7 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite.devices import default_device
-from pyterrier_tite.pt.hf_logging import quiet_transformers
+from pyterrier_tite.pt.hf_logging import quiet_transformers, warn_about_loading
 
 PT_META = "pt_meta.json"
 SETTINGS = ("query_max_length", "doc_max_length", "query_marker", "doc_marker")  # kept in pt_meta.json
@@ -215,7 +215,8 @@ class BertBiEncoder(DenseBiEncoder):
         meta = {**sentence_transformers_settings(path), **read_meta(path)}
         settings = {k: meta[k] for k in SETTINGS if k in meta}
         with quiet_transformers():  # a checkpoint's pooler weights are "unexpected" here: the bi-encoder pools itself
-            model = AutoModel.from_pretrained(path, add_pooling_layer=False)
+            model, info = AutoModel.from_pretrained(path, add_pooling_layer=False, output_loading_info=True)
+        warn_about_loading(path, info, expected_unexpected=("pooler.",))
         pooling = pooling or meta.get("pooling", "cls")
         normalize = meta.get("normalize", False) if normalize is None else normalize
         tokenizer = AutoTokenizer.from_pretrained(path)
