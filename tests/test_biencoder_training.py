@@ -226,7 +226,8 @@ def test_cli_teachers_score_on_their_declared_scale(tmp_path):
     MonoCE(BertForSequenceClassification(config), tokenizer=tokenizer).save_pretrained(tmp_path / "ce")
     teacher = build_teacher(str(tmp_path / "ce"))
     assert isinstance(teacher, CrossEncoderReranker)
-    assert len(teacher(frame)) == 3 and "slot" in teacher(frame).columns
+    scored = teacher(frame)
+    assert len(scored) == 3 and "slot" in scored.columns
     with pytest.raises(ValueError, match="minilm-dot"):
         build_teacher("no-such-teacher")
 

@@ -3,22 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
 import pytest
-
-PATH = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "rerank_efficiency.py")
+from _scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("rerank_efficiency", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/rerank_efficiency.py")
 
 
 def limit(bench, name: str, doc: int, batch: int = 4) -> float:

@@ -164,13 +164,9 @@ def test_indexes_and_retrieves_cranfield(minilm, irds_home, tmp_path):
 def test_experiment_script_starts_tite_from_a_pretrained_tite_folder(minilm, tmp_path):
     """examples/tite_experiment.py --start <folder of `pyterrier-tite pretrain`> fine-tunes that TITE (not a new
     TITE built from a BERT), with the experiment's markers and lengths."""
-    import importlib.util
-    import os
+    from _scripts import load_script
 
-    script = os.path.join(os.path.dirname(__file__), "..", "examples", "tite_experiment.py")
-    spec = importlib.util.spec_from_file_location("tite_experiment", script)
-    experiment = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(experiment)
+    experiment = load_script("examples/tite_experiment.py")
 
     tokenizer = AutoTokenizer.from_pretrained(minilm)
     encoder = tiny_tite(len(tokenizer))

@@ -1,0 +1,29 @@
+"""examples/diagnostics.py: the README's loss and teacher-margin figures are plain means over saved artefacts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _scripts import load_script
+
+from pyterrier_tite.training.biencoder import Sample, save_samples
+
+
+@pytest.fixture(scope="module")
+def diagnostics():
+    return load_script("examples/diagnostics.py")
+
+
+def test_log_summary_means_first_and_last_steps(diagnostics, tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps({"step": i, "lr": 0.1, "loss": float(i)}) + "\n" for i in range(1, 7)))
+    summary = diagnostics.log_summary(str(path), first=2, last=3)
+    assert summary == {"steps": 6, "first_2": {"loss": 1.5}, "last_3": {"loss": 5.0}}
+
+
+def test_teacher_margins_are_positive_minus_each_negative(diagnostics, tmp_path):
+    save_samples([Sample("q", ["p", "n1", "n2"], [3.0, 1.0, 2.0]), Sample("r", ["p", "n"], [0.5, 1.5])],
+                 str(tmp_path / "s.jsonl"))  # fmt: skip
+    result = diagnostics.teacher_margins(str(tmp_path / "s.jsonl"))
+    assert result == {"samples": 2, "mean_margin": round((2.0 + 1.0 - 1.0) / 3, 4), "min_score": 0.5, "max_score": 3.0}
