@@ -32,6 +32,50 @@ def latency_ms(pipeline, topics, count: int) -> float:
     return 1000 * (time.perf_counter() - start) / len(rows)
 
 
+def first_stage(args, model_path: str, index_path: str, corpus, topics) -> tuple:
+    """Index the collection with one model: its retrieval pipeline and index statistics (SPLADE: FLOPS on topics)."""
+    kwargs = dict(
+        batch_size=args.batch_size, device="cpu", query_max_length=args.query_max_length,
+        doc_max_length=args.doc_max_length,
+    )  # fmt: skip
+    shutil.rmtree(index_path, ignore_errors=True)
+    stats: dict = {}
+    if args.kind == "splade":
+        from pyterrier_tite.pt.splade import Splade, expected_flops, pisa_document_frequencies
+
+        model = Splade.from_pretrained(model_path, **kwargs)
+        t0 = time.perf_counter()
+        index = model.indexer(index_path, verbose=True).index(corpus())
+        stats["index_seconds"] = time.perf_counter() - t0
+        pipeline = model.retriever(index, num_results=1000)
+        frequencies, num_docs = pisa_document_frequencies(index_path)
+        query_toks = model.query_encoder()(topics)["query_toks"]
+        stats["flops"] = expected_flops(query_toks, frequencies, num_docs)
+        stats["avg_query_terms"] = float(sum(len(q) for q in query_toks) / len(query_toks))
+        stats["avg_doc_terms"] = float(sum(frequencies.values()) / num_docs)
+    else:
+        import pyterrier_dr
+
+        from pyterrier_tite.pt.aggretriever import Aggretriever
+        from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+
+        loader = Aggretriever if args.kind == "aggretriever" else BertBiEncoder
+        model = loader.from_pretrained(model_path, **kwargs)
+        index = pyterrier_dr.FlexIndex(index_path)
+        t0 = time.perf_counter()
+        (model >> index).index(corpus())
+        stats["index_seconds"] = time.perf_counter() - t0
+        pipeline = model.query_encoder() >> index.np_retriever(num_results=1000)
+    stats["index_bytes"] = directory_size(index_path)
+    return pipeline, stats
+
+
+def query_weighted_means(stats: list[tuple[int, dict]]) -> dict:
+    """Per-fold statistics -> one row: each fold weighted by its number of queries (FLOPS is a per-query mean)."""
+    total = sum(n for n, _ in stats)
+    return {key: sum(n * s[key] for n, s in stats) / total for key in stats[0][1]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", choices=["bm25", "splade", "aggretriever", "biencoder"], required=True)
@@ -46,6 +90,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (PISA uses 1)")
     parser.add_argument("--latency-queries", type=int, default=50)
     parser.add_argument("--note", default="", help="settings to keep with the row")
+    parser.add_argument(
+        "--fold-models",
+        help="cross-validation instead of --model: comma-separated models, the i-th fine-tuned with --hold-out-fold "
+        "i/N; each indexes the collection and answers its own fold's queries, so the row covers every query",
+    )
+    parser.add_argument("--fold-seed", type=int, default=0, help="seed of the query -> fold split (as in training)")
     args = parser.parse_args()
 
     import pyterrier as pt
@@ -55,6 +105,8 @@ def main() -> None:
     from pyterrier_tite.cli_sparse import resolve_start_point
     from pyterrier_tite.pt.first_stage import bm25, default_text_fields, pisa_index
 
+    if args.kind != "bm25" and bool(args.model) == bool(args.fold_models):
+        parser.error(f"--kind {args.kind} needs one of --model or --fold-models")
     torch.set_num_threads(args.threads)
     dataset_id = datasets.irds_id(args.dataset)
     ds = datasets.get_dataset(dataset_id)
@@ -71,42 +123,23 @@ def main() -> None:
     if args.kind == "bm25":
         pipeline = bm25(dataset_id, num_results=1000)
         row["index_bytes"] = directory_size(str(pisa_index(dataset_id).path))
-    elif args.kind == "splade":
-        from pyterrier_tite.pt.splade import Splade, expected_flops, pisa_document_frequencies
+    elif args.fold_models:
+        from pyterrier_tite.pt.cross_validation import CrossValidated
+        from pyterrier_tite.query_folds import assign_folds
 
-        model = Splade.from_pretrained(
-            resolve_start_point(args.model), batch_size=args.batch_size, device="cpu",
-            query_max_length=args.query_max_length, doc_max_length=args.doc_max_length,
-        )  # fmt: skip
-        shutil.rmtree(index_path, ignore_errors=True)
-        t0 = time.perf_counter()
-        index = model.indexer(index_path, verbose=True).index(corpus())
-        row["index_seconds"] = time.perf_counter() - t0
-        pipeline = model.retriever(index, num_results=1000)
-        frequencies, num_docs = pisa_document_frequencies(index_path)
-        query_toks = model.query_encoder()(topics)["query_toks"]
-        row["flops"] = expected_flops(query_toks, frequencies, num_docs)
-        row["avg_query_terms"] = float(sum(len(q) for q in query_toks) / len(query_toks))
-        row["avg_doc_terms"] = float(sum(frequencies.values()) / num_docs)
-        row["index_bytes"] = directory_size(index_path)
+        models = args.fold_models.split(",")
+        fold_of = assign_folds(topics["qid"].astype(str), len(models), seed=args.fold_seed)
+        pipelines, stats = {}, []
+        for fold, model_path in enumerate(models, 1):
+            fold_topics = topics[topics["qid"].astype(str).map(fold_of) == fold]
+            pipelines[fold], fold_stats = first_stage(args, model_path, f"{index_path}.fold{fold}", corpus, fold_topics)
+            stats.append((len(fold_topics), fold_stats))
+        pipeline = CrossValidated(pipelines, fold_of)
+        row.update(query_weighted_means(stats))
+        row["model"], row["folds"] = models, len(models)
     else:
-        import pyterrier_dr
-
-        from pyterrier_tite.pt.aggretriever import Aggretriever
-        from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
-
-        loader = Aggretriever if args.kind == "aggretriever" else BertBiEncoder
-        model = loader.from_pretrained(
-            resolve_start_point(args.model), batch_size=args.batch_size, device="cpu",
-            query_max_length=args.query_max_length, doc_max_length=args.doc_max_length,
-        )  # fmt: skip
-        shutil.rmtree(index_path, ignore_errors=True)
-        index = pyterrier_dr.FlexIndex(index_path)
-        t0 = time.perf_counter()
-        (model >> index).index(corpus())
-        row["index_seconds"] = time.perf_counter() - t0
-        pipeline = model.query_encoder() >> index.np_retriever(num_results=1000)
-        row["index_bytes"] = directory_size(index_path)
+        pipeline, stats = first_stage(args, resolve_start_point(args.model), index_path, corpus, topics)
+        row.update(stats)
     result = pt.Experiment(
         [pipeline], topics, qrels, eval_metrics=["ndcg_cut_10", "recall_100"], names=[args.name], verbose=False
     )

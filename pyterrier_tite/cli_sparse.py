@@ -58,10 +58,28 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=int, default=100, help="BM25 depth the negatives come from")
     parser.add_argument("--num-negatives", type=int, default=1, help="hard negatives per query in a batch")
     parser.add_argument("--max-queries", type=int, default=None, help="a seeded sample of the training queries")
+    parser.add_argument(
+        "--hold-out-fold",
+        metavar="I/N",
+        type=_fold_spec,
+        help="cross-validation: train on the queries outside fold I of N (for collections without training queries)",
+    )
+    parser.add_argument("--fold-seed", type=int, default=0, help="seed of the query -> fold assignment")
     parser.add_argument("--query-max-length", type=int, default=64)
     parser.add_argument("--doc-max-length", type=int, default=256)
     parser.add_argument("--no-in-batch", action="store_true", help="only each query's own documents as negatives")
     _add_optimisation_flags(parser, lr=2e-5, batch_size=16, steps=1000)
+
+
+def _fold_spec(spec: str) -> str:
+    """Checked at parse time, so a bad fold fails before any model is loaded."""
+    from pyterrier_tite.query_folds import parse_fold
+
+    try:
+        parse_fold(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return spec
 
 
 def _add_optimisation_flags(parser: argparse.ArgumentParser, lr: float, batch_size: int, steps: int) -> None:
@@ -142,10 +160,19 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
 
 
 def _examples(args: argparse.Namespace):
+    from pyterrier_tite import datasets
+    from pyterrier_tite.query_folds import training_qids
     from pyterrier_tite.training.splade_data import hard_negative_examples
 
-    examples = hard_negative_examples(args.dataset, depth=args.depth, max_queries=args.max_queries, seed=args.seed)
-    print(f"{len(examples)} training pairs from {len({e.qid for e in examples})} queries of {args.dataset}")
+    qids = None
+    if args.hold_out_fold:
+        all_qids = datasets.get_dataset(args.dataset).get_topics()["qid"].astype(str)
+        qids = training_qids(all_qids, args.hold_out_fold, seed=args.fold_seed)
+    examples = hard_negative_examples(
+        args.dataset, depth=args.depth, max_queries=args.max_queries, qids=qids, seed=args.seed
+    )
+    fold = f" (fold {args.hold_out_fold} held out)" if args.hold_out_fold else ""
+    print(f"{len(examples)} training pairs from {len({e.qid for e in examples})} queries of {args.dataset}{fold}")
     return examples
 
 
