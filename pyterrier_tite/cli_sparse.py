@@ -65,6 +65,12 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="cross-validation: train on the queries outside fold I of N (for collections without training queries)",
     )
     parser.add_argument("--fold-seed", type=int, default=0, help="seed of the query -> fold assignment")
+    parser.add_argument(
+        "--pseudo-queries",
+        action="store_true",
+        help="train on Inverse-Cloze pseudo-queries made from the collection's documents instead of its qrels",
+    )
+    parser.add_argument("--max-docs", type=int, default=None, help="with --pseudo-queries: a seeded sample of docs")
     parser.add_argument("--query-max-length", type=int, default=64)
     parser.add_argument("--doc-max-length", type=int, default=256)
     parser.add_argument("--no-in-batch", action="store_true", help="only each query's own documents as negatives")
@@ -164,6 +170,14 @@ def _examples(args: argparse.Namespace):
     from pyterrier_tite.query_folds import training_qids
     from pyterrier_tite.training.splade_data import hard_negative_examples
 
+    if getattr(args, "pseudo_queries", False):
+        if args.hold_out_fold:
+            raise SystemExit("--pseudo-queries uses no real query, so there is no fold to hold out")
+        from pyterrier_tite.training.pseudo_queries import pseudo_query_examples
+
+        examples = pseudo_query_examples(args.dataset, depth=args.depth, max_docs=args.max_docs, seed=args.seed)
+        print(f"{len(examples)} Inverse-Cloze pseudo-query pairs from the documents of {args.dataset}")
+        return examples
     qids = None
     if args.hold_out_fold:
         all_qids = datasets.get_dataset(args.dataset).get_topics()["qid"].astype(str)

@@ -121,3 +121,11 @@ def test_evaluation_with_the_same_model_in_every_fold_equals_the_single_model_ro
     for key in ("ndcg@10", "R@100", "flops", "avg_query_terms", "avg_doc_terms"):
         assert folds[key] == pytest.approx(single[key], rel=1e-9), key
     assert single["ndcg@10"] > 0  # a random model still retrieves something
+
+
+def test_pseudo_queries_and_a_held_out_fold_exclude_each_other():
+    from pyterrier_tite.cli_sparse import _examples
+
+    args = argparse.Namespace(dataset="cranfield", pseudo_queries=True, hold_out_fold="1/2")
+    with pytest.raises(SystemExit, match="no fold to hold out"):
+        _examples(args)

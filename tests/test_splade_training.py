@@ -141,3 +141,37 @@ def test_margin_mse_term_is_used_with_teacher_scores(tmp_path):
                                lambda_d=0.0)  # fmt: skip
     assert all("margin_mse" in h for h in history)
     assert mean(h["margin_mse"] for h in history[-5:]) < mean(h["margin_mse"] for h in history[:5])
+
+
+# -- pseudo-queries (Inverse Cloze Task) for collections without training queries ------------------------------------
+def test_cloze_pair_takes_a_sentence_out_of_its_document():
+    import random
+
+    from pyterrier_tite.training.pseudo_queries import cloze_pair
+
+    text = "Plasma flows in a field. Heat moves between the plates. Short. Libraries index their documents well."
+    sentences = {"Plasma flows in a field.", "Heat moves between the plates.", "Libraries index their documents well."}
+    for seed in range(20):
+        query, positive = cloze_pair(text, random.Random(seed), keep=0.0)
+        assert query in sentences and query not in positive  # "Short." (< 4 words) is never the query
+        assert sorted((positive + " " + query).split()) == sorted(text.split())
+    kept = [cloze_pair(text, random.Random(s), keep=1.0) for s in range(5)]
+    assert all(q in p for q, p in kept)
+    one_sentence = " ".join(f"w{i}" for i in range(30))
+    query, positive = cloze_pair(one_sentence, random.Random(0), keep=0.0, span_words=12)
+    assert len(query.split()) == 12 and len(positive.split()) == 18 and query not in positive
+    assert cloze_pair("too short to split", random.Random(0)) is None
+
+
+@pytest.mark.slow
+def test_pseudo_query_examples_negatives_never_include_the_source_document(irds_home, tite_cache):
+    from pyterrier_tite.training.pseudo_queries import pseudo_query_examples
+
+    examples = pseudo_query_examples("cranfield", depth=20, max_docs=40, seed=0)
+    texts = doc_texts("cranfield")
+    assert 30 <= len(examples) <= 40
+    for example in examples:
+        source = texts[example.qid.removeprefix("ict-")]
+        assert source not in example.negatives and 0 < len(example.negatives) <= 19
+        assert example.query in source
+    assert examples == pseudo_query_examples("cranfield", depth=20, max_docs=40, seed=0)

@@ -1,0 +1,81 @@
+"""Pseudo-queries from a collection's own documents (the Inverse Cloze Task) for collections without training queries.
+
+Vaswani and Cranfield have 93 and 225 queries in all: too few to fine-tune a retriever and still test it. The Inverse
+Cloze Task (Lee et al., ACL 2019) makes training pairs from the documents alone: a sentence of a document is the
+query, the rest of the document is its positive. The sentence stays in the positive with probability ``keep``
+(the paper's 10%), so the model learns both lexical matching and matching by context. Hard negatives are the
+pseudo-query's BM25 hits minus its own document, as for real queries. No query or relevance judgement of the
+collection is used, so every real query stays a test query.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+import pandas as pd
+
+from pyterrier_tite.training.splade_data import Example, doc_texts
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def cloze_pair(text: str, rng: random.Random, keep: float = 0.1, span_words: int = 12) -> tuple[str, str] | None:
+    """``(pseudo-query, positive)`` from one document, or None when it is too short to split.
+
+    A random sentence of at least 4 words is the query when the document has two or more sentences; otherwise a
+    random span of ``span_words`` words (abstracts such as Vaswani's are often a single sentence).
+    """
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    if len(sentences) >= 2:
+        candidates = [i for i, s in enumerate(sentences) if len(s.split()) >= 4]
+        if candidates:
+            i = rng.choice(candidates)
+            rest = sentences if rng.random() < keep else sentences[:i] + sentences[i + 1 :]
+            return sentences[i], " ".join(rest)
+    words = text.split()
+    if len(words) < 2 * span_words:
+        return None
+    start = rng.randrange(len(words) - span_words + 1)
+    query = " ".join(words[start : start + span_words])
+    rest = words if rng.random() < keep else words[:start] + words[start + span_words :]
+    return query, " ".join(rest)
+
+
+def pseudo_query_examples(
+    dataset: str,
+    depth: int = 100,
+    max_docs: int | None = None,
+    keep: float = 0.1,
+    seed: int = 42,
+    retriever=None,
+    fields: Sequence[str] | None = None,
+) -> list[Example]:
+    """One Inverse-Cloze example per document (a seeded sample of ``max_docs``), negatives from BM25 (default PISA)."""
+    from pyterrier_tite.pt.first_stage import bm25
+
+    texts = doc_texts(dataset, fields)
+    rng = random.Random(seed)
+    docnos = sorted(texts)
+    if max_docs is not None and len(docnos) > max_docs:
+        docnos = sorted(rng.sample(docnos, max_docs))
+    pairs = {}
+    for docno in docnos:
+        pair = cloze_pair(texts[docno], rng, keep=keep)
+        if pair is not None:
+            pairs[docno] = pair
+    if not pairs:
+        return []
+    topics = pd.DataFrame({"qid": [f"ict-{d}" for d in pairs], "query": [q for q, _ in pairs.values()]})
+    retriever = retriever if retriever is not None else bm25(dataset, num_results=depth)
+    run = retriever(topics)
+    run = run[run["rank"] < depth] if "rank" in run.columns else run
+    retrieved = run.groupby("qid")["docno"].apply(lambda s: [str(d) for d in s]).to_dict()
+    examples = []
+    for docno, (query, positive) in pairs.items():
+        qid = f"ict-{docno}"
+        negatives = [texts[d] for d in retrieved.get(qid, []) if d != docno and d in texts]
+        if negatives:
+            examples.append(Example(qid, query, positive, negatives))
+    return examples
