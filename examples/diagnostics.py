@@ -6,6 +6,9 @@
         mean teacher margin (positive minus each negative) of a bi-encoder samples file
     python examples/diagnostics.py aggretriever-parts runs/scifact/agg-scratch-long --texts 3
         norms of the projected-[CLS] and agg* parts of an Aggretriever on the first scifact test queries
+    python examples/diagnostics.py splade-similarity runs/s12/mlm-flops-cranfield --dataset cranfield --docs 20
+        how document-specific a SPLADE / MLM model's vectors are: mean cosine between the first N documents' vectors
+        (near 1 = a unigram model that weights the same frequent terms in every text), non-zeros, top terms
 """
 
 from __future__ import annotations
@@ -50,6 +53,30 @@ def aggretriever_parts(folder: str, count: int) -> dict:
             "agg_norms": [round(float(x), 4) for x in out.agg.norm(dim=-1)]}  # fmt: skip
 
 
+def mean_pairwise_cosine(reps) -> float:
+    """Mean cosine similarity over all pairs of distinct rows of ``[N, V]``."""
+    import torch
+
+    unit = torch.nn.functional.normalize(reps.float(), dim=1)
+    similarities = unit @ unit.T
+    return float(similarities[~torch.eye(len(reps), dtype=torch.bool)].mean())
+
+
+def splade_similarity(folder: str, dataset: str, count: int, max_length: int = 128) -> dict:
+    import torch
+
+    from pyterrier_tite.pt.splade import Splade
+    from pyterrier_tite.training.splade_data import doc_texts
+
+    torch.set_num_threads(1)
+    model = Splade.from_pretrained(folder, device="cpu")
+    texts = list(doc_texts(dataset).values())[:count]
+    reps = model.encode(texts, max_length)
+    top = [model.tokenizer.convert_ids_to_tokens(r.topk(6).indices.tolist()) for r in reps[:2]]
+    return {"docs": len(texts), "mean_cosine": round(mean_pairwise_cosine(reps), 3),
+            "mean_nonzeros": round(float((reps > 0).sum(1).float().mean()), 1), "top_terms": top}  # fmt: skip
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -61,11 +88,17 @@ def main(argv=None) -> int:
     agg = commands.add_parser("aggretriever-parts")
     agg.add_argument("folder")
     agg.add_argument("--texts", type=int, default=3)
+    similarity = commands.add_parser("splade-similarity")
+    similarity.add_argument("folder")
+    similarity.add_argument("--dataset", default="scifact")
+    similarity.add_argument("--docs", type=int, default=20)
     args = parser.parse_args(argv)
     if args.command == "log":
         result = log_summary(args.path, args.first, args.last)
     elif args.command == "teacher-margins":
         result = teacher_margins(args.path)
+    elif args.command == "splade-similarity":
+        result = splade_similarity(args.folder, args.dataset, args.docs)
     else:
         result = aggretriever_parts(args.folder, args.texts)
     print(json.dumps(result, indent=1))

@@ -27,3 +27,14 @@ def test_teacher_margins_are_positive_minus_each_negative(diagnostics, tmp_path)
                  str(tmp_path / "s.jsonl"))  # fmt: skip
     result = diagnostics.teacher_margins(str(tmp_path / "s.jsonl"))
     assert result == {"samples": 2, "mean_margin": round((2.0 + 1.0 - 1.0) / 3, 4), "min_score": 0.5, "max_score": 3.0}
+
+
+def test_mean_pairwise_cosine_ignores_self_similarity(diagnostics):
+    import torch
+
+    same = torch.tensor([[1.0, 2.0, 0.0], [2.0, 4.0, 0.0], [0.5, 1.0, 0.0]])
+    assert diagnostics.mean_pairwise_cosine(same) == pytest.approx(1.0)
+    orthogonal = torch.eye(4)
+    assert diagnostics.mean_pairwise_cosine(orthogonal) == pytest.approx(0.0)
+    mixed = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    assert diagnostics.mean_pairwise_cosine(mixed) == pytest.approx(2**-0.5)
