@@ -170,7 +170,7 @@ def _examples(args: argparse.Namespace):
     from pyterrier_tite.query_folds import training_qids
     from pyterrier_tite.training.splade_data import hard_negative_examples
 
-    if getattr(args, "pseudo_queries", False):
+    if args.pseudo_queries:
         if args.hold_out_fold:
             raise SystemExit("--pseudo-queries uses no real query, so there is no fold to hold out")
         from pyterrier_tite.training.pseudo_queries import pseudo_query_examples
