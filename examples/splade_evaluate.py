@@ -127,7 +127,7 @@ def main() -> None:
         from pyterrier_tite.pt.cross_validation import CrossValidated
         from pyterrier_tite.query_folds import assign_folds
 
-        models = args.fold_models.split(",")
+        models = [resolve_start_point(m) for m in args.fold_models.split(",")]
         fold_of = assign_folds(topics["qid"].astype(str), len(models), seed=args.fold_seed)
         pipelines, stats = {}, []
         for fold, model_path in enumerate(models, 1):

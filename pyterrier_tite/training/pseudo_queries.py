@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from pyterrier_tite.training.splade_data import Example, doc_texts
+from pyterrier_tite.training.splade_data import Example, doc_texts, retrieved_docnos
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -53,8 +53,6 @@ def pseudo_query_examples(
     fields: Sequence[str] | None = None,
 ) -> list[Example]:
     """One Inverse-Cloze example per document (a seeded sample of ``max_docs``), negatives from BM25 (default PISA)."""
-    from pyterrier_tite.pt.first_stage import bm25
-
     texts = doc_texts(dataset, fields)
     rng = random.Random(seed)
     docnos = sorted(texts)
@@ -68,10 +66,7 @@ def pseudo_query_examples(
     if not pairs:
         return []
     topics = pd.DataFrame({"qid": [f"ict-{d}" for d in pairs], "query": [q for q, _ in pairs.values()]})
-    retriever = retriever if retriever is not None else bm25(dataset, num_results=depth)
-    run = retriever(topics)
-    run = run[run["rank"] < depth] if "rank" in run.columns else run
-    retrieved = run.groupby("qid")["docno"].apply(lambda s: [str(d) for d in s]).to_dict()
+    retrieved = retrieved_docnos(dataset, topics, depth, retriever)
     examples = []
     for docno, (query, positive) in pairs.items():
         qid = f"ict-{docno}"

@@ -56,7 +56,6 @@ def hard_negative_examples(
     Queries whose retrieved list holds no non-relevant document are dropped.
     """
     from pyterrier_tite import datasets
-    from pyterrier_tite.pt.first_stage import bm25
 
     ds = datasets.get_dataset(dataset)
     topics = ds.get_topics().assign(qid=lambda f: f["qid"].astype(str))
@@ -69,12 +68,9 @@ def hard_negative_examples(
         topics = topics.sample(n=max_queries, random_state=seed)
     if topics.empty:
         return []
-    retriever = retriever if retriever is not None else bm25(dataset, num_results=depth)
-    run = retriever(topics[["qid", "query"]]).assign(qid=lambda f: f["qid"].astype(str))
-    run = run[run["rank"] < depth] if "rank" in run.columns else run
+    retrieved = retrieved_docnos(dataset, topics, depth, retriever)
     texts = doc_texts(dataset, fields)
     positives = relevant.groupby("qid")["docno"].apply(list).to_dict()
-    retrieved = run.groupby("qid")["docno"].apply(lambda s: [str(d) for d in s]).to_dict()
     examples = []
     for qid, query in zip(topics["qid"], topics["query"].astype(str), strict=True):
         relevant_set = set(positives[qid])
@@ -83,6 +79,17 @@ def hard_negative_examples(
             continue
         examples.extend(Example(qid, query, texts[d], negatives) for d in positives[qid] if d in texts)
     return examples
+
+
+def retrieved_docnos(dataset: str, topics: pd.DataFrame, depth: int, retriever=None) -> dict[str, list[str]]:
+    """``qid -> docnos`` of each query's top ``depth`` from ``retriever`` (default: the collection's PISA BM25), the
+    pool that hard negatives are drawn from."""
+    from pyterrier_tite.pt.first_stage import bm25
+
+    retriever = retriever if retriever is not None else bm25(dataset, num_results=depth)
+    run = retriever(topics[["qid", "query"]]).assign(qid=lambda f: f["qid"].astype(str))
+    run = run[run["rank"] < depth] if "rank" in run.columns else run
+    return run.groupby("qid")["docno"].apply(lambda s: [str(d) for d in s]).to_dict()
 
 
 def add_teacher_scores(examples: list[Example], teacher, batch_size: int = 256) -> list[Example]:
