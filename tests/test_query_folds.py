@@ -131,3 +131,9 @@ def test_pseudo_queries_and_a_held_out_fold_exclude_each_other():
     args = argparse.Namespace(dataset="cranfield", pseudo_queries=True, hold_out_fold="1/2")
     with pytest.raises(SystemExit, match="no fold to hold out"):
         _examples(args)
+
+
+def test_router_names_a_missing_qid_column():
+    router = CrossValidated({1: tagging(1), 2: tagging(2)}, assign_folds(QIDS, 2))
+    with pytest.raises(KeyError, match="qid"):
+        router(pd.DataFrame({"query": ["no qid here"]}))
