@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+
+#: the offline Hugging Face cache of hub-layout fixtures (../shared/hub); must be set before transformers is imported
+HUB_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "hub"
+if (HUB_FIXTURES / "expected").is_dir():
+    os.environ["HF_HOME"] = str(HUB_FIXTURES)
+    os.environ.pop("HF_HUB_CACHE", None)
+    os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 def _data_available() -> bool:

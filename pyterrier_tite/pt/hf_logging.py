@@ -4,21 +4,11 @@ does not use), so users see only the reports that mean something."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
+from pyterrier_tite.convert.checkpoint import quiet_transformers
 
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """transformers logs errors only inside the block; the previous verbosity comes back afterwards."""
-    from transformers.utils import logging
-
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(verbosity)
+__all__ = ["quiet_transformers", "warn_about_loading"]
 
 
 def warn_about_loading(path: str, info: dict, expected_unexpected: Sequence[str] = ()) -> None:

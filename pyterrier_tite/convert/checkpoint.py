@@ -1,0 +1,158 @@
+"""Finding and reading checkpoints without silent fallbacks: hub id or folder -> local folder, config and tensors read
+with errors that name the file, and weights loaded strictly (every model tensor from the checkpoint, every checkpoint
+tensor used), so a checkpoint in a layout we do not know fails loudly instead of computing something else."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+#: files a model needs; a hub repo's other formats (ONNX, TF, Flax, OpenVINO) are not downloaded
+CHECKPOINT_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model", "*.yaml"]
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded exactly: missing or unused tensors, wrong shapes, an unknown layout."""
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers logs errors only inside the block (its load reports are raised by us instead)."""
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def local_checkpoint(path_or_id: str | os.PathLike) -> str:
+    """The local folder of a checkpoint: a folder as given, or a hub id (``org/name``) resolved through the Hugging
+    Face cache (downloaded when online; ``HF_HUB_OFFLINE=1`` uses the cache only).
+
+    A path that does not exist and cannot be a hub id raises ``FileNotFoundError`` at once (no hub retries)."""
+    name = os.fspath(path_or_id)
+    if os.path.isdir(name):
+        return name
+    if os.path.exists(name):
+        raise NotADirectoryError(f"{name} is a file; expected a checkpoint folder or a hub id (org/name)")
+    if not _HUB_ID.match(name) or name.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"no checkpoint folder {name!r} (and it is not a hub id of the form org/name)")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return snapshot_download(name, allow_patterns=CHECKPOINT_PATTERNS)
+    except LocalEntryNotFoundError as exc:
+        raise FileNotFoundError(
+            f"{name!r} is neither a local folder nor in the Hugging Face cache, and the hub cannot be reached "
+            "(offline?): download it once with network access or pass a local folder"
+        ) from exc
+    except RepositoryNotFoundError as exc:
+        raise FileNotFoundError(f"no local folder {name!r} and no hub repository of that name") from exc
+
+
+def read_json(file: str | os.PathLike) -> dict:
+    """A JSON object from ``file``; a malformed file raises ``ValueError`` naming the file."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            value = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{file} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_config(folder: str | os.PathLike) -> dict:
+    """The checkpoint's ``config.json`` as a dict (``FileNotFoundError`` names the folder when there is none)."""
+    file = os.path.join(os.fspath(folder), "config.json")
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"{folder} has no config.json: not a model checkpoint folder")
+    return read_json(file)
+
+
+def read_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint folder: ``model.safetensors`` (or its sharded index) first, else
+    ``pytorch_model.bin`` (or its index), loaded on the CPU without running pickled code."""
+    folder = os.fspath(folder)
+    from safetensors.torch import load_file
+
+    candidates = [
+        ("model.safetensors", load_file),
+        ("pytorch_model.bin", lambda f: torch.load(f, map_location="cpu", weights_only=True)),
+    ]
+    for name, load in candidates:
+        single = os.path.join(folder, name)
+        if os.path.isfile(single):
+            return dict(load(single))
+        index = single + ".index.json"
+        if os.path.isfile(index):
+            shards = sorted(set(read_json(index)["weight_map"].values()))
+            state: dict[str, torch.Tensor] = {}
+            for shard in shards:
+                state.update(load(os.path.join(folder, shard)))
+            return state
+    raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin")
+
+
+def load_exactly(
+    module: nn.Module,
+    state_dict: Mapping[str, torch.Tensor],
+    source: str,
+    *,
+    fresh: Iterable[str] = (),
+    unused: Iterable[str] = (),
+) -> None:
+    """Load ``state_dict`` into ``module``, raising :class:`CheckpointError` naming every model tensor the checkpoint
+    lacks, every checkpoint tensor nothing uses and every shape mismatch.
+
+    ``fresh``: prefixes of model tensors that may start new (an explicit new head; the caller says so to the user).
+    ``unused``: prefixes of checkpoint tensors known to be irrelevant (pre-training heads, ``position_ids`` buffers).
+    """
+    fresh, unused = tuple(fresh), tuple(unused)
+    own = module.state_dict()
+    kept = {k: v for k, v in state_dict.items() if not (unused and k.startswith(unused))}
+    missing = sorted(k for k in own if k not in kept and not (fresh and k.startswith(fresh)))
+    unexpected = sorted(k for k in kept if k not in own)
+    mismatched = sorted(
+        f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in kept.items()
+        if k in own and tuple(v.shape) != tuple(own[k].shape)
+    )
+    raise_on_mismatch(source, missing, unexpected, mismatched)
+    module.load_state_dict(kept, strict=False)
+
+
+def raise_on_mismatch(source: str, missing: Iterable[str], unexpected: Iterable[str], mismatched: Iterable) -> None:
+    """One :class:`CheckpointError` listing what does not fit (nothing raised when all three are empty)."""
+    problems = {
+        "missing from the checkpoint": sorted(missing),
+        "in the checkpoint but unused": sorted(unexpected),
+        "with the wrong shape": sorted(str(k) for k in mismatched),
+    }
+    found = [f"{len(keys)} tensors {what}: {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}"
+             for what, keys in problems.items() if keys]  # fmt: skip
+    if found:
+        raise CheckpointError(f"cannot load {source} exactly; " + "; ".join(found))
+
+
+def strict_from_pretrained(model_class, path: str, *, fresh: Iterable[str] = (), unused: Iterable[str] = (), **kwargs):
+    """``model_class.from_pretrained(path, **kwargs)`` that raises :class:`CheckpointError` instead of logging when
+    tensors are missing, unused or mis-shaped (``fresh`` / ``unused`` prefixes as in :func:`load_exactly`)."""
+    fresh, unused = tuple(fresh), tuple(unused)
+    with quiet_transformers():
+        model, info = model_class.from_pretrained(path, output_loading_info=True, **kwargs)
+    missing = [k for k in info.get("missing_keys", ()) if not (fresh and k.startswith(fresh))]
+    unexpected = [k for k in info.get("unexpected_keys", ()) if not (unused and k.startswith(unused))]
+    raise_on_mismatch(path, missing, unexpected, info.get("mismatched_keys", ()))
+    return model

@@ -1,0 +1,42 @@
+"""The hub-layout fixtures (``../shared/hub``): repo ids, their inputs / expected outputs, and skipping (or failing
+under CI) when the fixtures are absent. ``conftest.py`` points ``HF_HOME`` there before transformers is imported."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import HUB_FIXTURES
+
+EXPECTED = HUB_FIXTURES / "expected"
+
+
+def hub_repos() -> list[str]:
+    """Every repo id with expected outputs (folder ``ORG--NAME`` -> ``ORG/NAME``); [] without the fixtures."""
+    if not EXPECTED.is_dir():
+        return []
+    return sorted(p.name.replace("--", "/", 1) for p in EXPECTED.iterdir() if (p / "outputs.json").is_file())
+
+
+def expected(repo: str) -> tuple[dict, dict]:
+    """``(inputs, outputs)`` of a repo's fixture."""
+    folder = EXPECTED / repo.replace("/", "--", 1)
+    with open(folder / "inputs.json") as f, open(folder / "outputs.json") as g:
+        return json.load(f), json.load(g)
+
+
+def require_fixtures() -> None:
+    if not EXPECTED.is_dir():
+        message = f"hub fixtures not found at {HUB_FIXTURES}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def snapshot(repo: str) -> Path:
+    """The snapshot folder of a fixture repo (for tests that need the files themselves)."""
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(repo, local_files_only=True))
