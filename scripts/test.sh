@@ -6,3 +6,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup-env.sh"
 cd "$ROOT"
 ruff check .
 python -m pytest -q -ra "$@"
+if [ $# -eq 0 ]; then
+  # The numerics once more as a CPU without AVX-512 computes them (AVX2 kernels in ATen, MKL and oneDNN): tolerances
+  # must follow from dtype and magnitude, never from the machine the tests were written on.
+  echo "[test] numerics again with AVX2 kernels only"
+  ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 python -m pytest -q -p no:cacheprovider \
+    -m "not slow" tests/test_tite_model.py tests/test_tite_parity.py tests/test_sparse_ce_model.py \
+    tests/test_sparse_ce_parity.py tests/test_celi.py tests/test_pooling.py tests/test_window_attention.py tests/test_hub.py
+fi

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from _tolerance import assert_float_close
 from transformers import AutoModel, BertConfig, BertModel
 
 from pyterrier_tite.modeling import TiteConfig, TiteModel
@@ -181,7 +182,7 @@ def test_batched_forward_matches_naive_reference(variant):
     for b, n in enumerate(lengths):
         expected = naive_encode(model, ids[b, :n].tolist(), sd)
         got = out[b, : expected.shape[0]]
-        torch.testing.assert_close(got.double(), expected, atol=2e-5, rtol=0, msg=f"sequence {b} (length {n})")
+        assert_float_close(got.double(), expected, dtype=torch.float32, msg=f"sequence {b} (length {n})")
         assert (out[b, expected.shape[0] :] == 0).all()
 
 
@@ -194,8 +195,8 @@ def test_empty_sequences_give_zero_rows_and_leave_others_unchanged():
         all_empty = model(torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, 4, dtype=torch.long)).last_hidden_state
     assert out.shape == (4, 1, 32)
     assert (out[1] == 0).all() and (out[3] == 0).all()
-    torch.testing.assert_close(out[0], alone[0][0], atol=2e-6, rtol=0)
-    torch.testing.assert_close(out[2], alone[1][0], atol=2e-6, rtol=0)
+    assert_float_close(out[0], alone[0][0])
+    assert_float_close(out[2], alone[1][0])
     assert all_empty.shape == (3, 1, 32) and (all_empty == 0).all()
 
 
@@ -213,10 +214,10 @@ def test_left_padding_and_packed_entry_point_agree_with_right_padding():
         left = model(left_ids, left_mask).last_hidden_state
         packed = model.forward_packed(ids[mask.bool()], cu)
         from_tokenizer = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
-    torch.testing.assert_close(left, right, atol=1e-6, rtol=0)
+    assert_float_close(left, right)
     torch.testing.assert_close(from_tokenizer.last_hidden_state, right, atol=0, rtol=0)
     assert packed.cu_seqlens.tolist() == [0, 1, 2, 3]
-    torch.testing.assert_close(packed.last_hidden_state, right[:, 0], atol=1e-6, rtol=0)
+    assert_float_close(packed.last_hidden_state, right[:, 0])
 
 
 def test_hidden_states_are_packed_per_stage():
