@@ -61,3 +61,4 @@ def test_bm25_refuses_partial_msmarco():
 def test_bm25_unknown_field_is_clear(irds_home, tmp_path):
     with pytest.raises(KeyError, match="available"):
         pisa_index("local/cisi", path=str(tmp_path / "idx"), fields=["abstract"])
+    assert not (tmp_path / "idx").exists()  # no half-built index left to be reused

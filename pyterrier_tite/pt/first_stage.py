@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 
@@ -12,6 +13,7 @@ from pyterrier_pisa import PisaIndex
 
 from pyterrier_tite import datasets
 from pyterrier_tite._native_output import native_output_silenced
+from pyterrier_tite.pt.index_build import GuardedCorpus, atomic_build, check_pisa_index
 
 #: TREC DL aliases whose provided BM25 run stands in for full retrieval (the local MS MARCO collection is partial)
 TREC_DL = {"2019": "dl19", "2020": "dl20", "dl19": "dl19", "dl20": "dl20"}
@@ -40,14 +42,29 @@ def pisa_index(
         )
     fields = fields or default_text_fields(dataset_id)
     path = path or cache_dir("pisa", re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id) + "." + "+".join(fields))
-    index = PisaIndex(path, text_field=fields if len(fields) > 1 else fields[0], threads=threads)
-    if not index.built():
+    text_field = fields if len(fields) > 1 else fields[0]
+    if not os.path.exists(path):
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
+        if verbose:
+            corpus = pt.tqdm(corpus, desc=f"indexing {dataset_id}", unit="doc")
+        build_pisa_index(corpus, path, fields, threads=threads)
+    check_pisa_index(path)
+    return PisaIndex(path, text_field=text_field, threads=threads)
+
+
+def build_pisa_index(corpus, path: str, fields: list[str], threads: int = 1) -> None:
+    """Index ``corpus`` (dicts with docno + ``fields``) into a new PISA index at ``path``, all or nothing: built
+    beside ``path`` and renamed when complete; a corpus error or Ctrl-C leaves no ``path`` behind."""
+    with atomic_build(path) as staging:
+        guarded = GuardedCorpus(corpus, fields)
+        docs = iter(guarded)
+        first = next(docs, None)
+        if first is None:  # an error in the first document, or no documents: PISA would fail obscurely
+            guarded.raise_if_failed()
         with native_output_silenced():
-            if verbose:
-                corpus = pt.tqdm(corpus, desc=f"indexing {dataset_id}", unit="doc")
-            index.index(_with_fields(corpus, fields))
-    return index
+            index = PisaIndex(str(staging), text_field=fields if len(fields) > 1 else fields[0], threads=threads)
+            index.index(itertools.chain([first], docs))
+        guarded.raise_if_failed()
 
 
 def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args) -> pt.Transformer:
@@ -90,12 +107,3 @@ class RunRetriever(pt.Transformer):
     def __repr__(self) -> str:
         return f"RunRetriever({self.name!r})"
 
-
-def _with_fields(corpus, fields: list[str]):
-    """Check once that the collection has the fields asked for, with a clear error."""
-    for i, doc in enumerate(corpus):
-        if i == 0:
-            missing = [f for f in fields if f not in doc]
-            if missing:
-                raise KeyError(f"documents lack fields {missing}; available: {sorted(doc)}")
-        yield doc

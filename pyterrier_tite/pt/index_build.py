@@ -1,0 +1,126 @@
+"""Index builds that are all-or-nothing: a build happens in a hidden sibling folder that is renamed into place only when
+it finished, every problem of the corpus reaches the caller (engines that read the corpus in another thread, like
+PISA's, would only print it), and an index is checked before an engine that aborts on damaged files opens it."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+
+class CorruptIndexError(OSError):
+    """An index folder that is incomplete or damaged (names the file)."""
+
+
+@contextmanager
+def atomic_build(path: str | os.PathLike) -> Iterator[Path]:
+    """Yields a fresh hidden sibling of ``path`` to build into; renames it to ``path`` when the block succeeds and
+    removes it when anything (an error, Ctrl-C) leaves the block, so ``path`` is either complete or absent."""
+    final = Path(path)
+    if final.exists():
+        raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = final.with_name(f".{final.name}.building-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if final.exists():  # another process finished the same build first: keep theirs
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    os.rename(staging, final)
+
+
+def missing_value(value) -> bool:
+    """None and NaN are missing values (pandas turns them into the words "None" / "nan" when cast to str)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def checked_id(value, column: str) -> str:
+    """An identifier as ``str``: integers are accepted, missing values and whitespace (which would shift every later
+    id in a line-based lexicon such as PISA's) are refused."""
+    if missing_value(value):
+        raise ValueError(f"missing {column} (None/NaN)")
+    text = str(value)
+    if not text or any(c.isspace() for c in text) or "\0" in text:
+        raise ValueError(f"{column} {text!r} is empty or contains whitespace / NUL; ids must be single tokens")
+    return text
+
+
+def checked_text(value, column: str, row_id: str) -> str:
+    """A text field as ``str``; None/NaN is an error naming the row (never the word "None" or "nan")."""
+    if missing_value(value):
+        raise ValueError(f"missing {column} (None/NaN) for {row_id}")
+    return str(value).replace("\0", " ")
+
+
+class GuardedCorpus:
+    """A corpus iterator for an engine that consumes it in another thread: documents are validated (ids as ``str``,
+    unique, single tokens; text fields present and not missing), and the first exception is kept for
+    :meth:`raise_if_failed` instead of ending as a message printed by that thread."""
+
+    def __init__(self, corpus: Iterable[dict], fields: Sequence[str]):
+        self.corpus, self.fields = corpus, list(fields)
+        self.error: BaseException | None = None
+        self.count = 0
+
+    def __iter__(self) -> Iterator[dict]:
+        seen: set[str] = set()
+        try:
+            for doc in self.corpus:
+                docno = checked_id(doc.get("docno"), "docno")
+                if docno in seen:
+                    raise ValueError(f"duplicate docno {docno!r} in the corpus")
+                seen.add(docno)
+                absent = [f for f in self.fields if f not in doc]
+                if absent:
+                    raise KeyError(f"document {docno!r} lacks fields {absent}; available: {sorted(doc)}")
+                yield {**doc, "docno": docno, **{f: checked_text(doc[f], f, f"docno {docno!r}") for f in self.fields}}
+                self.count += 1
+        except BaseException as exc:  # noqa: B036 - kept and re-raised in the caller's thread
+            self.error = exc
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.count == 0:
+            raise ValueError("the corpus is empty: nothing to index")
+
+
+#: files every PISA index of ours has, whatever built it (text or learned-sparse ``toks``)
+PISA_FILES = ("pt_meta.json", "fwd.documents", "fwd.doclex", "fwd.terms", "fwd.termlex", "inv.docs", "inv.freqs",
+              "inv.sizes")  # fmt: skip
+
+
+def check_pisa_index(path: str | os.PathLike) -> None:
+    """Raise :class:`CorruptIndexError` naming the file if a PISA index is incomplete or truncated (PISA itself
+    aborts or segfaults on such files, killing the Python process without a message)."""
+    folder = Path(path)
+    for name in PISA_FILES:
+        file = folder / name
+        if not file.is_file() or file.stat().st_size == 0:
+            raise CorruptIndexError(f"PISA index {folder}: {name} is missing or empty; rebuild the index")
+    header = np.fromfile(folder / "inv.docs", dtype=np.uint32, count=2)
+    if len(header) != 2 or header[0] != 1:
+        raise CorruptIndexError(f"PISA index {folder}: inv.docs does not start with a document-count header")
+    num_docs = int(header[1])
+    _expect_size(folder / "inv.sizes", 4 * (num_docs + 1))
+    _expect_size(folder / "inv.freqs", (folder / "inv.docs").stat().st_size - 8)
+    with open(folder / "fwd.documents", "rb") as f:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    if lines != num_docs:
+        raise CorruptIndexError(f"PISA index {folder}: fwd.documents lists {lines} docnos for {num_docs} documents")
+
+
+def _expect_size(file: Path, size: int) -> None:
+    if file.stat().st_size != size:
+        actual = file.stat().st_size
+        raise CorruptIndexError(f"PISA index {file.parent}: {file.name} has {actual} bytes, expected {size}")
