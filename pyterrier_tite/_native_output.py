@@ -2,7 +2,9 @@
 
 PISA logs every percent of its indexing on the C-level streams, which floods notebooks and logs; its
 ``pyterrier_pisa.log_level`` switch raises AttributeError in 0.4.9, so the file descriptors are redirected instead.
-Python-level writes (progress bars) keep going to the original terminal through duplicated descriptors.
+Python-level writes (progress bars) keep going to the original terminal through duplicated descriptors. The native
+output is kept in a temporary file, not thrown away: when the block raises, its last lines are attached to the
+exception, so an engine's fatal message is never hidden.
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ import contextlib
 import io
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
+
+#: how much of the native output a failing block attaches to its exception
+TAIL_LINES = 20
 
 
 @contextlib.contextmanager
@@ -29,14 +35,19 @@ def native_output_silenced(enabled: bool = True) -> Iterator[None]:
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     py_streams = (sys.stdout, sys.stderr)
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    log = tempfile.TemporaryFile()
     try:
         if swap_python_streams:
             sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(saved[1]), "wb", buffering=0), write_through=True)
             sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved[2]), "wb", buffering=0), write_through=True)
         for fd in (1, 2):
-            os.dup2(devnull, fd)
+            os.dup2(log.fileno(), fd)
         yield
+    except BaseException as exc:
+        tail = _tail(log)
+        if tail:
+            exc.add_note(f"native library output before the error (last {TAIL_LINES} lines):\n{tail}")
+        raise
     finally:
         if swap_python_streams:
             for stream in (sys.stdout, sys.stderr):
@@ -47,7 +58,14 @@ def native_output_silenced(enabled: bool = True) -> Iterator[None]:
         for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
-        os.close(devnull)
+        log.close()
+
+
+def _tail(log) -> str:
+    log.flush()
+    log.seek(0)
+    lines = log.read().decode("utf-8", "replace").splitlines()
+    return "\n".join(lines[-TAIL_LINES:])
 
 
 def _fds_open() -> bool:

@@ -43,3 +43,13 @@ def test_disabled_lets_everything_through(capfd):
     with native_output_silenced(enabled=False):
         os.write(1, b"NATIVE-OUT\n")
     assert "NATIVE-OUT" in capfd.readouterr().out
+
+
+def test_a_failing_block_attaches_the_native_output_to_its_error():
+    try:
+        with native_output_silenced():
+            os.write(2, b"engine: fatal: cannot open fwd.doclex\n")
+            raise RuntimeError("engine failed")
+    except RuntimeError as exc:
+        notes = "\n".join(getattr(exc, "__notes__", []))
+    assert "cannot open fwd.doclex" in notes
