@@ -92,6 +92,26 @@ def test_resume_continues_the_same_run(tmp_path):
     assert [h["loss"] for h in resumed_history] == pytest.approx([h["loss"] for h in history])
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [({"lr": 0.01}, "learning_rate 0.05 -> 0.01"), ({"steps": 2}, "trained 4 steps"), ({"seed": 7}, "seed 42 -> 7")],
+)
+def test_resume_with_changed_settings_is_refused_by_name(tmp_path, change, named):
+    run(tmp_path, "a", size=3, steps=4)
+    with pytest.raises(ValueError, match=named) as raised:
+        run(tmp_path, "a", size=3, **{"steps": 4, **change})
+    assert "no-resume" in str(raised.value)
+    model, history = run(tmp_path, "a", size=3, steps=4)  # the same settings resume (nothing left to do)
+    assert len(history) == 4
+
+
+def test_resume_with_more_steps_trains_on_and_says_the_schedule_changed(tmp_path):
+    run(tmp_path, "a", size=3, steps=4)
+    with pytest.warns(UserWarning, match="max_steps 4 -> 6"):
+        _, history = run(tmp_path, "a", size=3, steps=6)
+    assert [h["step"] for h in history] == [1, 2, 3, 4, 5, 6]
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="max_steps"):
         TrainingArguments("x", max_steps=0)

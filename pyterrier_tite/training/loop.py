@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -31,6 +32,9 @@ from torch import nn
 
 CHECKPOINT = "checkpoint"
 STATE_FILE = "trainer_state.pt"
+#: settings that shape the run's trajectory: a resume with other values would silently train something else
+RUN_DEFINING = ("max_steps", "learning_rate", "weight_decay", "warmup_steps", "grad_accumulation", "max_grad_norm",
+                "seed")  # fmt: skip
 
 LossOutput = torch.Tensor | tuple[torch.Tensor, dict[str, float]]
 
@@ -164,7 +168,12 @@ class Trainer:
             "step": self.step,
             "epoch": self.epoch,
             "batches_done_in_epoch": self.batches_done_in_epoch,
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
             "args": asdict(self.args),
         }
         tmp = os.path.join(self.checkpoint_dir, STATE_FILE + ".tmp")
@@ -178,6 +187,7 @@ class Trainer:
         if not os.path.exists(path):
             return False
         state = torch.load(path, map_location="cpu", weights_only=False)
+        check_resumable(state.get("args", {}), self.args, state["step"], path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -186,6 +196,8 @@ class Trainer:
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"].get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         log_path = os.path.join(self.args.output_dir, "log.jsonl")
         self.history = _read_log(log_path)[: self.step]
         if self.is_main:  # steps after the checkpoint are redone: drop their lines
@@ -284,6 +296,34 @@ class Trainer:
         if self.world_size > 1:
             dist.barrier()
         return self.history
+
+
+def check_resumable(saved: dict, args: TrainingArguments, step: int, path: str) -> None:
+    """A resume under other settings either applies them or is refused, never silently ignores them.
+
+    A new ``max_steps`` applies (train on, or stop earlier): the linear decay is re-planned to end at the new step
+    count, with a warning. ``max_steps`` below the checkpoint's step, or any other run-defining setting changed
+    (they would be silently overridden by the checkpoint's optimizer state or change the data order), is refused,
+    naming each difference and the ways out."""
+    if args.max_steps < step:
+        raise ValueError(
+            f"cannot resume {path}: it has trained {step} steps, more than --max-steps {args.max_steps}; "
+            "pass --no-resume (resume=False) to start over or choose another output directory"
+        )
+    changed = {k: (saved[k], getattr(args, k)) for k in RUN_DEFINING if k in saved and saved[k] != getattr(args, k)}
+    steps = changed.pop("max_steps", None)
+    if changed:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise ValueError(
+            f"cannot resume {path} with changed settings ({listed}): rerun with the checkpoint's values to continue, "
+            "pass --no-resume (resume=False) to start over, or choose another output directory"
+        )
+    if steps is not None:
+        warnings.warn(
+            f"resuming {path} at step {step} with max_steps {steps[0]} -> {steps[1]}: the learning-rate decay is "
+            f"re-planned to reach zero at step {steps[1]}",
+            stacklevel=3,
+        )
 
 
 def _split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
