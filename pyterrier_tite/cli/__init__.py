@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "pyterrier_tite.cli_rerankers",
     "pyterrier_tite.cli_sparse",
     "pyterrier_tite.cli_tite",
+    "pyterrier_tite.cli.evaluate",
 ]
 
 

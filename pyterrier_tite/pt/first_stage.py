@@ -45,25 +45,28 @@ def pisa_index(
     text_field = fields if len(fields) > 1 else fields[0]
     if not os.path.exists(path):
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
-        if verbose:
-            corpus = pt.tqdm(corpus, desc=f"indexing {dataset_id}", unit="doc")
-        build_pisa_index(corpus, path, fields, threads=threads)
+        build_pisa_index(corpus, path, fields, threads=threads, progress=f"indexing {dataset_id}" if verbose else None)
     check_pisa_index(path)
     return PisaIndex(path, text_field=text_field, threads=threads)
 
 
-def build_pisa_index(corpus, path: str, fields: list[str], threads: int = 1) -> None:
+def build_pisa_index(
+    corpus, path: str, fields: list[str], threads: int = 1, progress: str | None = None, stemmer: str = "porter2"
+) -> None:
     """Index ``corpus`` (dicts with docno + ``fields``) into a new PISA index at ``path``, all or nothing: built
-    beside ``path`` and renamed when complete; a corpus error or Ctrl-C leaves no ``path`` behind."""
-    with atomic_build(path) as staging:
+    beside ``path`` and renamed when complete; a corpus error or Ctrl-C leaves no ``path`` behind. ``progress``:
+    the label of a progress bar (none when None)."""
+    with atomic_build(path) as staging, native_output_silenced():  # the bar is made inside: it must reach the terminal
+        if progress:
+            corpus = pt.tqdm(corpus, desc=progress, unit="doc")
         guarded = GuardedCorpus(corpus, fields)
         docs = iter(guarded)
         first = next(docs, None)
         if first is None:  # an error in the first document, or no documents: PISA would fail obscurely
             guarded.raise_if_failed()
-        with native_output_silenced():
-            index = PisaIndex(str(staging), text_field=fields if len(fields) > 1 else fields[0], threads=threads)
-            index.index(itertools.chain([first], docs))
+        text_field = fields if len(fields) > 1 else fields[0]
+        index = PisaIndex(str(staging), text_field=text_field, threads=threads, stemmer=stemmer)
+        index.index(itertools.chain([first], docs))
         guarded.raise_if_failed()
 
 

@@ -1,0 +1,74 @@
+"""``pyterrier-tite evaluate``: score run files against qrels in one table (significance through ``pt.Experiment``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+DEFAULT_MEASURES = "nDCG@10 AP R@100"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "evaluate",
+        help="evaluate TREC run files against qrels (one table; significance with --baseline)",
+        description="Evaluate run files against qrels. Example: pyterrier-tite evaluate --qrels vaswani bm25.run "
+        "tite.run --baseline 0",
+    )
+    parser.add_argument("runs", nargs="+", help="TREC run files (.gz allowed)")
+    parser.add_argument("--qrels", required=True, help="ir_datasets id / alias (e.g. vaswani, dl19) or a qrels file")
+    parser.add_argument("--measures", default=DEFAULT_MEASURES, help=f"measures (default {DEFAULT_MEASURES!r})")
+    parser.add_argument("--names", default=None, help="comma-separated system names (default: the file names)")
+    parser.add_argument("--baseline", type=int, default=None, help="index of the run to test the others against")
+    parser.add_argument("--correction", default=None, help="multiple-testing correction, e.g. holm or bonferroni")
+    parser.add_argument("--csv", default=None, help="also write the table as CSV")
+    parser.add_argument("--json", default=None, help="also write the table as JSON records")
+    parser.set_defaults(func=run_evaluate)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    table = evaluate(
+        args.runs, args.qrels, args.measures.split(), names=_names(args), baseline=args.baseline,
+        correction=args.correction,
+    )  # fmt: skip
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
+        print(table.to_string(index=False))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    if args.json:
+        table.to_json(args.json, orient="records", indent=1)
+    return 0
+
+
+def _names(args: argparse.Namespace) -> list[str]:
+    if args.names:
+        names = [n.strip() for n in args.names.split(",")]
+        if len(names) != len(args.runs):
+            raise SystemExit(f"--names gives {len(names)} names for {len(args.runs)} runs")
+        return names
+    return [os.path.basename(path) for path in args.runs]
+
+
+def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str], baseline=None, correction=None):
+    """``pt.Experiment`` over the runs (read as result frames) on the queries of the qrels."""
+    import ir_measures
+    import pandas as pd
+    import pyterrier as pt
+
+    from pyterrier_tite.pt.inputs import load_qrels
+    from pyterrier_tite.pt.run_files import read_trec_run
+
+    try:
+        parsed = [ir_measures.parse_measure(m) for m in measures]
+    except (ValueError, NameError, SyntaxError) as exc:
+        raise SystemExit(f"unknown measure in {measures}: {exc}") from exc
+    if baseline is not None and not 0 <= baseline < len(runs):
+        raise SystemExit(f"--baseline {baseline} is not the index of one of the {len(runs)} runs")
+    judged = load_qrels(qrels)
+    systems = [read_trec_run(path) for path in runs]
+    topics = pd.DataFrame({"qid": sorted(judged["qid"].unique()), "query": ""})
+    return pt.Experiment(
+        systems, topics, judged, parsed, names=names, baseline=baseline, correction=correction, round=4
+    )

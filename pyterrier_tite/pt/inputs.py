@@ -1,0 +1,117 @@
+"""What batch commands read: topics, qrels and corpora given either as an ir_datasets id (or alias) or as a file, so
+the same command works on TREC DL / BEIR ids and on a user's own ``.jsonl`` / ``.tsv`` / TREC files.
+
+File formats: corpora ``.jsonl(.gz)`` (docno or doc_id; text or default_text, else title + text) or ``.tsv(.gz)``
+(``docno<TAB>text``); topics ``.jsonl`` (qid, query), ``.tsv`` (``qid<TAB>query``), ``.xml`` (TREC topic XML) or a
+TREC topics file; qrels a TREC qrels file (``qid 0 docno label``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator
+
+import pandas as pd
+
+from pyterrier_tite.pt.index_build import checked_id, checked_text
+
+
+def is_file_argument(value: str) -> bool:
+    """A path to an existing file (anything else is taken as an ir_datasets id or alias)."""
+    return os.path.isfile(value)
+
+
+def _open_text(path: str):
+    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+
+
+def _stem(path: str) -> str:
+    return path[: -len(".gz")] if path.endswith(".gz") else path
+
+
+def _doc_text(record: dict, path: str) -> object:
+    if "text" in record or "default_text" in record:
+        return record.get("text", record.get("default_text"))
+    if "title" in record:
+        return record["title"]
+    raise ValueError(f"{path}: a document lacks text / default_text (it has {sorted(record)})")
+
+
+def iter_corpus(source: str) -> Iterator[dict]:
+    """``{docno, text}`` dicts from a corpus file, or an ir_datasets collection's documents (all its text fields)."""
+    if is_file_argument(source):
+        yield from _iter_corpus_file(source)
+        return
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.first_stage import default_text_fields
+
+    dataset_id = datasets.irds_id(source)
+    fields = default_text_fields(dataset_id)
+    for doc in datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False):
+        parts = [str(doc[f]) for f in fields if f in doc and doc[f] is not None and str(doc[f])]
+        yield {"docno": checked_id(doc["docno"], "docno"), "text": " ".join(parts)}
+
+
+def _iter_corpus_file(path: str) -> Iterator[dict]:
+    kind = _stem(path).rsplit(".", 1)[-1]
+    with _open_text(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if kind == "jsonl":
+                record = json.loads(line)
+                raw_id = record.get("docno", record.get("doc_id"))
+                text, title = _doc_text(record, path), record.get("title")
+                if title and "text" in record:
+                    text = f"{title} {text}"
+            elif kind == "tsv":
+                raw_id, _, text = line.rstrip("\n").partition("\t")
+            else:
+                raise ValueError(f"{path}: corpus files are .jsonl(.gz) or .tsv(.gz)")
+            docno = checked_id(raw_id, f"docno (line {number} of {path})")
+            yield {"docno": docno, "text": checked_text(text, "text", f"docno {docno!r}")}
+
+
+def load_topics(source: str) -> pd.DataFrame:
+    """``qid, query`` (str ids) from a topics file or an ir_datasets id."""
+    if not is_file_argument(source):
+        from pyterrier_tite import datasets
+
+        topics = datasets.get_dataset(source).get_topics()
+        topics = topics.assign(qid=topics["qid"].astype(str))
+    else:
+        topics = _topics_file(source)
+    for qid, query in zip(topics["qid"], topics["query"], strict=True):
+        checked_text(query, "query", f"qid {qid!r}")
+    return topics
+
+
+def _topics_file(path: str) -> pd.DataFrame:
+    import pyterrier as pt
+
+    kind = _stem(path).rsplit(".", 1)[-1]
+    if kind == "jsonl":
+        with _open_text(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        rows = [(checked_id(r.get("qid", r.get("query_id")), "qid"), r.get("query", r.get("text"))) for r in records]
+        return pd.DataFrame(rows, columns=["qid", "query"])
+    if kind == "tsv":
+        frame = pd.read_csv(path, sep="\t", header=None, names=["qid", "query"], dtype=str, keep_default_na=False)
+        return frame.assign(qid=[checked_id(q, "qid") for q in frame["qid"]])
+    if kind == "xml":
+        return pt.io.read_topics(path, format="trecxml", tags=["query"])
+    return pt.io.read_topics(path, format="trec")
+
+
+def load_qrels(source: str) -> pd.DataFrame:
+    """``qid, docno, label`` (str ids) from a TREC qrels file or an ir_datasets id."""
+    import pyterrier as pt
+
+    if is_file_argument(source):
+        qrels = pt.io.read_qrels(source)
+    else:
+        from pyterrier_tite import datasets
+
+        qrels = datasets.get_dataset(source).get_qrels()
+    return qrels.assign(qid=qrels["qid"].astype(str), docno=qrels["docno"].astype(str))

@@ -1,0 +1,54 @@
+"""``pyterrier-tite evaluate`` end to end, as a user types it: run files against a qrels file or an ir_datasets id."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+QRELS = "1 0 a 1\n1 0 b 0\n2 0 c 2\n2 0 d 1\n3 0 e 1\n"
+GOOD = "1 Q0 a 1 3.0 good\n1 Q0 b 2 2.0 good\n2 Q0 c 1 3.0 good\n2 Q0 d 2 1.0 good\n3 Q0 e 1 1.0 good\n"
+BAD = "1 Q0 b 1 3.0 bad\n1 Q0 a 2 2.0 bad\n2 Q0 d 1 3.0 bad\n2 Q0 c 2 1.0 bad\n3 Q0 x 1 1.0 bad\n"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pyterrier_tite", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_evaluate_files_with_significance(tmp_path):
+    (tmp_path / "qrels.txt").write_text(QRELS)
+    (tmp_path / "good.run").write_text(GOOD)
+    (tmp_path / "bad.run").write_text(BAD)
+    done = cli(
+        "evaluate", str(tmp_path / "good.run"), str(tmp_path / "bad.run"), "--qrels", str(tmp_path / "qrels.txt"),
+        "--measures", "nDCG@10 P@1", "--baseline", "0", "--correction", "holm", "--json", str(tmp_path / "t.json"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "good.run" in done.stdout and "bad.run" in done.stdout
+    rows = {r["name"]: r for r in json.load(open(tmp_path / "t.json"))}
+    assert rows["good.run"]["nDCG@10"] == pytest.approx(1.0)
+    assert rows["bad.run"]["P@1"] == pytest.approx(1 / 3, abs=1e-4)  # only query 2 has a relevant first document
+    assert "P@1 p-value" in rows["bad.run"]
+
+
+def test_evaluate_refuses_an_unknown_measure_and_a_bad_baseline(tmp_path):
+    (tmp_path / "qrels.txt").write_text(QRELS)
+    (tmp_path / "good.run").write_text(GOOD)
+    done = cli("evaluate", str(tmp_path / "good.run"), "--qrels", str(tmp_path / "qrels.txt"), "--measures", "nDGC@10")
+    assert done.returncode != 0 and "unknown measure" in done.stderr
+    done = cli("evaluate", str(tmp_path / "good.run"), "--qrels", str(tmp_path / "qrels.txt"), "--baseline", "3")
+    assert done.returncode != 0 and "--baseline 3" in done.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_against_an_ir_datasets_id(tmp_path, irds_home, tite_cache):
+    import pyterrier_tite as t
+    from pyterrier_tite.pt.run_files import write_trec_run
+
+    topics = t.datasets.get_dataset("vaswani").get_topics()
+    write_trec_run(t.bm25("vaswani").transform(topics), tmp_path / "bm25.run.gz", system="bm25")
+    done = cli("evaluate", str(tmp_path / "bm25.run.gz"), "--qrels", "vaswani", "--csv", str(tmp_path / "t.csv"))
+    assert done.returncode == 0, done.stderr
+    assert "0.4667" in (tmp_path / "t.csv").read_text()  # nDCG@10 of BM25 on vaswani, as in the README
