@@ -32,8 +32,18 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--head", choices=["cls", "mean", "celi"], default="cls")
     parser.add_argument("--token-dim", type=int, default=32, help="D_tok of the CELI head")
-    parser.add_argument("--query-max-length", type=int, default=32)
-    parser.add_argument("--doc-max-length", type=int, default=512)
+    parser.add_argument(
+        "--query-max-length",
+        type=int,
+        default=None,
+        help="query word pieces; default: as stored with the model (ours 32, released SparseCE 30)",
+    )
+    parser.add_argument(
+        "--doc-max-length",
+        type=int,
+        default=None,
+        help="doc word pieces; default: as stored, else every position the query leaves",
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="docs per forward pass when scoring")
 
 

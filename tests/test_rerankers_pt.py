@@ -12,6 +12,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
 import pyterrier_tite
+from pyterrier_tite.convert import CheckpointError
 from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
 from pyterrier_tite.modeling.celi import CrossEncoderScorer
 from pyterrier_tite.pt.rerankers import CELI, CrossEncoderReranker, MonoCE, SparseCE
@@ -197,6 +198,84 @@ def test_scorer_gradients_flow_through_scores_torch(tokenizer):
 def test_exported_from_the_package():
     assert pyterrier_tite.SparseCE is SparseCE and pyterrier_tite.CELI is CELI and pyterrier_tite.MonoCE is MonoCE
     assert {"SparseCE", "MonoCE", "CELI"} <= set(pyterrier_tite.__all__)
+
+
+# ------------------------------------------------------------------------------------------- ELECTRA backbones
+@pytest.fixture()
+def electra_folder(tokenizer, tmp_path) -> str:
+    """A tiny random ElectraForSequenceClassification (embedding size below the hidden size, as in ELECTRA-small)
+    saved with the tokenizer, as a fine-tuned monoELECTRA would be."""
+    from transformers import ElectraConfig, ElectraForSequenceClassification
+
+    config = ElectraConfig(
+        vocab_size=len(WORDS), embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=64, initializer_range=0.3, num_labels=1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    ElectraForSequenceClassification(config).eval().save_pretrained(tmp_path / "electra")
+    tokenizer.save_pretrained(tmp_path / "electra")
+    return str(tmp_path / "electra")
+
+
+def test_mono_ce_on_electra_equals_the_hf_models_own_logits(electra_folder, tokenizer):
+    import warnings
+
+    from transformers import ElectraForSequenceClassification
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a complete checkpoint: nothing fresh, nothing reported
+        reranker = MonoCE(electra_folder)
+    assert isinstance(reranker.scorer.backbone, ElectraForSequenceClassification)
+    hf = ElectraForSequenceClassification.from_pretrained(electra_folder).eval()
+    inp = frame()
+    out = reranker(inp).set_index("docno")["score"]
+    with torch.no_grad():
+        for row in inp.itertuples():
+            enc = tokenizer(row.query, row.text, return_tensors="pt")  # the tokenizer's own [CLS] q [SEP] d [SEP]
+            assert out[row.docno] == pytest.approx(float(hf(**enc).logits[0, 0]), abs=1e-5)
+    assert out.nunique() > 1
+
+
+def test_celi_on_electra_runs_and_round_trips(electra_folder, tmp_path):
+    with pytest.warns(UserWarning, match="'celi' score head"):
+        celi = CELI(electra_folder, token_dim=8)
+    assert not celi.scorer.is_sparse and celi.scorer.backbone.base_model_prefix == "electra"
+    inp = frame()
+    before = celi(inp).set_index("docno")["score"]
+    assert before.notna().all() and before.nunique() > 1
+    celi.save_pretrained(tmp_path / "celi")
+    loaded = CrossEncoderReranker.from_pretrained(tmp_path / "celi")
+    assert type(loaded) is CELI and loaded.scorer.backbone.config.model_type == "electra"
+    after = loaded(inp).set_index("docno")["score"]
+    assert (before - after.loc[before.index]).abs().max() < 1e-5
+
+
+def test_electra_discriminator_start_gets_a_new_head_and_a_broken_checkpoint_fails(electra_folder, tmp_path):
+    from safetensors.torch import load_file, save_file
+    from transformers import ElectraConfig, ElectraForPreTraining
+
+    config = ElectraConfig(vocab_size=len(WORDS), embedding_size=8, hidden_size=16, num_hidden_layers=1,
+                           num_attention_heads=2, intermediate_size=32)  # fmt: skip
+    ElectraForPreTraining(config).save_pretrained(tmp_path / "disc")
+    with pytest.warns(UserWarning, match=r"classifier\.out_proj\.weight.*ignored: discriminator_predictions"):
+        MonoCE(str(tmp_path / "disc"), tokenizer=tokenizer_of(electra_folder))
+    state = load_file(f"{electra_folder}/model.safetensors")
+    del state["electra.encoder.layer.1.output.dense.weight"]
+    save_file(state, f"{electra_folder}/model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"electra\.encoder\.layer\.1\.output\.dense"):
+        MonoCE(electra_folder)
+
+
+def tokenizer_of(folder: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def test_other_encoder_types_are_refused_by_name(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta"}))
+    with pytest.raises(ValueError, match="not supported: model_type 'roberta'"):
+        MonoCE(str(tmp_path), tokenizer=object())
 
 
 @pytest.fixture(scope="module")

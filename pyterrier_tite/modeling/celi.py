@@ -136,11 +136,11 @@ class CrossEncoderScorer(nn.Module):
     """A cross-encoder backbone with one score head: the module rerankers run and trainers train.
 
     ``backbone``: a :class:`SparseCrossEncoder` (segments, windowed / asymmetric attention) or a
-    ``transformers`` ``BertForSequenceClassification`` (full attention over ``[CLS] q [SEP] d [SEP]``). ``head``:
-    ``"cls"`` uses the backbone's own pooler + linear classifier (the reference / monoBERT checkpoint format, so
-    published cross-encoders score unchanged), ``"mean"`` a :class:`MeanPoolHead`, ``"celi"`` a :class:`CeliHead`.
-    Inputs are raw token ids without special tokens: one query per entry with its list of docs. Scores come back
-    flat ``[N]`` in input order.
+    ``transformers`` BERT / ELECTRA ``*ForSequenceClassification`` (full attention over ``[CLS] q [SEP] d [SEP]``).
+    ``head``: ``"cls"`` uses the backbone's own score head (pooler + linear for BERT, dense + projection on [CLS]
+    for ELECTRA: the reference / monoBERT checkpoint formats, so published cross-encoders score unchanged),
+    ``"mean"`` a :class:`MeanPoolHead`, ``"celi"`` a :class:`CeliHead`. Inputs are raw token ids without special
+    tokens: one query per entry with its list of docs. Scores come back flat ``[N]`` in input order.
     """
 
     def __init__(self, backbone: nn.Module, head: str = "cls", token_dim: int = 32):
@@ -177,7 +177,7 @@ class CrossEncoderScorer(nn.Module):
     def score_parts(self, queries: list[list[int]], docs: list[list[list[int]]]) -> dict[str, torch.Tensor]:
         """``{"score": [N]}``, or for CELI ``{"cls": [N], "late": [N]}`` (the terms the paper trains separately)."""
         if sum(len(d) for d in docs) == 0:
-            return {"score": self.backbone.classifier.weight.new_zeros(0)}
+            return {"score": next(self.backbone.parameters()).new_zeros(0)}
         if self.head is None:
             return {"score": self._logits(queries, docs)}
         states = self._states(queries, docs)
@@ -197,7 +197,8 @@ class CrossEncoderScorer(nn.Module):
         if self.is_sparse:
             return pair_states_from_sparse(self.backbone.bert(self.backbone.make_batch(queries, docs)).segments)
         ids, types, mask = self._bert_inputs(queries, docs)
-        hidden = self.backbone.bert(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
+        encoder = self.backbone.base_model  # .bert / .electra: the heads read the last layer, not the classifier
+        hidden = encoder(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
         return pair_states_from_bert(hidden, types, mask)
 
     def _bert_inputs(self, queries, docs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -379,22 +379,35 @@ class SparseCrossEncoderPreTrainedModel(PreTrainedModel):
     def from_bert(cls, path_or_model, **config_overrides):
         """Any plain BERT checkpoint (folder / hub id, or a loaded ``BertModel`` / ``BertFor*``) as a sparse
         cross-encoder with the given window and flags, e.g. ``from_bert(path, attention_window_size=4,
-        query_cls_attention=False, query_doc_attention=False)``. Missing heads (pooler, classifier) are initialised."""
+        query_cls_attention=False, query_doc_attention=False)``. A sparse checkpoint loads exactly. Missing heads
+        (pooler, classifier) start fresh, with a warning; any other missing or unused tensor is an error."""
         if isinstance(path_or_model, PreTrainedModel):
-            fields = {k: v for k, v in path_or_model.config.to_dict().items() if k not in ("id2label", "label2id")}
-            config = SparseCrossEncoderConfig(**{**fields, **config_overrides})
-            model = cls(config)
-            state = path_or_model.state_dict()
-            prefix = "" if any(k.startswith("bert.") for k in state) else "bert."
-            target = cls.base_model_prefix + "." if cls is not SparseCrossEncoderModel else ""
-            state = {_rebase(k, prefix, target): v for k, v in state.items()}
-            missing, _ = model.load_state_dict(state, strict=False)
-            lost = [k for k in missing if ("embeddings." in k or "encoder." in k) and not k.endswith("position_ids")]
-            if lost:
-                raise ValueError(f"not a BERT checkpoint, missing encoder weights: {lost[:4]}")
-            return model.to(path_or_model.dtype)
-        config = load_config(path_or_model, **config_overrides)
-        return cls.from_pretrained(path_or_model, config=config)
+            return cls._from_bert_module(path_or_model, **config_overrides)
+        from pyterrier_tite.convert.checkpoint import local_checkpoint
+        from pyterrier_tite.convert.sparse_ce import load_sparse_cross_encoder
+
+        if cls is not SparseCrossEncoderModelForSequenceClassification:
+            raise TypeError(f"{cls.__name__}.from_bert takes a model; load folders with SparseCrossEncoder")
+        return load_sparse_cross_encoder(local_checkpoint(path_or_model), **config_overrides)
+
+    @classmethod
+    def _from_bert_module(cls, bert: PreTrainedModel, **config_overrides):
+        """A loaded BERT's weights in a sparse model: the encoder must be complete; heads it lacks are reported."""
+        fields = {k: v for k, v in bert.config.to_dict().items() if k not in ("id2label", "label2id")}
+        model = cls(SparseCrossEncoderConfig(**{**fields, **config_overrides}))
+        state = bert.state_dict()
+        prefix = "" if any(k.startswith("bert.") for k in state) else "bert."
+        target = cls.base_model_prefix + "." if cls is not SparseCrossEncoderModel else ""
+        missing, _ = model.load_state_dict({_rebase(k, prefix, target): v for k, v in state.items()}, strict=False)
+        missing = [k for k in missing if not k.endswith("position_ids")]
+        lost = [k for k in missing if "embeddings." in k or "encoder." in k]
+        if lost:
+            raise ValueError(f"not a BERT checkpoint, missing encoder weights: {lost[:4]}")
+        if missing:
+            from pyterrier_tite.convert.cross_encoder import note_fresh
+
+            note_fresh(f"score head {', '.join(missing)} (from a {type(bert).__name__})")
+        return model.to(bert.dtype)
 
 
 def _rebase(key: str, prefix: str, target: str) -> str:

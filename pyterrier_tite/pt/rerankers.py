@@ -4,7 +4,13 @@ attention, monoBERT) and ``CELI`` (late-interaction head on either backbone).
 All three take a result frame (qid, query, docno, text) and return it rescored and re-ranked. Docs are scored
 grouped by query, so a sparse cross-encoder whose query attends only to itself encodes each query once per batch.
 Texts are tokenised without special tokens (the models add them) and truncated to ``query_max_length`` /
-``doc_max_length`` tokens and to what the position embeddings hold.
+``doc_max_length`` word pieces and to what the position embeddings hold (``doc_max_length=None``: the doc gets every
+position the query and the three special tokens leave, as in the reference).
+
+Folders and hub ids load exactly (:mod:`pyterrier_tite.convert`): a missing or unused tensor is an error; only a start
+from a plain encoder (new score head) creates fresh weights, and says so in one warning. Lengths stored with a
+checkpoint are its defaults, explicit keyword arguments override them: ``pt_meta.json`` of our saves, the
+reference's caps for a released sparse checkpoint (query 30 word pieces = its 32 with [CLS] and [SEP]).
 """
 
 from __future__ import annotations
@@ -20,18 +26,34 @@ import pyterrier_alpha as pta
 import torch
 from torch import nn
 
+from pyterrier_tite.convert.checkpoint import CheckpointError, load_exactly, local_checkpoint
+from pyterrier_tite.convert.cross_encoder import (
+    fill_special_ids,
+    folder_tokenizer,
+    note_fresh,
+    one_fresh_warning,
+    sequence_classifier,
+)
+from pyterrier_tite.convert.sparse_ce import (
+    REFERENCE_QUERY_WORD_PIECES,
+    RELEASED_PATTERN,
+    is_sparse_checkpoint,
+    load_sparse_cross_encoder,
+    special_ids,
+)
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.celi import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
-from pyterrier_tite.pt.hf_logging import quiet_transformers
 
-#: the released sparse cross-encoder pattern, applied when a plain BERT checkpoint is turned into a SparseCE
-RELEASED_PATTERN = {"attention_window_size": 4, "query_cls_attention": False, "query_doc_attention": False}
+__all__ = ["CELI", "RELEASED_PATTERN", "CrossEncoderReranker", "MonoCE", "SparseCE"]
+
 #: ``w`` / ``symmetric`` value meaning "as the checkpoint says"
 KEEP = "config"
 META_FILE = "pt_meta.json"
 HEAD_FILE = "score_head.safetensors"
 SPECIAL_TOKENS = 3  # [CLS] q [SEP] d [SEP]
+#: query cap (word pieces) of our own models when the checkpoint stores none
+QUERY_MAX_LENGTH = 32
 
 
 class CrossEncoderReranker(pt.Transformer):
@@ -42,8 +64,8 @@ class CrossEncoderReranker(pt.Transformer):
         scorer: CrossEncoderScorer,
         tokenizer,
         batch_size: int = 32,
-        query_max_length: int = 32,
-        doc_max_length: int = 512,
+        query_max_length: int = QUERY_MAX_LENGTH,
+        doc_max_length: int | None = None,
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
@@ -74,7 +96,14 @@ class CrossEncoderReranker(pt.Transformer):
         return self.tokenize(texts, self.query_max_length)
 
     def tokenize_docs(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.tokenize(texts, self.doc_max_length)
+        """Doc ids capped at ``doc_max_length``, or (None) at the positions left after the special tokens; the
+        tokenizer's ``model_max_length`` (512 even for the 4096-position release) never applies."""
+        cap = self.scorer.max_positions() - SPECIAL_TOKENS
+        return self.tokenize(texts, cap if self.doc_max_length is None else self.doc_max_length)
+
+    def lengths(self) -> dict[str, int | None]:
+        """The input caps, as stored in ``pt_meta.json``."""
+        return {"query_max_length": self.query_max_length, "doc_max_length": self.doc_max_length}
 
     def fit_doc(self, query: list[int], doc: list[int]) -> list[int]:
         """The doc cut to what the position embeddings leave after the query and the special tokens."""
@@ -124,20 +153,39 @@ class CrossEncoderReranker(pt.Transformer):
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Hugging Face layout (backbone ``config.json`` + ``model.safetensors``, tokenizer files), the head's
         weights (``score_head.safetensors``, heads other than "cls") and ``pt_meta.json``."""
-        save_scorer(self.scorer, self.tokenizer, path, reranker=type(self).__name__)
+        save_scorer(self.scorer, self.tokenizer, path, reranker=type(self).__name__, lengths=self.lengths())
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> CrossEncoderReranker:
-        """A folder saved by ``save_pretrained`` (any of the three classes, read from ``pt_meta.json``), a reference
-        sparse cross-encoder checkpoint or a plain BERT / cross-encoder checkpoint (as this class)."""
-        meta = read_meta(path)
+        """A folder or hub id: saved by ``save_pretrained`` (any of the three classes, read from ``pt_meta.json``),
+        a reference sparse cross-encoder checkpoint (a SparseCE, also from this base class) or a plain BERT /
+        ELECTRA (cross-)encoder (as this class; MonoCE from the base class)."""
+        folder = local_checkpoint(path)
+        meta = read_meta(folder)
         target = {c.__name__: c for c in (SparseCE, MonoCE, CELI)}.get(meta.get("reranker"), cls)
         if target is CrossEncoderReranker:
-            target = SparseCE if meta.get("backbone") == "sparse" or _has_sparse_config(path) else MonoCE
-        return target(str(path), **kwargs)
+            target = SparseCE if meta.get("backbone") == "sparse" or is_sparse_checkpoint(folder) else MonoCE
+        return target(folder, **kwargs)
+
+    def _setup(self, model, backbone_fn, head, token_dim, tokenizer, query_max_length, doc_max_length, **common):
+        """Shared construction of the three classes: hub id -> folder, tokenizer, scorer (fresh parts reported in
+        one warning), special ids, lengths (stored in the checkpoint unless given)."""
+        model = _local(model)
+        tokenizer = _tokenizer(model, tokenizer)
+        with one_fresh_warning(str(model) if isinstance(model, str) else type(model).__name__):
+            scorer = _build(model, backbone_fn(tokenizer), head, token_dim)
+        if not scorer.is_sparse:
+            fill_special_ids(scorer.config, tokenizer)
+        lengths = stored_lengths(model)
+        query_max_length = lengths["query_max_length"] if query_max_length is None else query_max_length
+        doc_max_length = lengths["doc_max_length"] if doc_max_length is None else doc_max_length
+        CrossEncoderReranker.__init__(
+            self, scorer, tokenizer, query_max_length=query_max_length, doc_max_length=doc_max_length, **common
+        )
 
 
 def read_meta(path: str | os.PathLike) -> dict:
+    """``pt_meta.json`` of a local folder ({} for other checkpoints)."""
     file = os.path.join(str(path), META_FILE)
     if not os.path.isfile(file):
         return {}
@@ -145,8 +193,27 @@ def read_meta(path: str | os.PathLike) -> dict:
         return json.load(f)
 
 
-def save_scorer(scorer: CrossEncoderScorer, tokenizer, path: str | os.PathLike, reranker: str | None = None) -> None:
-    """Writes a reranker folder; also the ``save_fn`` of training (the scorer is what the trainer optimises)."""
+def stored_lengths(model) -> dict[str, int | None]:
+    """The input caps a checkpoint folder stores: ``pt_meta.json``'s (our saves), the reference's for a released
+    sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions left), else ours (32, positions)."""
+    if isinstance(model, (str, os.PathLike)):
+        meta = read_meta(model)
+        if "query_max_length" in meta:
+            return {"query_max_length": meta["query_max_length"], "doc_max_length": meta.get("doc_max_length")}
+        if not meta and is_sparse_checkpoint(model):
+            return {"query_max_length": REFERENCE_QUERY_WORD_PIECES, "doc_max_length": None}
+    return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}
+
+
+def save_scorer(
+    scorer: CrossEncoderScorer,
+    tokenizer,
+    path: str | os.PathLike,
+    reranker: str | None = None,
+    lengths: dict[str, int | None] | None = None,
+) -> None:
+    """Writes a reranker folder; also the ``save_fn`` of training (the scorer is what the trainer optimises).
+    ``lengths``: the input caps (word pieces; doc None = the positions left), the folder's defaults when loaded."""
     from safetensors.torch import save_file
 
     path = str(path)
@@ -164,6 +231,7 @@ def save_scorer(scorer: CrossEncoderScorer, tokenizer, path: str | os.PathLike, 
         "backbone": "sparse" if scorer.is_sparse else "bert",
         "head": scorer.head_name,
         "token_dim": scorer.token_dim,
+        **(lengths or {}),
     }
     with open(os.path.join(path, META_FILE), "w") as f:
         json.dump(meta, f, indent=1)
@@ -173,7 +241,7 @@ def save_scorer(scorer: CrossEncoderScorer, tokenizer, path: str | os.PathLike, 
 def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, bool]) -> dict:
     """Config overrides for a sparse backbone: a plain BERT gets the released pattern unless told otherwise."""
     overrides: dict = {}
-    if isinstance(path_or_model, (str, os.PathLike)) and not _has_sparse_config(path_or_model):
+    if isinstance(path_or_model, (str, os.PathLike)) and not is_sparse_checkpoint(path_or_model):
         overrides.update(RELEASED_PATTERN)
     if isinstance(path_or_model, nn.Module) and not isinstance(path_or_model, SparseCrossEncoder):
         overrides.update(RELEASED_PATTERN)
@@ -190,42 +258,47 @@ def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, 
     return overrides
 
 
-def _has_sparse_config(path) -> bool:
-    file = os.path.join(str(path), "config.json")
-    if not os.path.isfile(file):
-        return False
-    with open(file) as f:
-        return "attention_window_size" in json.load(f)
-
-
-def sparse_backbone(path_or_model, w=KEEP, symmetric: bool | None = None, **flags: bool) -> SparseCrossEncoder:
-    """A :class:`SparseCrossEncoder` from a reference checkpoint, any plain BERT (folder or module) or a model."""
+def sparse_backbone(
+    path_or_model, w=KEEP, symmetric: bool | None = None, ids: dict[str, int] | None = None, **flags: bool
+) -> SparseCrossEncoder:
+    """A :class:`SparseCrossEncoder` from a reference checkpoint (folder or hub id, loaded exactly), any plain BERT
+    (folder or module; new score head) or a model. ``ids``: special token ids for a config that lacks them (the
+    tokenizer's, as in the reference)."""
+    if isinstance(path_or_model, (str, os.PathLike)):
+        path_or_model = local_checkpoint(path_or_model)
     overrides = sparse_overrides(path_or_model, w, symmetric, flags)
     if isinstance(path_or_model, SparseCrossEncoder) and not overrides:
         return path_or_model
-    with quiet_transformers():  # "newly initialized classifier" is expected when starting from a BertModel
-        return SparseCrossEncoder.from_bert(path_or_model, **overrides)
+    if isinstance(path_or_model, str):
+        return load_sparse_cross_encoder(path_or_model, ids, **overrides)
+    return SparseCrossEncoder.from_bert(path_or_model, **overrides)
 
 
 def bert_backbone(path_or_model) -> nn.Module:
-    """A ``BertForSequenceClassification`` with one output (score); a plain ``BertModel`` folder gets a new head."""
-    from transformers import BertForSequenceClassification
-
-    if isinstance(path_or_model, BertForSequenceClassification):
-        return path_or_model
-    if isinstance(path_or_model, nn.Module):
-        raise TypeError(f"expected a BertForSequenceClassification or a folder, got {type(path_or_model).__name__}")
-    with quiet_transformers():
-        return BertForSequenceClassification.from_pretrained(str(path_or_model), num_labels=1)
+    """A one-logit BERT / ELECTRA ``*ForSequenceClassification`` (folder, hub id or module); an encoder without a
+    score head (plain BERT, MiniLM, ELECTRA discriminator) gets a new one, reported."""
+    if isinstance(path_or_model, (str, os.PathLike)):
+        path_or_model = local_checkpoint(path_or_model)
+    return sequence_classifier(path_or_model)
 
 
-def load_head(scorer: CrossEncoderScorer, path) -> None:
-    """Loads ``score_head.safetensors`` when the folder has one for the same head."""
+def load_head(scorer: CrossEncoderScorer, path) -> bool:
+    """Loads ``score_head.safetensors`` exactly when ``pt_meta.json`` says the folder has this head (a missing
+    file is then an error); False when the head starts fresh."""
     from safetensors.torch import load_file
 
+    if scorer.head is None or read_meta(path).get("head") != scorer.head_name:
+        return False
     file = os.path.join(str(path), HEAD_FILE)
-    if scorer.head is not None and os.path.isfile(file) and read_meta(path).get("head") == scorer.head_name:
-        scorer.head.load_state_dict(load_file(file))
+    if not os.path.isfile(file):
+        raise CheckpointError(f"{path}: pt_meta.json names the {scorer.head_name!r} head but {HEAD_FILE} is missing")
+    load_exactly(scorer.head, load_file(file), file)
+    return True
+
+
+def _local(model):
+    """Folders and hub ids as a local folder path (str); modules unchanged."""
+    return local_checkpoint(model) if isinstance(model, (str, os.PathLike)) else model
 
 
 def _tokenizer(model, tokenizer):
@@ -233,24 +306,30 @@ def _tokenizer(model, tokenizer):
         return tokenizer
     if not isinstance(model, (str, os.PathLike)):
         raise ValueError("pass tokenizer= when the model is given as a module")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model))
+    return folder_tokenizer(str(model))
 
 
 def _build(model, backbone_fn, head: str | None, token_dim: int | None) -> CrossEncoderScorer:
-    """A scorer from a folder (its saved head when it has one) or a module / scorer."""
+    """A scorer from a folder (its saved head when it has one) or a module / scorer; a head not loaded from a
+    checkpoint is reported as fresh."""
     if isinstance(model, CrossEncoderScorer):
         if head is not None and head != model.head_name:
-            return CrossEncoderScorer(backbone_fn(model.backbone), head, token_dim or model.token_dim)
+            scorer = CrossEncoderScorer(backbone_fn(model.backbone), head, token_dim or model.token_dim)
+            _note_head(scorer)
+            return scorer
         return _rebackbone(model, backbone_fn)
     meta = read_meta(model) if isinstance(model, (str, os.PathLike)) else {}
     head = head or meta.get("head", "cls")
     token_dim = token_dim or meta.get("token_dim", 32)
     scorer = CrossEncoderScorer(backbone_fn(model), head, token_dim)
-    if isinstance(model, (str, os.PathLike)):
-        load_head(scorer, model)
+    if not (isinstance(model, (str, os.PathLike)) and load_head(scorer, model)):
+        _note_head(scorer)
     return scorer
+
+
+def _note_head(scorer: CrossEncoderScorer) -> None:
+    if scorer.head is not None:
+        note_fresh(f"{scorer.head_name!r} score head")
 
 
 def _rebackbone(scorer: CrossEncoderScorer, backbone_fn) -> CrossEncoderScorer:
@@ -268,12 +347,13 @@ def _rebackbone(scorer: CrossEncoderScorer, backbone_fn) -> CrossEncoderScorer:
 class SparseCE(CrossEncoderReranker):
     """Sparse cross-encoder reranker (ECIR'24).
 
-    ``model``: a folder or hub id (reference checkpoint such as ``webis/sparse-cross-encoder-4-512``, a folder saved
-    by ``save_pretrained``, or any plain BERT such as MiniLM), a :class:`SparseCrossEncoder`, a BERT module or a
+    ``model``: a folder or hub id (reference checkpoint such as ``webis/sparse-cross-encoder-4-4096``, a folder
+    saved by ``save_pretrained``, or any plain BERT such as MiniLM), a :class:`SparseCrossEncoder`, a BERT module or a
     :class:`CrossEncoderScorer`. ``w``: doc-to-doc window (``None`` = full attention; default: the checkpoint's, and
     for a plain BERT the released 4). ``symmetric``: True lets the query attend to [CLS] and the doc (encoded per
     pair), False keeps it to itself (encoded once per query; the released pattern); single flags as keywords
     (``doc_query_attention=False``). ``head``: "cls" (pooler + linear, reference), "mean" or "celi".
+    ``query_max_length`` / ``doc_max_length`` (word pieces): default as stored in the checkpoint (module docstring).
     """
 
     def __init__(
@@ -285,27 +365,26 @@ class SparseCE(CrossEncoderReranker):
         token_dim: int | None = None,
         tokenizer=None,
         batch_size: int = 32,
-        query_max_length: int = 32,
-        doc_max_length: int = 512,
+        query_max_length: int | None = None,
+        doc_max_length: int | None = None,
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
         **flags: bool,
     ):
-        def backbone(m):
-            return sparse_backbone(m, w, symmetric, **flags)
+        def backbone(tok):
+            return lambda m: sparse_backbone(m, w, symmetric, special_ids(tok), **flags)
 
-        scorer = _build(model, backbone, head, token_dim)
-        super().__init__(
-            scorer, _tokenizer(model, tokenizer), batch_size, query_max_length, doc_max_length, text_field, device,
-            verbose,
+        self._setup(
+            model, backbone, head, token_dim, tokenizer, query_max_length, doc_max_length,
+            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
         )  # fmt: skip
 
 
 class MonoCE(CrossEncoderReranker):
-    """Standard (full attention) cross-encoder over ``[CLS] q [SEP] d [SEP]``: monoBERT with the "cls" head
-    (``BertForSequenceClassification``; ``cross-encoder/ms-marco-MiniLM-L-6-v2`` loads unchanged), or "mean" /
-    "celi" heads on its last layer."""
+    """Standard (full attention) cross-encoder over ``[CLS] q [SEP] d [SEP]``: monoBERT / monoELECTRA with the "cls"
+    head (the backbone's own ``*ForSequenceClassification`` head; ``cross-encoder/ms-marco-MiniLM-L-6-v2`` loads
+    unchanged), or "mean" / "celi" heads on its last layer. Backbones of BERT or ELECTRA type."""
 
     def __init__(
         self,
@@ -314,25 +393,24 @@ class MonoCE(CrossEncoderReranker):
         token_dim: int | None = None,
         tokenizer=None,
         batch_size: int = 32,
-        query_max_length: int = 32,
-        doc_max_length: int = 512,
+        query_max_length: int | None = None,
+        doc_max_length: int | None = None,
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
     ):
-        scorer = _build(model, bert_backbone, head, token_dim)
-        if scorer.is_sparse:
-            raise ValueError("MonoCE needs a standard BERT backbone; use SparseCE for a sparse cross-encoder")
-        super().__init__(
-            scorer, _tokenizer(model, tokenizer), batch_size, query_max_length, doc_max_length, text_field, device,
-            verbose,
+        if isinstance(model, SparseCrossEncoder) or (isinstance(model, CrossEncoderScorer) and model.is_sparse):
+            raise ValueError("MonoCE needs a standard BERT / ELECTRA backbone; use SparseCE for a sparse cross-encoder")
+        self._setup(
+            model, lambda tok: bert_backbone, head, token_dim, tokenizer, query_max_length, doc_max_length,
+            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
         )  # fmt: skip
 
 
 class CELI(CrossEncoderReranker):
     """CELI: [CLS] score + late interaction over projected token vectors (``token_dim`` = D_tok), on a standard
-    cross-encoder (``sparse=False``) or a sparse one (``sparse=True`` with ``w`` / ``symmetric`` / flags as in
-    :class:`SparseCE`)."""
+    BERT / ELECTRA cross-encoder (``sparse=False``) or a sparse one (``sparse=True`` with ``w`` / ``symmetric`` /
+    flags as in :class:`SparseCE`)."""
 
     def __init__(
         self,
@@ -343,23 +421,25 @@ class CELI(CrossEncoderReranker):
         token_dim: int | None = None,
         tokenizer=None,
         batch_size: int = 32,
-        query_max_length: int = 32,
-        doc_max_length: int = 512,
+        query_max_length: int | None = None,
+        doc_max_length: int | None = None,
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
         **flags: bool,
     ):
+        model = _local(model)
         if sparse is None:
             sparse = _is_sparse(model) or w != KEEP or symmetric is not None or bool(flags)
 
-        def backbone(m):
-            return sparse_backbone(m, w, symmetric, **flags) if sparse else bert_backbone(m)
+        def backbone(tok):
+            if not sparse:
+                return bert_backbone
+            return lambda m: sparse_backbone(m, w, symmetric, special_ids(tok), **flags)
 
-        scorer = _build(model, backbone, "celi", token_dim)
-        super().__init__(
-            scorer, _tokenizer(model, tokenizer), batch_size, query_max_length, doc_max_length, text_field, device,
-            verbose,
+        self._setup(
+            model, backbone, "celi", token_dim, tokenizer, query_max_length, doc_max_length,
+            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
         )  # fmt: skip
 
 
@@ -369,5 +449,5 @@ def _is_sparse(model) -> bool:
     if isinstance(model, SparseCrossEncoder):
         return True
     if isinstance(model, (str, os.PathLike)):
-        return read_meta(model).get("backbone") == "sparse" or _has_sparse_config(model)
+        return read_meta(model).get("backbone") == "sparse" or is_sparse_checkpoint(model)
     return False

@@ -195,7 +195,7 @@ def train_reranker(
     kind = type(reranker).__name__
 
     def save_fn(scorer, path: str) -> None:
-        save_scorer(scorer, reranker.tokenizer, path, reranker=kind)
+        save_scorer(scorer, reranker.tokenizer, path, reranker=kind, lengths=reranker.lengths())
 
     trainer = Trainer(reranker.scorer, data, reranker_loss(loss), save_fn, args)
     history = trainer.train(resume=resume)
