@@ -123,8 +123,9 @@ def resolve_start_point(path: str) -> str:
 def run_pretrain_mlm(args: argparse.Namespace) -> int:
     import os
 
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    from pyterrier_tite.modeling.splade import mlm_from_pretrained
     from pyterrier_tite.training.loop import main_process_first
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
@@ -134,7 +135,7 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     if args.init:
         init = resolve_start_point(args.init)
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or init)
-        model = AutoModelForMaskedLM.from_pretrained(init)  # a missing MLM head starts fresh
+        model = mlm_from_pretrained(init, new_head=True)  # a missing MLM head starts fresh, with a warning
     elif args.tokenizer:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     else:
@@ -197,7 +198,7 @@ def run_train_splade(args: argparse.Namespace) -> int:
 
     train_args = training_arguments(args)
     lengths = dict(query_max_length=args.query_max_length, doc_max_length=args.doc_max_length)
-    splade = Splade.from_pretrained(resolve_start_point(args.init), **lengths)
+    splade = Splade.from_pretrained(resolve_start_point(args.init), new_head=True, **lengths)  # e.g. from MiniLM
     examples = _examples(args)
     if args.teacher:
         teacher = Splade.from_pretrained(resolve_start_point(args.teacher), batch_size=64, **lengths)

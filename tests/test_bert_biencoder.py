@@ -166,23 +166,95 @@ def test_normalisation_survives_save_and_load(tokenizer, tmp_path):
     np.testing.assert_allclose(np.linalg.norm(loaded.encode_queries(["plasma"]), axis=1), 1.0, atol=1e-5)
 
 
-def test_loading_warns_about_missing_weights_but_not_about_an_unused_pooler(tmp_path):
-    """The pooler of a BERT checkpoint is expected to go unused (quiet); weights the encoder lacks are not."""
+def test_loading_refuses_missing_weights_but_not_an_unused_pooler_or_mlm_head(tmp_path):
+    """The pooler and MLM head of a BERT checkpoint are legitimately unused (quiet); a tensor the encoder lacks, or
+    an unused one of the encoder, raises ``CheckpointError`` naming it."""
     import warnings
 
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertForPreTraining, BertModel, BertTokenizerFast
 
+    from pyterrier_tite.convert.checkpoint import CheckpointError
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 
     config = BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16)
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"])})
-    BertModel(config).save_pretrained(tmp_path / "with-pooler")  # add_pooling_layer=True: pooler.* is saved
-    tokenizer.save_pretrained(tmp_path / "with-pooler")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        BertBiEncoder.from_pretrained(str(tmp_path / "with-pooler"), device="cpu")
+    for name, model in [("with-pooler", BertModel(config)), ("pretraining", BertForPreTraining(config))]:
+        model.save_pretrained(tmp_path / name)  # pooler.* saved; MLM + NSP heads (cls.*) too for the second
+        tokenizer.save_pretrained(tmp_path / name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            BertBiEncoder.from_pretrained(str(tmp_path / name), device="cpu")
 
     config.num_hidden_layers = 3  # the checkpoint lacks layer 2
     config.save_pretrained(tmp_path / "with-pooler")
-    with pytest.warns(UserWarning, match="missing.*encoder.layer.2"):
+    with pytest.raises(CheckpointError, match=r"missing from the checkpoint: encoder\.layer\.2\."):
         BertBiEncoder.from_pretrained(str(tmp_path / "with-pooler"), device="cpu")
+
+
+def tiny_distilbert_folder(path, tokenizer) -> str:
+    """A random DistilBertModel (no pooler: its class rejects ``add_pooling_layer``) saved with ``tokenizer``."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=len(tokenizer), dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                              max_position_embeddings=64)  # fmt: skip
+    DistilBertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_distilbert_works_like_bert(tokenizer, tmp_path, pooling):
+    from transformers import DistilBertModel
+
+    folder = tiny_distilbert_folder(tmp_path / "distilbert", tokenizer)
+    model = BertBiEncoder.from_pretrained(folder, pooling=pooling, batch_size=3, device="cpu")
+    distilbert = DistilBertModel.from_pretrained(folder).eval()
+    texts = list(DOCS.text) + ["short"]
+    got = model.encode_docs(texts)
+    for text, vector in zip(texts, got, strict=True):  # one text at a time, without token types
+        inputs = tokenizer(text, return_tensors="pt", truncation=True, max_length=256, return_token_type_ids=False)
+        with torch.no_grad():
+            hidden = distilbert(**inputs).last_hidden_state[0]
+        expected = hidden[0] if pooling == "cls" else hidden.mean(0)
+        np.testing.assert_allclose(vector, expected.numpy(), atol=1e-5)
+    model.save_pretrained(str(tmp_path / "saved"))
+    reloaded = BertBiEncoder.from_pretrained(str(tmp_path / "saved"), device="cpu")
+    assert reloaded.pooling == pooling
+    np.testing.assert_allclose(reloaded.encode_queries(["plasma"]), model.encode_queries(["plasma"]), atol=1e-6)
+
+
+def test_distilbert_mlm_checkpoint_drops_its_head(tokenizer, tmp_path):
+    """A DistilBertForMaskedLM checkpoint (how distilbert-base-uncased and efficient-splade ship) as a bi-encoder:
+    its ``vocab_*`` head is unused, quietly; the encoder equals the MLM's own."""
+    import warnings
+
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    config = DistilBertConfig(vocab_size=len(tokenizer), dim=32, n_layers=1, n_heads=4, hidden_dim=64)
+    mlm = DistilBertForMaskedLM(config).eval()
+    mlm.save_pretrained(tmp_path / "mlm")
+    tokenizer.save_pretrained(tmp_path / "mlm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = BertBiEncoder.from_pretrained(str(tmp_path / "mlm"), device="cpu")
+    inputs = tokenizer(["plasma flow"], return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        expected = mlm.distilbert(**inputs).last_hidden_state[:, 0]
+    np.testing.assert_allclose(model.encode_queries(["plasma flow"]), expected.numpy(), atol=1e-5)
+
+
+def test_distilbert_mlm_by_hub_id(tmp_path):
+    """A released DistilBERT MLM layout by hub id (``../shared/hub``, offline): loads as a bi-encoder whose [CLS]
+    vector is the DistilBERT encoder's own."""
+    from _hub import require_fixtures, snapshot
+    from transformers import DistilBertModel
+
+    require_fixtures()
+    repo = "naver/efficient-splade-V-large-query"
+    model = BertBiEncoder.from_pretrained(repo, device="cpu")
+    distilbert = DistilBertModel.from_pretrained(snapshot(repo)).eval()
+    inputs = model.tokenizer(["what is sparse retrieval?"], return_tensors="pt")
+    with torch.no_grad():
+        expected = distilbert(**inputs).last_hidden_state[:, 0]
+    np.testing.assert_allclose(model.encode_queries(["what is sparse retrieval?"]), expected.numpy(), atol=1e-5)

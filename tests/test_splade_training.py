@@ -143,6 +143,32 @@ def test_margin_mse_term_is_used_with_teacher_scores(tmp_path):
     assert mean(h["margin_mse"] for h in history[-5:]) < mean(h["margin_mse"] for h in history[:5])
 
 
+def test_a_query_doc_pair_trains_both_sides_and_reloads(tmp_path):
+    """efficient-splade layout: queries through one MLM, documents through another; training updates both."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
+    from pyterrier_tite.training.tokenizer import train_wordpiece
+
+    texts = [t for e in TOY for t in [e.query, e.positive, *e.negatives]]
+    tokenizer = train_wordpiece(texts * 3, vocab_size=100, min_frequency=1)
+    torch.manual_seed(0)
+    config = DistilBertConfig(vocab_size=len(tokenizer), dim=16, n_layers=1, n_heads=2, hidden_dim=32,
+                              max_position_embeddings=32)  # fmt: skip
+    pair = SpladePair(SpladeEncoder(DistilBertForMaskedLM(config)), SpladeEncoder(DistilBertForMaskedLM(config)))
+    splade = Splade(pair, tokenizer, device="cpu")
+    before = {k: v.clone() for k, v in pair.state_dict().items()}
+    examples = [Example(e.qid, e.query, e.positive, list(e.negatives)) for e in TOY]
+    fine_tune_splade(splade, examples, training_args(tmp_path, "pair", 3), batch_size=3)
+    for role in ("query", "doc"):
+        changed = [k for k, v in pair.state_dict().items() if k.startswith(role) and not torch.equal(v, before[k])]
+        assert changed, f"the {role} MLM did not train"
+    reloaded = Splade.from_pretrained(str(tmp_path / "pair"), device="cpu")
+    assert reloaded.is_pair
+    for role in ("query", "doc"):
+        torch.testing.assert_close(reloaded.encode(texts[:3], 24, role=role), splade.encode(texts[:3], 24, role=role))
+
+
 # -- pseudo-queries (Inverse Cloze Task) for collections without training queries ------------------------------------
 def test_cloze_pair_takes_a_sentence_out_of_its_document():
     import random

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -155,4 +156,14 @@ def strict_from_pretrained(model_class, path: str, *, fresh: Iterable[str] = (),
     missing = [k for k in info.get("missing_keys", ()) if not (fresh and k.startswith(fresh))]
     unexpected = [k for k in info.get("unexpected_keys", ()) if not (unused and k.startswith(unused))]
     raise_on_mismatch(path, missing, unexpected, info.get("mismatched_keys", ()))
+    warn_fresh(path, sorted(k for k in info.get("missing_keys", ()) if fresh and k.startswith(fresh)))
     return model
+
+
+def warn_fresh(source: str, created: list[str]) -> None:
+    """One warning naming the tensors an explicit new-head path started at random (nothing when there are none):
+    fresh weights are allowed there, but never silent."""
+    if created:
+        names = ", ".join(created[:8]) + (" ..." if len(created) > 8 else "")
+        warnings.warn(f"{source}: {len(created)} tensors not in the checkpoint start fresh (new head): {names}",
+                      stacklevel=3)  # fmt: skip

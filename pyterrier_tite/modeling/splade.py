@@ -6,7 +6,9 @@ per vocabulary entry, most of them zero. Any MLM checkpoint works (ours pretrain
 
 from __future__ import annotations
 
+import inspect
 import os
+from typing import Literal
 
 import torch
 from torch import nn
@@ -27,33 +29,94 @@ def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, inplace: boo
     return activated.amax(dim=1)
 
 
+Role = Literal["query", "doc"]
+
+
+def _accepts(module: nn.Module, argument: str) -> bool:
+    """Whether ``module.forward`` takes ``argument`` (DistilBERT takes no ``token_type_ids``)."""
+    return argument in inspect.signature(module.forward).parameters
+
+
 class SpladeEncoder(nn.Module):
     """An MLM (``AutoModelForMaskedLM``) whose logits are SPLADE-pooled into one sparse vector per text."""
 
     def __init__(self, mlm: nn.Module):
         super().__init__()
         self.mlm = mlm
+        self._token_types = _accepts(mlm, "token_type_ids")
 
     @property
     def vocab_size(self) -> int:
         return int(self.mlm.config.vocab_size)
 
+    def side(self, role: Role) -> SpladeEncoder:
+        """The encoder of queries or documents: one model encodes both."""
+        return self
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Token ids ``[B, L]`` -> term weights ``[B, V]`` (>= 0)."""
-        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        """Token ids ``[B, L]`` -> term weights ``[B, V]`` (>= 0).
+
+        Token types are dropped for MLMs without them (DistilBERT): texts are single segments, so they are all 0."""
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._token_types else {}
         logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
         return splade_pool(logits, attention_mask, inplace=not torch.is_grad_enabled())
 
     @classmethod
-    def from_pretrained(cls, path: str, **kwargs) -> SpladeEncoder:
-        """Wrap any MLM checkpoint (local folder or hub id)."""
-        from transformers import AutoModelForMaskedLM
-
-        return cls(AutoModelForMaskedLM.from_pretrained(path, **kwargs))
+    def from_pretrained(cls, path: str, new_head: bool = False, **kwargs) -> SpladeEncoder:
+        """Wrap an MLM checkpoint (local folder or hub id), loaded exactly (see :func:`mlm_from_pretrained`)."""
+        return cls(mlm_from_pretrained(path, new_head=new_head, **kwargs))
 
     def save_pretrained(self, path: str) -> None:
         """The Hugging Face layout of the MLM: a SPLADE checkpoint is just an MLM checkpoint."""
         os.makedirs(path, exist_ok=True)
         self.mlm.save_pretrained(path)
+
+
+class SpladePair(nn.Module):
+    """Two MLMs over one vocabulary: queries through one, documents through the other (naver's efficient-splade
+    releases ``-query`` / ``-doc`` as two repos). One module, so training updates both."""
+
+    def __init__(self, query: SpladeEncoder, doc: SpladeEncoder):
+        super().__init__()
+        if query.vocab_size != doc.vocab_size:
+            raise ValueError(f"query and doc MLMs differ in vocabulary size ({query.vocab_size} vs {doc.vocab_size})")
+        self.query = query
+        self.doc = doc
+
+    @property
+    def vocab_size(self) -> int:
+        return self.doc.vocab_size
+
+    def side(self, role: Role) -> SpladeEncoder:
+        """The encoder of ``role`` (``"query"`` or ``"doc"``)."""
+        if role not in ("query", "doc"):
+            raise ValueError(f"role must be 'query' or 'doc', got {role!r}")
+        return self.query if role == "query" else self.doc
+
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        raise TypeError("a SpladePair encodes through .side('query') or .side('doc'): say which texts these are")
+
+    def save_pretrained(self, path: str) -> None:
+        """Each MLM in its own sub-folder (``query/``, ``doc/``), each a plain MLM checkpoint."""
+        for role in ("query", "doc"):
+            self.side(role).save_pretrained(os.path.join(path, role))
+
+
+def mlm_from_pretrained(path: str, new_head: bool = False, **kwargs) -> nn.Module:
+    """``AutoModelForMaskedLM`` from a folder or hub id, exactly: a tensor the checkpoint lacks or one nothing uses
+    raises :class:`~pyterrier_tite.convert.checkpoint.CheckpointError` naming it. Tied decoder weights,
+    ``position_ids`` buffers and the pre-training-only pooler / next-sentence head (``bert-base-uncased``) are no
+    problem. ``new_head=True`` (pretraining from an encoder-only checkpoint) lets the MLM head start fresh, with one
+    warning."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    from pyterrier_tite.convert.backbone import mlm_head_prefixes, pretraining_only_keys
+    from pyterrier_tite.convert.checkpoint import local_checkpoint, strict_from_pretrained
+
+    folder = local_checkpoint(path)
+    config = AutoConfig.from_pretrained(folder)
+    fresh = mlm_head_prefixes(config) if new_head else ()
+    unused = ("pooler.", *pretraining_only_keys(config))
+    return strict_from_pretrained(AutoModelForMaskedLM, folder, fresh=fresh, unused=unused, **kwargs)

@@ -21,7 +21,6 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite.devices import default_device
-from pyterrier_tite.pt.hf_logging import quiet_transformers, warn_about_loading
 
 PT_META = "pt_meta.json"
 SETTINGS = ("query_max_length", "doc_max_length", "query_marker", "doc_marker")  # kept in pt_meta.json
@@ -209,17 +208,22 @@ class BertBiEncoder(DenseBiEncoder):
     ) -> BertBiEncoder:
         """A folder saved by ``save_pretrained`` (settings from ``pt_meta.json``), a sentence-transformers folder
         (pooling and normalisation from its ``modules.json``, e.g. all-MiniLM-L6-v2: mean + L2 = cosine), or any
-        BERT checkpoint ([CLS], unnormalised, unless told otherwise)."""
-        from transformers import AutoModel, AutoTokenizer
+        BERT-like checkpoint (BERT, DistilBERT; [CLS], unnormalised, unless told otherwise), folder or hub id.
 
-        meta = {**sentence_transformers_settings(path), **read_meta(path)}
+        Loading is exact: a tensor the encoder lacks or an unused one raises ``CheckpointError``, except the
+        checkpoint's pooler and MLM head, which a bi-encoder that pools itself legitimately drops."""
+        from transformers import AutoTokenizer
+
+        from pyterrier_tite.convert.backbone import encoder_from_pretrained
+        from pyterrier_tite.convert.checkpoint import local_checkpoint
+
+        folder = local_checkpoint(path)
+        meta = {**sentence_transformers_settings(folder), **read_meta(folder)}
         settings = {k: meta[k] for k in SETTINGS if k in meta}
-        with quiet_transformers():  # a checkpoint's pooler weights are "unexpected" here: the bi-encoder pools itself
-            model, info = AutoModel.from_pretrained(path, add_pooling_layer=False, output_loading_info=True)
-        warn_about_loading(path, info, expected_unexpected=("pooler.",))
+        model = encoder_from_pretrained(folder)
         pooling = pooling or meta.get("pooling", "cls")
         normalize = meta.get("normalize", False) if normalize is None else normalize
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
         encoder = cls(model, tokenizer, pooling=pooling, normalize=normalize, **{**settings, **kwargs})
         encoder.model_name = path
         return encoder

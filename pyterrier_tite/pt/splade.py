@@ -19,8 +19,12 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite._native_output import native_output_silenced
+from pyterrier_tite.convert.checkpoint import local_checkpoint
 from pyterrier_tite.devices import default_device
-from pyterrier_tite.modeling.splade import SpladeEncoder
+from pyterrier_tite.modeling.splade import Role, SpladeEncoder, SpladePair
+
+#: what ``pt_meta.json`` of a saved pair names: the sub-folder of each side
+PAIR_FOLDERS = {"query": "query", "doc": "doc"}
 
 #: the one quantisation factor, applied to document weights at indexing and to query weights at retrieval
 PISA_SCALE = 100.0
@@ -47,11 +51,16 @@ def sparse_dot(query_toks: dict[str, float], toks: dict[str, float]) -> float:
 
 
 class Splade(pt.Transformer):
-    """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns."""
+    """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns.
+
+    ``encoder`` is one MLM for queries and documents (:class:`SpladeEncoder`) or a :class:`SpladePair` of two; with
+    a pair, ``query_tokenizer`` tokenises the queries (default: ``tokenizer``) and must share its vocabulary, since a
+    score is a dot product over vocabulary ids.
+    """
 
     def __init__(
         self,
-        encoder: SpladeEncoder,
+        encoder: SpladeEncoder | SpladePair,
         tokenizer,
         batch_size: int = 16,
         query_max_length: int = 64,
@@ -59,63 +68,122 @@ class Splade(pt.Transformer):
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
+        query_tokenizer=None,
     ):
         self.device = default_device(device)
         self.encoder = encoder.to(self.device).eval()
         self.tokenizer = tokenizer
+        self.tokenizers = {"query": tokenizer if query_tokenizer is None else query_tokenizer, "doc": tokenizer}
         self.batch_size = batch_size
         self.query_max_length = query_max_length
         self.doc_max_length = doc_max_length
         self.text_field = text_field
         self.verbose = verbose
-        tokens = tokenizer.convert_ids_to_tokens(list(range(encoder.vocab_size)))
-        self.terms = [pisa_term(t) if t is not None else f"^[{i}]" for i, t in enumerate(tokens)]
+        #: the vocabulary token of each id (``None`` for ids the tokenizer lacks); ``terms`` are their PISA forms
+        self.tokens = shared_vocabulary(self.tokenizers["query"], tokenizer, encoder.vocab_size)
+        self.terms = [pisa_term(t) if t is not None else f"^[{i}]" for i, t in enumerate(self.tokens)]
+
+    @property
+    def is_pair(self) -> bool:
+        """Whether queries and documents go through different MLMs."""
+        return isinstance(self.encoder, SpladePair)
 
     @classmethod
-    def from_pretrained(cls, path: str, **kwargs) -> Splade:
-        """Any MLM checkpoint with its tokenizer (local folder or hub id)."""
-        from transformers import AutoTokenizer
-
-        model = cls(SpladeEncoder.from_pretrained(path), AutoTokenizer.from_pretrained(path), **kwargs)
-        model.model_name = path
+    def from_pretrained(
+        cls,
+        path: str | None = None,
+        *,
+        query: str | None = None,
+        doc: str | None = None,
+        new_head: bool = False,
+        **kwargs,
+    ) -> Splade:
+        """An MLM checkpoint with its tokenizer (local folder or hub id), or a query/doc pair of them
+        (``query='naver/efficient-splade-V-large-query', doc='naver/efficient-splade-V-large-doc'``; each side
+        with its own tokenizer). A pair saved by :meth:`save_pretrained` reloads from its folder. Weights load
+        exactly: a missing or unused tensor raises ``CheckpointError``; ``new_head=True`` (a training start from an
+        encoder-only checkpoint) lets a missing MLM head start fresh, with one warning."""
+        if (path is None) == (query is None and doc is None) or (query is None) != (doc is None):
+            raise TypeError("Splade.from_pretrained takes a path, or both query= and doc=, not a mix")
+        if path is not None:
+            sides = saved_pair(local_checkpoint(path))
+            if sides is None:
+                encoder, tokenizer = _load_side(path, new_head)
+                model = cls(encoder, tokenizer, **kwargs)
+                model.model_name = path
+                return model
+            query, doc = sides["query"], sides["doc"]
+        query_encoder, query_tokenizer = _load_side(query, new_head)
+        doc_encoder, doc_tokenizer = _load_side(doc, new_head)
+        model = cls(SpladePair(query_encoder, doc_encoder), doc_tokenizer, query_tokenizer=query_tokenizer, **kwargs)
+        model.model_name = path or f"query={query}, doc={doc}"
         return model
 
     def save_pretrained(self, path: str) -> None:
-        """MLM and tokenizer in the Hugging Face layout: ``Splade.from_pretrained(path)`` reloads them."""
+        """MLM and tokenizer in the Hugging Face layout: ``Splade.from_pretrained(path)`` reloads them. A pair
+        saves each side (MLM + its tokenizer) in a sub-folder named in ``pt_meta.json``."""
+        meta = {"type": "model", "format": "splade", "package_hint": "pyterrier-tite"}
         self.encoder.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        if self.is_pair:
+            for role, folder in PAIR_FOLDERS.items():
+                self.tokenizers[role].save_pretrained(os.path.join(path, folder))
+            meta["pair"] = PAIR_FOLDERS
+        else:
+            self.tokenizer.save_pretrained(path)
         with open(os.path.join(path, "pt_meta.json"), "w") as f:  # a PyTerrier artifact as well
-            json.dump({"type": "model", "format": "splade", "package_hint": "pyterrier-tite"}, f)
+            json.dump(meta, f)
 
     def __repr__(self) -> str:
         return f"Splade({getattr(self, 'model_name', '')!r})"
 
     # -- tensors ---------------------------------------------------------------------------------------------------
+    def _role(self, role: Role | None) -> Role:
+        """The side to encode with; a pair must be told (documents through the query MLM would be silently wrong)."""
+        if role is None and self.is_pair:
+            raise ValueError("this SPLADE has separate query and doc encoders: pass role='query' or role='doc'")
+        return role or "doc"
+
     def encode(
-        self, texts: Sequence[str], max_length: int, batch_size: int | None = None, verbose=None
+        self,
+        texts: Sequence[str],
+        max_length: int,
+        batch_size: int | None = None,
+        verbose=None,
+        role: Role | None = None,
     ) -> torch.Tensor:
         """Texts -> ``[N, V]`` float weights on the CPU (no gradients)."""
         batches = list(chunked(list(texts), batch_size or self.batch_size))
         if verbose if verbose is not None else self.verbose:
             batches = pt.tqdm(batches, desc="SPLADE encoding", unit="batch")
-        out = [self._encode_batch(batch, max_length) for batch in batches]
+        out = [self._encode_batch(batch, max_length, role) for batch in batches]
         return torch.cat(out) if out else torch.zeros(0, self.encoder.vocab_size)
 
-    def encode_torch(self, texts: list[str], max_length: int) -> torch.Tensor:
+    def encode_torch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
         """One batch of texts -> ``[N, V]`` on the model's device, with gradients when enabled (for training)."""
-        inputs = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        return self.encoder(**{k: v.to(self.device) for k, v in inputs.items() if k in _MODEL_INPUTS})
+        role = self._role(role)
+        inputs = self.tokenizers[role](texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        encoder = self.encoder.side(role)
+        return encoder(**{k: v.to(self.device) for k, v in inputs.items() if k in _MODEL_INPUTS})
 
-    def _encode_batch(self, texts: list[str], max_length: int) -> torch.Tensor:
+    def _encode_batch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
         with torch.no_grad():
-            return self.encode_torch(texts, max_length).float().cpu()
+            return self.encode_torch(texts, max_length, role).float().cpu()
 
     def to_toks(self, reps: torch.Tensor) -> list[dict[str, float]]:
-        """``[N, V]`` weights -> one ``{term: weight}`` dict of the non-zero weights per row."""
+        """``[N, V]`` weights -> one ``{term: weight}`` dict of the non-zero weights per row (PISA terms)."""
+        return self._to_dicts(reps, self.terms)
+
+    def to_term_weights(self, reps: torch.Tensor) -> list[dict[str, float]]:
+        """``[N, V]`` weights -> one ``{vocabulary token: weight}`` dict of the non-zero weights per row (the word
+        pieces as the tokenizer spells them, e.g. ``[CLS]``, where :meth:`to_toks` gives PISA-safe terms)."""
+        return self._to_dicts(reps, [t if t is not None else f"[{i}]" for i, t in enumerate(self.tokens)])
+
+    @staticmethod
+    def _to_dicts(reps: torch.Tensor, names: list[str]) -> list[dict[str, float]]:
         result = []
         for row in reps:
             ids = row.nonzero().squeeze(1)
-            result.append(dict(zip([self.terms[i] for i in ids.tolist()], row[ids].tolist(), strict=True)))
+            result.append(dict(zip([names[i] for i in ids.tolist()], row[ids].tolist(), strict=True)))
         return result
 
     # -- transformers ----------------------------------------------------------------------------------------------
@@ -154,6 +222,36 @@ class Splade(pt.Transformer):
         return stages[v.mode]()(inp)
 
 
+def _load_side(path: str, new_head: bool = False) -> tuple[SpladeEncoder, object]:
+    """One MLM checkpoint (folder or hub id) and its own tokenizer, both from the same local folder."""
+    from transformers import AutoTokenizer
+
+    folder = local_checkpoint(path)
+    return SpladeEncoder.from_pretrained(folder, new_head=new_head), AutoTokenizer.from_pretrained(folder)
+
+
+def saved_pair(path: str) -> dict[str, str] | None:
+    """``{"query": folder, "doc": folder}`` of a pair saved by :meth:`Splade.save_pretrained`; None otherwise."""
+    file = os.path.join(str(path), "pt_meta.json")
+    if not os.path.isfile(file):
+        return None
+    with open(file) as f:
+        pair = json.load(f).get("pair")
+    return {role: os.path.join(str(path), pair[role]) for role in ("query", "doc")} if pair else None
+
+
+def shared_vocabulary(query_tokenizer, doc_tokenizer, vocab_size: int) -> list[str | None]:
+    """The token of each of the ``vocab_size`` ids, which both tokenizers must agree on: query and document weights
+    are multiplied id by id, so two vocabularies would score garbage."""
+    tokens = doc_tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+    if query_tokenizer is not doc_tokenizer:
+        query_tokens = query_tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+        differ = [i for i, (q, d) in enumerate(zip(query_tokens, tokens, strict=True)) if q != d]
+        if differ:
+            raise ValueError(f"query and doc tokenizers differ at {len(differ)} ids (first: {differ[:5]})")
+    return tokens
+
+
 class _Stage(pt.Transformer):
     def __init__(self, model: Splade, verbose: bool | None, batch_size: int | None):
         self.model = model
@@ -170,7 +268,7 @@ class SpladeQueryEncoder(_Stage):
             v.query_frame(extra_columns=["query"])
             v.columns(includes=["query"])  # result frames too (one encoding per distinct query)
         unique = pd.unique(inp["query"].astype(str))
-        reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, self.verbose)
+        reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, self.verbose, role="query")
         by_query = dict(zip(unique, self.model.to_toks(reps), strict=True))
         return inp.assign(query_toks=[by_query[q] for q in inp["query"].astype(str)])
 
@@ -184,7 +282,7 @@ class SpladeDocEncoder(_Stage):
             v.document_frame(extra_columns=[self.model.text_field])
             v.columns(includes=[self.model.text_field])
         texts = inp[self.model.text_field].astype(str).tolist()
-        reps = self.model.encode(texts, self.model.doc_max_length, self.batch_size, self.verbose)
+        reps = self.model.encode(texts, self.model.doc_max_length, self.batch_size, self.verbose, role="doc")
         return inp.assign(toks=self.model.to_toks(reps))
 
     def transform_iter(self, inp: Iterable[dict]) -> Iterator[dict]:
@@ -195,7 +293,7 @@ class SpladeDocEncoder(_Stage):
         for batch in batches:
             if field not in batch[0]:
                 raise KeyError(f"documents lack the field {field!r}; available: {sorted(batch[0])}")
-            reps = self.model._encode_batch([str(d[field]) for d in batch], self.model.doc_max_length)
+            reps = self.model._encode_batch([str(d[field]) for d in batch], self.model.doc_max_length, "doc")
             for doc, toks in zip(batch, self.model.to_toks(reps), strict=True):
                 yield {**doc, "toks": toks}
 
@@ -210,14 +308,14 @@ class SpladeScorer(_Stage):
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype="float64"), rank=pd.Series(dtype="int64"))
         queries = pd.unique(inp["query"].astype(str))
-        query_reps = self.model.encode(queries, self.model.query_max_length, self.batch_size, False)
+        query_reps = self.model.encode(queries, self.model.query_max_length, self.batch_size, False, role="query")
         query_index = {q: i for i, q in enumerate(queries)}
         rows = [query_index[q] for q in inp["query"].astype(str)]
         texts = inp[field].astype(str).tolist()
         scores: list[float] = []
         starts = range(0, len(texts), self.batch_size)
         for start in pt.tqdm(starts, desc="SPLADE scoring", unit="batch") if self.verbose else starts:
-            docs = self.model._encode_batch(texts[start : start + self.batch_size], self.model.doc_max_length)
+            docs = self.model._encode_batch(texts[start : start + self.batch_size], self.model.doc_max_length, "doc")
             scores.extend((query_reps[rows[start : start + len(docs)]] * docs).sum(dim=1).tolist())
         return pt.model.add_ranks(inp.assign(score=scores))
 

@@ -19,8 +19,8 @@ class SpladeTrainingLoss:
         self.loss = loss
 
     def __call__(self, model, batch: dict, step: int):
-        queries = self.splade.encode_torch(batch["queries"], self.splade.query_max_length)
-        docs = self.splade.encode_torch(batch["docs"], self.splade.doc_max_length)
+        queries = self.splade.encode_torch(batch["queries"], self.splade.query_max_length, role="query")
+        docs = self.splade.encode_torch(batch["docs"], self.splade.doc_max_length, role="doc")
         teacher = batch.get("teacher")
         terms = self.loss(queries, docs, step, None if teacher is None else teacher.to(queries.device))
         parts = {k: v.item() for k, v in terms.items() if k != "loss"}

@@ -1,0 +1,68 @@
+"""Hugging Face encoders of any family (BERT, DistilBERT, ...) loaded exactly, as the backbone of a model that adds
+its own pooling or head: what such a model legitimately leaves unused (a BERT pooler, the checkpoint's MLM head) is
+named here once, everything else missing or unused raises :class:`~pyterrier_tite.convert.checkpoint.CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+from pyterrier_tite.convert.checkpoint import local_checkpoint, strict_from_pretrained
+
+
+def _on_meta(auto_class, config) -> nn.Module | None:
+    """The model ``auto_class`` builds for ``config``, on the meta device (nothing allocated); None when the family
+    has no such class."""
+    try:
+        with torch.device("meta"):
+            return auto_class.from_config(config)
+    except ValueError:
+        return None
+
+
+def mlm_head_prefixes(config) -> tuple[str, ...]:
+    """Top-level modules of the config's MLM class other than its encoder (``cls.`` for BERT, ``vocab_*`` for
+    DistilBERT): what an encoder-only model leaves unused and what a new MLM head creates."""
+    from transformers import AutoModelForMaskedLM
+
+    mlm = _on_meta(AutoModelForMaskedLM, config)
+    if mlm is None:
+        return ()
+    return tuple(f"{name}." for name, _ in mlm.named_children() if name != mlm.base_model_prefix)
+
+
+def pretraining_only_keys(config) -> tuple[str, ...]:
+    """Tensors of the config's pre-training class that its MLM class lacks (BERT's pooler and next-sentence head, as
+    in ``bert-base-uncased``), with and without the encoder prefix: an MLM legitimately leaves them unused."""
+    from transformers import AutoModelForMaskedLM, AutoModelForPreTraining
+
+    pretraining, mlm = _on_meta(AutoModelForPreTraining, config), _on_meta(AutoModelForMaskedLM, config)
+    if pretraining is None or mlm is None:
+        return ()
+    extra = sorted(set(pretraining.state_dict()) - set(mlm.state_dict()))
+    prefix = f"{mlm.base_model_prefix}."
+    return tuple(extra) + tuple(k.removeprefix(prefix) for k in extra if k.startswith(prefix))
+
+
+def base_model_kwargs(config) -> dict:
+    """``add_pooling_layer=False`` for encoder classes that have a pooler (BERT); {} for those that have none and
+    reject the argument (DistilBERT raises TypeError on it)."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+    model_class = MODEL_MAPPING[type(config)]
+    return {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class).parameters else {}
+
+
+def encoder_from_pretrained(path: str, **kwargs) -> nn.Module:
+    """``AutoModel`` from a folder or hub id without its pooler, loaded exactly. A checkpoint's pooler and
+    pre-training heads (MLM, next sentence) are legitimately unused, since the caller pools itself; any other unused
+    or missing tensor raises, naming it."""
+    from transformers import AutoConfig, AutoModel
+
+    folder = local_checkpoint(path)
+    config = AutoConfig.from_pretrained(folder)
+    unused = ("pooler.", *pretraining_only_keys(config), *mlm_head_prefixes(config))
+    return strict_from_pretrained(AutoModel, folder, unused=unused, **{**base_model_kwargs(config), **kwargs})
