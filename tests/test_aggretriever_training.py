@@ -89,4 +89,5 @@ def test_fine_tuning_clis_on_tiny_settings_resume(tmp_path, irds_home, tite_cach
         assert [h["step"] for h in log] == [1, 2, 3, 4]
         assert (out / "pt_meta.json").exists()
     meta = json.load(open(tmp_path / "train-aggretriever" / "aggretriever.json"))
-    assert meta == {"agg_dim": 16, "cls_dim": 8}
+    assert meta == {"agg_dim": 16, "cls_dim": 8, "term_weight_relu": True, "vocab_offset": None,
+                    "query_max_length": 16, "doc_max_length": 32}  # fmt: skip

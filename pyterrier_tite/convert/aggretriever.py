@@ -1,0 +1,273 @@
+"""Aggretriever checkpoints in every layout we know, loaded exactly into
+:class:`~pyterrier_tite.modeling.aggretriever.AggretrieverEncoder` (one place, so a new layout is one reader here):
+
+- ``pyterrier-tite`` (ours): the MLM in Hugging Face layout + ``aggretriever_heads.safetensors`` +
+  ``aggretriever.json`` (dims, term-weight activation, vocabulary offset, text lengths).
+- ``pyserini`` (the released ``castorini/aggretriever-*``): one state dict with the MLM under ``encoder.`` and the
+  heads ``tok_proj`` (term weight) and ``cls_proj`` ([CLS] projection) at the top level; BERT or DistilBERT config.
+- ``dhr`` (castorini/dhr's tevatron ``DenseModel.save``): the MLM in Hugging Face layout, the term weight in
+  ``TermWeightTrans.pt`` and the optional [CLS] projection in ``pooler.pt`` (``LinearPooler`` state dicts:
+  ``linear_q.*`` and, the module being shared when tied, an identical ``linear_p.*``), each with a ``*_config.json``
+  (``input_dim``, ``output_dim``, ``tied``). Its ``--agg_dim`` is not stored (640 unless passed). Untied
+  query/passage encoders (``query_model/``, ``passage_model/``) or heads are two models: not supported.
+- ``mlm``: a plain masked-LM checkpoint, our training start point; its heads start fresh only when asked
+  (``new_heads=True``), with one warning.
+
+Both castorini layouts compute with the raw term weight (no ReLU) and castorini's vocabulary offset (derived from
+30,522: 198 zeros appended for d = 640); pyserini encodes queries with 32 and documents with 512 tokens, dhr with 32
+and 128 (its ``q_max_len`` / ``p_max_len`` defaults). dhr concatenates ``[agg ; cls]`` where pyserini and we use
+``[cls ; agg]``: the dot products are the same.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from pyterrier_tite.convert.checkpoint import (
+    CheckpointError,
+    load_exactly,
+    local_checkpoint,
+    read_json,
+    read_state_dict,
+)
+from pyterrier_tite.modeling.aggretriever import (
+    CONFIG_NAME,
+    HEADS_NAME,
+    AggretrieverEncoder,
+    castorini_offset,
+)
+
+#: text lengths (query, document) each layout's own encoder uses when the checkpoint does not store them
+LAYOUT_LENGTHS: dict[str, tuple[int, int]] = {"pyserini": (32, 512), "dhr": (32, 128)}
+_HEADS = ("term_weight.", "cls_projection.")
+
+
+@dataclass
+class LoadedAggretriever:
+    """An encoder loaded exactly, with what the checkpoint says about using it."""
+
+    encoder: AggretrieverEncoder
+    folder: str
+    layout: str
+    query_max_length: int | None = None
+    doc_max_length: int | None = None
+
+
+@dataclass
+class _Read:
+    """A layout reader's result: tensors renamed to the encoder's names and the settings the layout implies."""
+
+    state: dict[str, torch.Tensor]
+    fixed: dict = field(default_factory=dict)  # stored in the checkpoint: explicit arguments must agree
+    defaults: dict = field(default_factory=dict)  # implied, not stored: explicit arguments override
+    lengths: tuple[int | None, int | None] = (None, None)
+    castorini: bool = False  # castorini's aggregation: raw term weight, offset derived from 30,522
+
+
+def detect_layout(folder: str, state: dict[str, torch.Tensor]) -> str:
+    """The layout of a checkpoint folder, from its files and tensor names (never from its name)."""
+    if os.path.isfile(os.path.join(folder, CONFIG_NAME)):
+        return "pyterrier-tite"
+    if os.path.isdir(os.path.join(folder, "query_model")):
+        raise CheckpointError(
+            f"not supported: {folder} is a castorini/dhr checkpoint with untied query and passage encoders "
+            "(query_model/, passage_model/): two models, not one Aggretriever"
+        )
+    if os.path.isfile(os.path.join(folder, "TermWeightTrans.pt")):
+        return "dhr"
+    if "tok_proj.weight" in state or "cls_proj.weight" in state:
+        return "pyserini"
+    return "mlm"
+
+
+def _renamed(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict[str, torch.Tensor]:
+    """Keys with a known prefix renamed (first match wins); others kept, so strict loading names them unused."""
+    out = {}
+    for key, value in state.items():
+        prefix = next((p for p in renames if key.startswith(p)), None)
+        out[key if prefix is None else renames[prefix] + key[len(prefix) :]] = value
+    return out
+
+
+def _read_pyterrier_tite(folder: str, state: dict[str, torch.Tensor]) -> _Read:
+    """Ours: settings from ``aggretriever.json``; folders saved before it held the activation used ReLU."""
+    from safetensors.torch import load_file
+
+    config = read_json(os.path.join(folder, CONFIG_NAME))
+    heads = load_file(os.path.join(folder, HEADS_NAME))
+    fixed = {"term_weight_relu": True, "vocab_offset": None}
+    fixed.update({k: config[k] for k in ("agg_dim", "cls_dim", "term_weight_relu", "vocab_offset") if k in config})
+    lengths = (config.get("query_max_length"), config.get("doc_max_length"))
+    return _Read({**_renamed(state, {"": "mlm."}), **heads}, fixed=fixed, lengths=lengths)
+
+
+def _read_pyserini(folder: str, state: dict[str, torch.Tensor]) -> _Read:
+    """pyserini's ``BERTAggretrieverEncoder`` state dict; its code hard-codes d = 640, the [CLS] dim is the shape."""
+    renames = {"encoder.": "mlm.", "tok_proj.": "term_weight.", "cls_proj.": "cls_projection."}
+    fixed = {"cls_dim": int(state["cls_proj.weight"].shape[0])} if "cls_proj.weight" in state else {}
+    read = _Read(_renamed(state, renames), fixed=fixed, defaults={"agg_dim": 640}, castorini=True)
+    read.lengths = LAYOUT_LENGTHS["pyserini"]
+    return read
+
+
+def _dhr_head(folder: str, name: str) -> tuple[dict[str, torch.Tensor], int] | None:
+    """A dhr ``LinearPooler`` (``{name}.pt`` + ``{name}_config.json``) as ``nn.Linear`` tensors and its output
+    dim; None when absent. Untied heads (one for queries, one for passages) raise: not supported."""
+    weights, config_file = os.path.join(folder, f"{name}.pt"), os.path.join(folder, f"{name}_config.json")
+    if not os.path.isfile(weights):
+        return None
+    config = read_json(config_file) if os.path.isfile(config_file) else {}
+    state = torch.load(weights, map_location="cpu", weights_only=True)
+    query = {k[len("linear_q.") :]: v for k, v in state.items() if k.startswith("linear_q.")}
+    passage = {k[len("linear_p.") :]: v for k, v in state.items() if k.startswith("linear_p.")}
+    untied = config.get("tied") is False or any(not torch.equal(v, passage.get(k, v)) for k, v in query.items())
+    if untied:
+        raise CheckpointError(f"not supported: {weights} holds separate query and passage heads (untied)")
+    unknown = sorted(k for k in state if not k.startswith(("linear_q.", "linear_p.")))
+    if unknown or "weight" not in query:
+        raise CheckpointError(f"{weights} is not a dhr LinearPooler (linear_q.weight/bias); found {sorted(state)}")
+    return query, int(query["weight"].shape[0])
+
+
+def _read_dhr(folder: str, state: dict[str, torch.Tensor]) -> _Read:
+    """castorini/dhr ``DenseModel.save``: MLM + ``TermWeightTrans.pt`` + optional ``pooler.pt`` (no pooler: no
+    [CLS] part, cls_dim 0)."""
+    term = _dhr_head(folder, "TermWeightTrans")
+    pooler = _dhr_head(folder, "pooler")
+    out = _renamed(state, {"": "mlm."})
+    out.update({f"term_weight.{k}": v for k, v in term[0].items()})
+    if pooler is not None:
+        out.update({f"cls_projection.{k}": v for k, v in pooler[0].items()})
+    fixed = {"cls_dim": pooler[1] if pooler is not None else 0}
+    read = _Read(out, fixed=fixed, defaults={"agg_dim": 640}, castorini=True)
+    read.lengths = LAYOUT_LENGTHS["dhr"]
+    return read
+
+
+def _read_mlm(folder: str, state: dict[str, torch.Tensor]) -> _Read:
+    """A plain MLM: no heads, our training settings (ReLU term weight, padding to a multiple of 2d)."""
+    return _Read(_renamed(state, {"": "mlm."}), defaults={"agg_dim": 640, "cls_dim": 128})
+
+
+_READERS = {"pyterrier-tite": _read_pyterrier_tite, "pyserini": _read_pyserini, "dhr": _read_dhr, "mlm": _read_mlm}
+
+
+def _settings(read: _Read, source: str, explicit: dict) -> dict:
+    """Encoder settings: stored ones (an explicit value that disagrees raises), else explicit, else the layout's."""
+    given = {k: v for k, v in explicit.items() if v is not None}
+    for key, value in given.items():
+        if key in read.fixed and read.fixed[key] != value:
+            raise ValueError(f"{source} was trained with {key}={read.fixed[key]}, not {value}")
+    settings = {**read.defaults, **given, **read.fixed}
+    if read.castorini:
+        settings.update(term_weight_relu=False, vocab_offset=castorini_offset(2 * settings["agg_dim"]))
+    return settings
+
+
+def _mlm_from_config(folder: str) -> nn.Module:
+    """The checkpoint's masked-LM class built from its ``config.json`` (weights come from :func:`load_exactly`)."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    from pyterrier_tite.convert.checkpoint import quiet_transformers
+
+    with quiet_transformers():
+        return AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(folder))
+
+
+def _legacy_names(encoder: AggretrieverEncoder, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Names Hugging Face itself maps on load, mapped for tensors the model lacks: TF-era ``LayerNorm.gamma`` /
+    ``.beta`` -> ``.weight`` / ``.bias``, and a base model saved without its prefix (``embeddings.*`` for
+    ``bert.embeddings.*``), so an error names what is really missing (e.g. the MLM head) instead of every tensor."""
+    own, prefix = encoder.state_dict(), getattr(encoder.mlm, "base_model_prefix", "")
+    out = {}
+    for key, value in state.items():
+        for new in _candidates(key, prefix):
+            if key not in own and new in own:
+                key = new
+                break
+        out[key] = value
+    return out
+
+
+def _candidates(key: str, prefix: str) -> list[str]:
+    """The names ``key`` may have in the model: suffix renamed, under the base-model prefix, or both."""
+    renamed = key[: -len(".gamma")] + ".weight" if key.endswith(".gamma") else key
+    renamed = key[: -len(".beta")] + ".bias" if key.endswith(".beta") else renamed
+    names = [renamed] if renamed != key else []
+    if prefix and key.startswith("mlm."):
+        names += [f"mlm.{prefix}.{name[4:]}" for name in (renamed, key)]
+    return names
+
+
+def _fill_tied(module: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """Tensors the model ties (word embeddings and MLM decoder) filled from whichever name the checkpoint holds
+    (``save_pretrained`` keeps one); a checkpoint whose copies differ cannot be loaded into one tensor: raises."""
+    groups: dict[int, list[str]] = defaultdict(list)
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        groups[id(tensor)].append(name)
+    state = dict(state)
+    for names in (g for g in groups.values() if len(g) > 1):
+        present = [n for n in names if n in state]
+        for other in present[1:]:
+            if not torch.equal(state[other], state[present[0]]):
+                raise CheckpointError(f"{source}: {present[0]} and {other} are tied in the model but differ")
+        for name in names if present else ():
+            state.setdefault(name, state[present[0]])
+    return state
+
+
+def load_aggretriever(
+    path_or_id: str | os.PathLike,
+    *,
+    agg_dim: int | None = None,
+    cls_dim: int | None = None,
+    new_heads: bool = False,
+) -> LoadedAggretriever:
+    """Any Aggretriever checkpoint (folder or hub id) loaded exactly: every tensor of the encoder from the
+    checkpoint and every checkpoint tensor used (a ``position_ids`` buffer aside), else :class:`CheckpointError`
+    naming them. A plain MLM raises unless ``new_heads=True``, which starts the two heads fresh and warns once."""
+    source = os.fspath(path_or_id)
+    folder = local_checkpoint(source)
+    state = read_state_dict(folder)
+    layout = detect_layout(folder, state)
+    if layout == "mlm" and not new_heads:
+        raise CheckpointError(
+            f"{source} has no Aggretriever heads (pyserini tok_proj/cls_proj, dhr TermWeightTrans.pt, or our "
+            f"{HEADS_NAME}); to start new heads on this MLM (training), pass new_heads=True"
+        )
+    read = _READERS[layout](folder, state)
+    encoder = AggretrieverEncoder(
+        _mlm_from_config(folder), **_settings(read, source, {"agg_dim": agg_dim, "cls_dim": cls_dim})
+    )
+    _check_vocabulary(encoder, source)
+    loaded = _fill_tied(encoder, _legacy_names(encoder, read.state), source)
+    own = encoder.state_dict()
+    unused = [k for k in loaded if k.endswith("position_ids") and k not in own]
+    fresh = _HEADS if layout == "mlm" else ("cls_projection.",) if encoder.cls_dim == 0 else ()
+    load_exactly(encoder, loaded, source, fresh=fresh, unused=unused)
+    if layout == "mlm":
+        warnings.warn(
+            f"{source} is a plain MLM: the Aggretriever heads (term weight, [CLS] projection to {encoder.cls_dim}) "
+            "start fresh; train them before use",
+            stacklevel=3,
+        )
+    return LoadedAggretriever(encoder, folder, layout, *read.lengths)
+
+
+def _check_vocabulary(encoder: AggretrieverEncoder, source: str) -> None:
+    """castorini's fixed offset only fits some vocabularies (the reference fails on the others): say so at load."""
+    if encoder.vocab_offset is None:
+        return
+    vocab, width = int(encoder.mlm.config.vocab_size), 2 * encoder.agg_dim
+    if (vocab - encoder.vocab_offset) % width:
+        raise CheckpointError(
+            f"not supported: {source} has {vocab} vocabulary ids; castorini's aggregation for agg_dim "
+            f"{encoder.agg_dim} (offset {encoder.vocab_offset}, derived from 30522) needs a multiple of {width} "
+            f"plus {encoder.vocab_offset}"
+        )
