@@ -4,7 +4,6 @@ PISA's, would only print it), and an index is checked before an engine that abor
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
@@ -12,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+from pyterrier_tite.pt.validation import checked_id, checked_text
 
 
 class CorruptIndexError(OSError):
@@ -37,29 +38,6 @@ def atomic_build(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
         return
     os.rename(staging, final)
-
-
-def missing_value(value) -> bool:
-    """None and NaN are missing values (pandas turns them into the words "None" / "nan" when cast to str)."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def checked_id(value, column: str) -> str:
-    """An identifier as ``str``: integers are accepted, missing values and whitespace (which would shift every later
-    id in a line-based lexicon such as PISA's) are refused."""
-    if missing_value(value):
-        raise ValueError(f"missing {column} (None/NaN)")
-    text = str(value)
-    if not text or any(c.isspace() for c in text) or "\0" in text:
-        raise ValueError(f"{column} {text!r} is empty or contains whitespace / NUL; ids must be single tokens")
-    return text
-
-
-def checked_text(value, column: str, row_id: str) -> str:
-    """A text field as ``str``; None/NaN is an error naming the row (never the word "None" or "nan")."""
-    if missing_value(value):
-        raise ValueError(f"missing {column} (None/NaN) for {row_id}")
-    return str(value).replace("\0", " ")
 
 
 class GuardedCorpus:

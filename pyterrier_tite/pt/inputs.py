@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from pyterrier_tite.pt.index_build import checked_id, checked_text
+from pyterrier_tite.pt.validation import checked_id, checked_text
 
 
 def is_file_argument(value: str) -> bool:

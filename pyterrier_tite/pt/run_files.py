@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_tite.pt.index_build import checked_id
+from pyterrier_tite.pt.validation import checked_id
 
 
 def normalised_run(results: pd.DataFrame) -> pd.DataFrame:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_tite.pt.index_build import checked_id, checked_text
 from pyterrier_tite.pt.run_files import write_trec_run
+from pyterrier_tite.pt.validation import checked_id, checked_text
 
 INPUT_VARIABLES = ("inputDataset", "TIRA_INPUT_DATASET")
 OUTPUT_VARIABLES = ("outputDir", "TIRA_OUTPUT_DIR")
