@@ -226,6 +226,7 @@ def run_train_aggretriever(args: argparse.Namespace) -> int:
     train_args = training_arguments(args)
     model = Aggretriever.from_pretrained(
         resolve_start_point(args.init),
+        new_heads=True,  # a plain MLM start point gets fresh heads, with a warning; a trained one keeps its own
         agg_dim=args.agg_dim,
         cls_dim=args.cls_dim,
         query_max_length=args.query_max_length,
