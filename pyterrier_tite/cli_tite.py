@@ -77,10 +77,14 @@ def resolve_start(start: str) -> str:
 
 
 def is_tite_folder(path: str) -> bool:
-    import json
+    """A TITE checkpoint (folder or hub id) of any layout: reference / ours ("tite") or Lightning IR on TITE."""
+    from pyterrier_tite.convert.checkpoint import local_checkpoint, read_config
 
-    config = os.path.join(path, "config.json")
-    return os.path.exists(config) and json.load(open(config)).get("model_type") == "tite"
+    try:
+        config = read_config(local_checkpoint(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return config.get("model_type") == "tite" or config.get("backbone_model_type") == "tite"
 
 
 def tite_kwargs(args: argparse.Namespace) -> dict:

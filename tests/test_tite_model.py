@@ -46,6 +46,11 @@ VARIANTS = {
         kernel_sizes=[None, None, 3, 3, 3, 3], strides=[None, None, 2, 2, 2, 2], max_position_embeddings=16,
     ),
     "no-pooling-rope-only": dict(absolute_positional_embedding_type="none", max_position_embeddings=16),
+    "intra-qkv-norm-rms-k2": dict(norm_location="qkv", norm_type="rms", kernel_sizes=LATE2, strides=LATE2),
+    "pre-qkv-norm-layer-half-split-k3": dict(
+        pooling_location="pre", norm_location="qkv", rotary_interleaved=False,
+        kernel_sizes=[None, 3, None, 3, None, 3], strides=[None, 3, None, 3, None, 3], max_position_embeddings=27,
+    ),
 }  # fmt: skip
 
 
@@ -114,7 +119,7 @@ def _pool(x, k, s):
 def naive_encode(model: TiteModel, ids: list[int], sd: dict[str, torch.Tensor]) -> torch.Tensor:
     """One sequence in float64; ``sd`` is the model's state dict in float64."""
     cfg = model.config
-    pre = cfg.norm_location == "pre"
+    pre, qkv = cfg.norm_location == "pre", cfg.norm_location == "qkv"
     if not ids:
         return torch.zeros(1, cfg.hidden_sizes[-1], dtype=torch.float64)
     x = sd["embeddings.word_embeddings.weight"][ids]
@@ -127,7 +132,9 @@ def naive_encode(model: TiteModel, ids: list[int], sd: dict[str, torch.Tensor]) 
         p = f"encoder.layers.{i}."
 
         def lin(h, name, p=p):
-            return h @ sd[p + name + ".weight"].T + sd[p + name + ".bias"]
+            out = h @ sd[p + name + ".weight"].T + sd[p + name + ".bias"]
+            projection = name in ("attention.query", "attention.key", "attention.value")
+            return _norm(out, sd, p + "attention.norm", cfg) if qkv and projection else out  # norm location qkv
 
         def attn_norm(h, i=i, p=p):
             return h if pre and i == 0 else _norm(h, sd, p + "attention.norm", cfg)
@@ -156,8 +163,8 @@ def naive_encode(model: TiteModel, ids: list[int], sd: dict[str, torch.Tensor]) 
         h = lin(att, "attention.dense") + F.pad(res, (0, att.shape[-1] - res.shape[-1]))
         if pooling and cfg.pooling_location == "post":
             h = _pool(h, k, s)
-        h = h if pre else attn_norm(h)
-        y = _norm(h, sd, p + "mlp.norm", cfg) if pre else h
+        h = h if pre or qkv else attn_norm(h)
+        y = _norm(h, sd, p + "mlp.norm", cfg) if pre or qkv else h
         y = lin(y, "mlp.intermediate_dense")
         if cfg.hidden_act == "swiglu":
             a, b = y.chunk(2, -1)
@@ -165,8 +172,8 @@ def naive_encode(model: TiteModel, ids: list[int], sd: dict[str, torch.Tensor]) 
         else:
             y = F.gelu(y, approximate="tanh")
         y = lin(y, "mlp.out_dense") + h
-        x = y if pre else _norm(y, sd, p + "mlp.norm", cfg)
-    return _norm(x, sd, "encoder.norm", cfg) if pre else x
+        x = y if pre or qkv else _norm(y, sd, p + "mlp.norm", cfg)
+    return _norm(x, sd, "encoder.norm", cfg) if pre or qkv else x
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS), ids=list(VARIANTS))
@@ -279,7 +286,7 @@ def test_config_rejects_pooling_that_does_not_reach_one_vector():
         make_config(kernel_sizes=[None, None, 2, 2, 2, 2], strides=[None, None, 3, 3, 3, 3])
     legacy = TiteConfig(num_hidden_layers=1, positional_embedding_type="absolute")
     assert legacy.absolute_positional_embedding_type == "learned"
-    assert legacy.relative_positional_embedding_type == "none"
+    assert legacy.relative_positional_embedding_type is None  # the reference's spelling of "no relative positions"
 
 
 # --- BERT -> TITE -----------------------------------------------------------------------------------------------
@@ -310,6 +317,37 @@ def test_bert_converted_without_pooling_equals_bert_model():
         got = tite(ids, mask).last_hidden_state
     assert got.shape == expected.shape
     torch.testing.assert_close(got * mask[..., None], expected * mask[..., None], atol=1e-5, rtol=0)
+
+
+def tiny_distilbert(seed: int = 0):
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    torch.manual_seed(seed)
+    config = DistilBertConfig(vocab_size=64, dim=32, n_layers=3, n_heads=4, hidden_dim=64, max_position_embeddings=64,
+                              initializer_range=0.2)  # fmt: skip
+    return DistilBertForMaskedLM(config).eval()
+
+
+def test_distilbert_converted_without_pooling_equals_distilbert(tmp_path: Path):
+    """DistilBERT (other module names, no token types, eps fixed at 1e-12) converts like BERT, from a module or from
+    an MLM checkpoint folder (its MLM head is left unused; a missing encoder tensor raises)."""
+    from safetensors.torch import load_file, save_file
+
+    from pyterrier_tite.convert import CheckpointError
+
+    mlm = tiny_distilbert()
+    mlm.save_pretrained(tmp_path / "mlm")
+    ids, mask = make_batch([20, 12, 3, 1])
+    with torch.no_grad():
+        expected = mlm.distilbert(input_ids=ids, attention_mask=mask).last_hidden_state * mask[..., None]
+        for source in (mlm.distilbert, tmp_path / "mlm"):
+            tite = tite_from_bert(source, num_pooling_layers=0, final_pooling="none")
+            assert_float_close(tite(ids, mask).last_hidden_state * mask[..., None], expected)
+        assert tite_from_bert(tmp_path / "mlm", max_length=64)(ids, mask).last_hidden_state.shape == (4, 1, 32)
+    weights = tmp_path / "mlm" / "model.safetensors"
+    save_file({k: v for k, v in load_file(weights).items() if "layer.1.ffn.lin1.bias" not in k}, weights)
+    with pytest.raises(CheckpointError, match=r"layer\.1\.ffn\.lin1\.bias"):
+        tite_from_bert(tmp_path / "mlm")
 
 
 @pytest.mark.parametrize("location", ["pre", "intra", "post"])

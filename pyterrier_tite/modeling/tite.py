@@ -95,6 +95,32 @@ class TiteModel(TitePreTrainedModel):
         self.encoder = TiteEncoder(config)
         self.post_init()
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        """A folder or hub id in any TITE layout (reference pre-training module, Lightning IR bi-encoder, reference
+        or our own ``TiteModel``), loaded exactly by :func:`pyterrier_tite.convert.tite.load_tite_model`: a missing
+        or unused tensor raises ``CheckpointError`` instead of the logged random init of ``PreTrainedModel``.
+
+        Other keyword arguments override stored config fields; ``dtype`` / ``torch_dtype`` cast the result;
+        ``attn_implementation`` is ignored (kernels are picked by device); unset hub options are accepted."""
+        from pyterrier_tite.convert.tite import load_tite_model, tite_config
+
+        if model_args:
+            raise TypeError(f"{cls.__name__}.from_pretrained takes no positional model arguments")
+        if config is not None and not isinstance(config, TiteConfig):
+            raise TypeError(f"config must be a TiteConfig, got {type(config).__name__}")
+        loading_info = kwargs.pop("output_loading_info", False)
+        dtype = kwargs.pop("dtype", None) or kwargs.pop("torch_dtype", None)
+        overrides = _config_overrides(kwargs)
+        if config is not None and overrides:
+            config, overrides = tite_config(config.to_dict(), **overrides), {}
+        model = load_tite_model(pretrained_model_name_or_path, config=config, model_class=cls, **overrides)
+        if dtype not in (None, "auto"):
+            model = model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+        if loading_info:
+            return model, {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+        return model
+
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
 
@@ -183,6 +209,32 @@ class TiteModel(TitePreTrainedModel):
         if return_dict is False:
             return result.to_tuple()
         return result
+
+
+#: ``from_pretrained`` options without effect here: the attention implementation (kernels are picked by device), auto
+#: class bookkeeping, remote code (there is none)
+_DROPPED_OPTIONS = frozenset({"attn_implementation", "trust_remote_code", "_from_auto", "_commit_hash"})
+#: hub / placement options that we do not honour: accepted only while unset (a set one raises)
+_UNSET_OPTIONS = frozenset(
+    {"cache_dir", "force_download", "local_files_only", "proxies", "subfolder", "token", "use_safetensors",
+     "device_map", "low_cpu_mem_usage", "adapter_kwargs", "code_revision", "key_mapping", "revision"}
+)  # fmt: skip
+
+
+def _config_overrides(kwargs: dict) -> dict:
+    """``from_pretrained`` keyword arguments that override ``TiteConfig`` fields; an option we would not honour
+    raises ``TypeError`` rather than being ignored."""
+    overrides = {}
+    for name, value in kwargs.items():
+        value = getattr(value, "initial", value)  # AutoModel passes the revision as a ResolvedRevision
+        if name in _DROPPED_OPTIONS or (name in _UNSET_OPTIONS and value in (None, False, "", "main", {})):
+            continue
+        if name in _UNSET_OPTIONS:
+            raise TypeError(f"TiteModel.from_pretrained does not support {name}={value!r}")
+        if name not in TiteConfig().to_dict() and name != "positional_embedding_type":
+            raise TypeError(f"TiteModel.from_pretrained got an unexpected keyword argument {name!r}")
+        overrides[name] = value
+    return overrides
 
 
 # ``AutoConfig`` / ``AutoModel.from_pretrained(folder)`` resolve model_type "tite" once this package is imported.

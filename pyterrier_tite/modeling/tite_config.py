@@ -6,12 +6,18 @@ import math
 from collections.abc import Sequence
 
 from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
 
 POOLING_LOCATIONS = ("pre", "intra", "post")
-NORM_LOCATIONS = ("pre", "post")
+NORM_LOCATIONS = ("pre", "qkv", "post")
 NORM_TYPES = ("layer", "rms")
-ABSOLUTE_POSITIONS = ("learned", "none")
-RELATIVE_POSITIONS = ("rotary", "none")
+ABSOLUTE_POSITIONS = ("learned", None)
+RELATIVE_POSITIONS = ("rotary", None)
+IMPLEMENTATIONS = ("eager", "triton")  # reference kernel choices; ours are picked by device, so both are accepted
+#: options the reference TiteConfig offers that this package does not implement (value -> what it would need)
+UNSUPPORTED = {
+    ("relative_positional_embedding_type", "alibi"): "ALiBi attention biases are not implemented",
+}
 
 
 def pooled_length(length: int, kernel: int | None, stride: int | None) -> int:
@@ -29,6 +35,11 @@ def output_shapes(max_length: int, kernel_sizes: Sequence[int | None], strides: 
     return shapes
 
 
+def _none(value: str | None) -> str | None:
+    """``"none"`` (written by earlier versions of this package) means what the reference's ``None`` means."""
+    return None if value is None or str(value).lower() == "none" else value
+
+
 def _per_layer(value, n: int, name: str) -> list:
     values = list(value) if isinstance(value, (list, tuple)) else [value] * n
     if len(values) != n:
@@ -39,11 +50,16 @@ def _per_layer(value, n: int, name: str) -> list:
 class TiteConfig(PretrainedConfig):
     """Per-layer sizes and pooling of a TITE encoder.
 
-    Field names and defaults follow the reference so ``config.json`` round-trips. ``pooling_implementation``,
-    ``rope_implementation`` and the attention implementation are accepted and stored but ignored: this package picks
-    its kernels by device (packed-pooling op, SDPA on CPU, FlashAttention varlen on GPU when installed). The legacy
-    single field ``positional_embedding_type`` (absolute | rotary) of older reference checkpoints is mapped onto the
-    two current ones.
+    Field names and defaults follow the reference (webis-de/tite ``TiteConfig``), so its ``config.json`` files load
+    unchanged and a config that leaves a field out means what it means there. Every reference option either works or
+    raises ``ValueError("not supported: ...")``: nothing falls back silently.
+
+    ``pooling_implementation`` and ``rope_implementation`` (eager | triton) and the attention implementation are
+    accepted and stored but ignored: this package picks its kernels by device (packed-pooling op, SDPA on CPU,
+    FlashAttention varlen on GPU when installed), with the same maths. ``None`` and ``"none"`` both switch a
+    positional embedding off (stored as ``None``, as the reference does). The legacy single field
+    ``positional_embedding_type`` (absolute | rotary) of older reference checkpoints is mapped onto the two current
+    ones.
     """
 
     model_type = "tite"
@@ -61,22 +77,22 @@ class TiteConfig(PretrainedConfig):
         max_position_embeddings: int = 512,
         initializer_range: float = 0.02,
         layer_norm_eps: float = 1e-12,
-        pad_token_id: int = 0,
+        pad_token_id: int | None = 0,
         hidden_act: str = "gelu_pytorch_tanh",
-        absolute_positional_embedding_type: str = "none",
-        relative_positional_embedding_type: str = "rotary",
+        absolute_positional_embedding_type: str | None = None,
+        relative_positional_embedding_type: str | None = "rotary",
         pooling_location: str = "intra",
-        rotary_interleaved: bool = False,
+        rotary_interleaved: bool = True,
         norm_location: str = "pre",
         norm_type: str = "rms",
         pooling_implementation: str = "triton",
-        rope_implementation: str = "triton",
+        rope_implementation: str = "eager",
         **kwargs,
     ):
         legacy = kwargs.pop("positional_embedding_type", None)
-        if legacy is not None:
-            absolute_positional_embedding_type = "learned" if legacy == "absolute" else "none"
-            relative_positional_embedding_type = "rotary" if legacy == "rotary" else "none"
+        if legacy is not None:  # reference: "absolute" -> learned table only, anything else -> that relative type
+            absolute_positional_embedding_type = "learned" if legacy == "absolute" else None
+            relative_positional_embedding_type = None if legacy == "absolute" else legacy
         n = num_hidden_layers
         self.vocab_size = vocab_size
         self.num_hidden_layers = n
@@ -90,8 +106,8 @@ class TiteConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps
         self.hidden_act = hidden_act
-        self.absolute_positional_embedding_type = absolute_positional_embedding_type
-        self.relative_positional_embedding_type = relative_positional_embedding_type
+        self.absolute_positional_embedding_type = _none(absolute_positional_embedding_type)
+        self.relative_positional_embedding_type = _none(relative_positional_embedding_type)
         self.pooling_location = pooling_location
         self.rotary_interleaved = rotary_interleaved
         self.norm_location = norm_location
@@ -102,15 +118,7 @@ class TiteConfig(PretrainedConfig):
         self._validate()
 
     def _validate(self) -> None:
-        for name, value, allowed in [
-            ("pooling_location", self.pooling_location, POOLING_LOCATIONS),
-            ("norm_location", self.norm_location, NORM_LOCATIONS),
-            ("norm_type", self.norm_type, NORM_TYPES),
-            ("absolute_positional_embedding_type", self.absolute_positional_embedding_type, ABSOLUTE_POSITIONS),
-            ("relative_positional_embedding_type", self.relative_positional_embedding_type, RELATIVE_POSITIONS),
-        ]:
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        self._validate_choices()
         for i, (h, heads) in enumerate(zip(self.hidden_sizes, self.num_attention_heads, strict=True)):
             if h % heads:
                 raise ValueError(f"layer {i}: hidden size {h} is not a multiple of {heads} heads")
@@ -129,6 +137,25 @@ class TiteConfig(PretrainedConfig):
                 f"pooling must reduce max_position_embeddings ({shapes[0]}) to exactly one vector or not at all; "
                 f"lengths per stage would be {shapes}"
             )
+
+    def _validate_choices(self) -> None:
+        """Each enumerated option is one we implement; a reference option we do not raises "not supported"."""
+        for name, allowed in [
+            ("pooling_location", POOLING_LOCATIONS),
+            ("norm_location", NORM_LOCATIONS),
+            ("norm_type", NORM_TYPES),
+            ("absolute_positional_embedding_type", ABSOLUTE_POSITIONS),
+            ("relative_positional_embedding_type", RELATIVE_POSITIONS),
+            ("pooling_implementation", IMPLEMENTATIONS),
+            ("rope_implementation", IMPLEMENTATIONS),
+        ]:
+            value = getattr(self, name)
+            if (name, value) in UNSUPPORTED:
+                raise ValueError(f"not supported: {name}={value!r} ({UNSUPPORTED[name, value]}); use one of {allowed}")
+            if value not in allowed:
+                raise ValueError(f"not supported: {name}={value!r}; must be one of {allowed}")
+        if self.hidden_act != "swiglu" and self.hidden_act not in ACT2FN:
+            raise ValueError(f"not supported: hidden_act={self.hidden_act!r} (neither 'swiglu' nor a transformers one)")
 
     @property
     def output_shapes(self) -> list[int]:

@@ -1,8 +1,9 @@
-"""Build a TITE from an existing BERT checkpoint by inserting pooling into its layers.
+"""Build a TITE from an existing BERT or DistilBERT checkpoint by inserting pooling into its layers.
 
-This lets TITE be studied at CPU scale without pretraining from scratch: the BERT weights map one to one onto TITE's
-module names (post-norm, learned absolute positions, no RoPE), and the chosen layers additionally pool. With no pooling
-at all the converted model computes exactly what ``transformers.BertModel`` computes (token type 0, right padding).
+This lets TITE be studied at CPU scale without pretraining from scratch: the BERT / DistilBERT weights map one to one
+onto TITE's module names (post-norm, learned absolute positions, no RoPE), and the chosen layers additionally pool.
+With no pooling at all the converted model computes exactly what ``transformers.BertModel`` (token type 0) or
+``DistilBertModel`` computes (right padding).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def tite_config_from_bert(
     max_length: int | None = None,
     pooling_location: Literal["pre", "intra", "post"] = "intra",
 ) -> TiteConfig:
-    """A TiteConfig with BERT's sizes and pooling inserted into ``num_pooling_layers`` of its layers.
+    """A TiteConfig with BERT's (or DistilBERT's) sizes and pooling inserted into ``num_pooling_layers`` of its layers.
 
     ``num_pooling_layers`` defaults to what reaches one vector for ``max_length`` (default: BERT's
     ``max_position_embeddings``), capped at ``num_layers - 1`` so the first layer sees every token. When those layers
@@ -55,7 +56,8 @@ def tite_config_from_bert(
     plain BERT.
     """
     stride = kernel if stride is None else stride
-    layers = bert_config.num_hidden_layers
+    sizes = bert_sizes(bert_config)
+    layers = sizes["num_hidden_layers"]
     max_length = max_length or bert_config.max_position_embeddings
     if max_length > bert_config.max_position_embeddings:
         raise ValueError(f"max_length {max_length} exceeds BERT's {bert_config.max_position_embeddings} positions")
@@ -70,19 +72,12 @@ def tite_config_from_bert(
     elif final_pooling not in ("global", "none"):
         raise ValueError(f"final_pooling must be 'global' or 'none', got {final_pooling!r}")
     return TiteConfig(
-        vocab_size=bert_config.vocab_size,
-        num_hidden_layers=layers,
-        hidden_sizes=bert_config.hidden_size,
-        num_attention_heads=bert_config.num_attention_heads,
-        intermediate_sizes=bert_config.intermediate_size,
+        **sizes,
         kernel_sizes=kernels,
         strides=strides,
-        dropout_prob=bert_config.hidden_dropout_prob,
         max_position_embeddings=max_length,
         initializer_range=bert_config.initializer_range,
-        layer_norm_eps=bert_config.layer_norm_eps,
         pad_token_id=bert_config.pad_token_id if bert_config.pad_token_id is not None else 0,
-        hidden_act=bert_config.hidden_act,
         absolute_positional_embedding_type="learned",
         relative_positional_embedding_type="none",
         pooling_location=pooling_location,
@@ -91,10 +86,50 @@ def tite_config_from_bert(
     )
 
 
+def bert_sizes(config) -> dict:
+    """TiteConfig sizes of a BERT or DistilBERT config (DistilBERT names them differently and fixes eps at 1e-12)."""
+    if config.model_type == "bert":
+        return dict(
+            vocab_size=config.vocab_size, num_hidden_layers=config.num_hidden_layers,
+            hidden_sizes=config.hidden_size, num_attention_heads=config.num_attention_heads,
+            intermediate_sizes=config.intermediate_size, dropout_prob=config.hidden_dropout_prob,
+            layer_norm_eps=config.layer_norm_eps, hidden_act=config.hidden_act,
+        )  # fmt: skip
+    if config.model_type == "distilbert":
+        return dict(
+            vocab_size=config.vocab_size, num_hidden_layers=config.n_layers, hidden_sizes=config.dim,
+            num_attention_heads=config.n_heads, intermediate_sizes=config.hidden_dim, dropout_prob=config.dropout,
+            layer_norm_eps=1e-12, hidden_act=config.activation,
+        )  # fmt: skip
+    raise ValueError(f"not supported: TITE from a {config.model_type!r} checkpoint (BERT and DistilBERT are)")
+
+
+#: DistilBERT module names -> BERT's, so both share one mapping onto TITE
+DISTILBERT_TO_BERT = {
+    "transformer.layer.": "encoder.layer.",
+    ".attention.q_lin.": ".attention.self.query.",
+    ".attention.k_lin.": ".attention.self.key.",
+    ".attention.v_lin.": ".attention.self.value.",
+    ".attention.out_lin.": ".attention.output.dense.",
+    ".sa_layer_norm.": ".attention.output.LayerNorm.",
+    ".ffn.lin1.": ".intermediate.dense.",
+    ".ffn.lin2.": ".output.dense.",
+    ".output_layer_norm.": ".output.LayerNorm.",
+}
+
+
+def _bert_names(key: str) -> str:
+    """A BERT or DistilBERT state-dict key in BERT's module names, without the ``bert.`` / ``distilbert.`` prefix."""
+    key = key.removeprefix("bert.").removeprefix("distilbert.")
+    for theirs, ours in DISTILBERT_TO_BERT.items():
+        key = key.replace(theirs, ours)
+    return key
+
+
 def bert_state_dict_to_tite(bert_state: dict[str, torch.Tensor], num_layers: int, max_length: int) -> dict:
-    """Rename ``BertModel`` weights to TITE keys; token-type row 0 is folded into the position table (every token
-    gets exactly one position), the pooler is dropped."""
-    state = {k.removeprefix("bert."): v for k, v in bert_state.items()}
+    """Rename ``BertModel`` / ``DistilBertModel`` weights to TITE keys; BERT's token-type row 0 is folded into the
+    position table (every token gets exactly one position), the pooler is dropped."""
+    state = {_bert_names(k): v for k, v in bert_state.items()}
     positions = state["embeddings.position_embeddings.weight"][:max_length]
     if "embeddings.token_type_embeddings.weight" in state:
         positions = positions + state["embeddings.token_type_embeddings.weight"][0]
@@ -121,13 +156,29 @@ def bert_state_dict_to_tite(bert_state: dict[str, torch.Tensor], num_layers: int
     return out
 
 
-def tite_from_bert(bert: torch.nn.Module | str | os.PathLike, **config_kwargs) -> TiteModel:
-    """Convert a ``transformers.BertModel`` (or a local BERT folder) into a TiteModel; see ``tite_config_from_bert``
-    for the pooling options. The result is in eval mode like a freshly loaded checkpoint."""
-    if isinstance(bert, (str, os.PathLike)):
-        from transformers import BertModel
+#: checkpoint tensors a BERT / DistilBERT encoder leaves unused: pooler, MLM and next-sentence heads
+ENCODER_UNUSED = ("pooler.", "bert.pooler.", "cls.", "vocab_transform.", "vocab_layer_norm.", "vocab_projector.")
 
-        bert = BertModel.from_pretrained(str(bert), add_pooling_layer=False)
+
+def load_bert(path: str | os.PathLike) -> torch.nn.Module:
+    """The BERT / DistilBERT encoder of a folder or hub id, loaded exactly: a missing or unused encoder tensor raises
+    ``CheckpointError`` (only the heads an encoder drops are ignored) instead of starting at random."""
+    from transformers import AutoConfig, AutoModel
+
+    from pyterrier_tite.convert.checkpoint import local_checkpoint, strict_from_pretrained
+
+    folder = local_checkpoint(path)
+    config = AutoConfig.from_pretrained(folder)
+    bert_sizes(config)  # "not supported" before loading anything else
+    extra = {"add_pooling_layer": False} if config.model_type == "bert" else {}
+    return strict_from_pretrained(AutoModel, folder, unused=ENCODER_UNUSED, **extra)
+
+
+def tite_from_bert(bert: torch.nn.Module | str | os.PathLike, **config_kwargs) -> TiteModel:
+    """Convert a ``transformers.BertModel`` / ``DistilBertModel`` (or a folder / hub id of one) into a TiteModel; see
+    ``tite_config_from_bert`` for the pooling options. The result is in eval mode like a freshly loaded checkpoint."""
+    if isinstance(bert, (str, os.PathLike)):
+        bert = load_bert(bert)
     config = tite_config_from_bert(bert.config, **config_kwargs)
     model = TiteModel(config)
     state = bert_state_dict_to_tite(bert.state_dict(), config.num_hidden_layers, config.max_position_embeddings)

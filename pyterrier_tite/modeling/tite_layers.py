@@ -44,6 +44,14 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
 
 
+def apply_norm(norm: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``norm(x)`` with other (e.g. reordered) weight and bias: the same statistics and eps as the module."""
+    if isinstance(norm, RMSNorm):
+        xf = x if x.dtype == torch.float64 else x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.eps) * weight).to(x.dtype)
+    return F.layer_norm(x, norm.normalized_shape, weight, bias, norm.eps)
+
+
 def make_norm(config: TiteConfig, size: int) -> nn.Module:
     if config.norm_type == "rms":
         return RMSNorm(size, eps=config.layer_norm_eps)
@@ -122,6 +130,7 @@ class TiteAttention(nn.Module):
 
     intra: Q and the residual from the pooled rows, K/V from the unpooled rows; pre: everything pooled first;
     post: pool ``attention + residual`` before the post-norm. When the layer widens, the residual is zero-padded.
+    Norm locations: pre (on the block input), post (on the block output), qkv (on the Q, K and V projections).
     """
 
     def __init__(self, config: TiteConfig, layer_idx: int):
@@ -132,6 +141,8 @@ class TiteAttention(nn.Module):
         self.head_dim = h_out // self.heads
         self.widen = h_out - h_in
         self.pre_norm = config.norm_location == "pre"
+        self.qkv_norm = config.norm_location == "qkv"
+        self.post_norm = config.norm_location == "post"
         self.location = config.pooling_location
         self.kernel = config.kernel_sizes[layer_idx]
         self.stride = config.strides[layer_idx]
@@ -176,7 +187,7 @@ class TiteAttention(nn.Module):
             q_layout = kv_layout = layout_in
 
         if kv_layout.max_len <= 1:  # one key per sequence: softmax is 1, the output is V
-            out = self.value(kv_in)
+            out = self.norm(self.value(kv_in)) if self.qkv_norm else self.value(kv_in)
         else:
             q, k, v = self._project_qkv(q_in, kv_in, same_rows=q_in is kv_in)
             if self.rotary:
@@ -189,7 +200,7 @@ class TiteAttention(nn.Module):
         out = out + residual
         if pooled and self.location == "post":
             out = self._pool(out, layout_in, layout_out)
-        return out if self.pre_norm else self.norm(out)
+        return self.norm(out) if self.post_norm else out
 
     def _project_qkv(self, q_in: torch.Tensor, kv_in: torch.Tensor, same_rows: bool):
         """Q, K, V as ``[T, heads, d]``: one GEMM when they read the same rows, else Q alone and K|V together."""
@@ -198,7 +209,20 @@ class TiteAttention(nn.Module):
         else:
             q = F.linear(q_in, *self._weights(("query",)))
             k, v = F.linear(kv_in, *self._weights(("key", "value"))).chunk(2, dim=-1)
+        if self.qkv_norm:  # the norm sees each head's rows in the checkpoint's order (RoPE reorders Q/K per head)
+            q, k, v = self._norm_projections(q, k, v)
         return tuple(t.unflatten(-1, (self.heads, self.head_dim)) for t in (q, k, v))
+
+    def _norm_projections(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Norm location qkv: the checkpoint's one norm over each projection. Half-split RoPE models have their Q/K
+        rows reordered to interleaved pairs, so the norm's weights are reordered the same way (its statistics are
+        order-free)."""
+        if not self.half_split:
+            return self.norm(q), self.norm(k), self.norm(v)
+        weight = interleave_heads(self.norm.weight, self.heads)
+        bias = getattr(self.norm, "bias", None)
+        bias = None if bias is None else interleave_heads(bias, self.heads)
+        return apply_norm(self.norm, q, weight, bias), apply_norm(self.norm, k, weight, bias), self.norm(v)
 
     def _weights(self, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """Concatenated weight and bias of the named projections (cached in inference). Half-split RoPE models get
@@ -229,7 +253,7 @@ class TiteMLP(nn.Module):
     def __init__(self, config: TiteConfig, layer_idx: int):
         super().__init__()
         hidden, inter = config.hidden_sizes[layer_idx], config.intermediate_sizes[layer_idx]
-        self.pre_norm = config.norm_location == "pre"
+        self.pre_norm = config.norm_location in ("pre", "qkv")  # the reference's MLP treats qkv as pre
         self.norm = make_norm(config, hidden)
         self.intermediate_dense = nn.Linear(hidden, 2 * inter if config.hidden_act == "swiglu" else inter)
         self.intermediate_act_fn = make_activation(config.hidden_act)
@@ -253,9 +277,10 @@ class TiteLayer(nn.Module):
 
 
 class TiteEncoder(nn.Module):
-    """The layer stack; pre-norm models end with a norm over the last width (post-norm: Identity, no weights)."""
+    """The layer stack; pre- and qkv-norm models end with a norm over the last width (post-norm: Identity)."""
 
     def __init__(self, config: TiteConfig):
         super().__init__()
         self.layers = nn.ModuleList(TiteLayer(config, i) for i in range(config.num_hidden_layers))
-        self.norm = make_norm(config, config.hidden_sizes[-1]) if config.norm_location == "pre" else nn.Identity()
+        final = config.norm_location in ("pre", "qkv")
+        self.norm = make_norm(config, config.hidden_sizes[-1]) if final else nn.Identity()

@@ -1,0 +1,202 @@
+"""Every released TITE layout in one place, loaded exactly (a missing or unused tensor raises ``CheckpointError``).
+
+Layouts (all read from the checkpoint, never from its name):
+
+- reference pre-training module (``webis/tite-2-late``, ``-upscale``): ``model_type`` "tite", encoder under ``tite.``,
+  pre-training heads under ``heads.*`` (ignored). Tied tensors are stored once, and the learned position table may
+  survive only as its copy in a head (``heads.enhanced_masked_auto_encoding.position_embeddings.weight``): the
+  reference's own ``TiteModel.from_pretrained`` then starts it at random; we take the tied copy.
+- Lightning IR bi-encoder (``webis/tite-2-late-msmarco``): ``model_type`` "lir-dpr" + ``backbone_model_type``
+  "tite", TITE fields and bi-encoder settings in the same ``config.json``, keys without prefix.
+- a reference ``TiteModel`` and our own saved folders: ``model_type`` "tite", keys without prefix.
+
+Tokenizers: ``TiteTokenizer`` / ``BiEncoderTokenizer`` are not transformers classes (4.x ``AutoTokenizer`` raises,
+5.x loads a generic one, and 5.x ``BertTokenizerFast`` rebuilds a ``[CLS] $A [SEP]`` template the checkpoint never
+used), so they load from ``tokenizer.json`` as stored: TITE's template is ``$A`` (no special tokens).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from pyterrier_tite.convert.checkpoint import (
+    CheckpointError,
+    load_exactly,
+    local_checkpoint,
+    quiet_transformers,
+    read_config,
+    read_json,
+    read_state_dict,
+)
+from pyterrier_tite.modeling.tite import TiteModel
+from pyterrier_tite.modeling.tite_config import TiteConfig
+
+LIGHTNING_IR_DPR = "lir-dpr"
+#: Lightning IR bi-encoder fields (names of v0.0.4 and of later versions): settings of the bi-encoder, not of TITE
+LIGHTNING_IR_FIELDS = frozenset(
+    {
+        "backbone_model_type", "query_length", "doc_length", "similarity_function", "normalize",
+        "normalization_strategy", "sparsification", "sparsification_strategy", "add_marker_tokens",
+        "pooling_strategy", "query_pooling_strategy", "doc_pooling_strategy", "embedding_dim", "projection",
+        "save_step", "use_adapter", "adapter_config", "pretrained_adapter_name_or_path",
+    }
+)  # fmt: skip
+#: tokenizer classes of the TITE ecosystem that transformers does not know (both are unchanged BertTokenizerFast)
+UNREGISTERED_TOKENIZERS = ("TiteTokenizer", "BiEncoderTokenizer")
+#: checkpoint tensors of the reference pre-training module that the encoder does not use
+PRETRAINING_ONLY = ("heads.", "lm_decoder.")
+QUERY_MARKER, DOC_MARKER = "[QUE]", "[DOC]"
+
+
+def not_supported(what: str, source: str) -> ValueError:
+    """The one error for a stored setting we do not implement (rather than computing something else)."""
+    return ValueError(f"not supported: {what} (in {source})")
+
+
+def tite_layout(config: dict, source: str) -> str:
+    """``"tite"`` (reference model or pre-training module, our folders) or ``"lightning-ir"``; else a clear error."""
+    model_type = config.get("model_type")
+    if model_type == "tite":
+        return "tite"
+    if str(model_type).startswith("lir-"):
+        backbone = config.get("backbone_model_type")
+        if backbone != "tite":
+            raise CheckpointError(f"{source} is a Lightning IR model on a {backbone!r} backbone, not on TITE")
+        if model_type != LIGHTNING_IR_DPR:
+            raise not_supported(f"Lightning IR model_type {model_type!r} (only single-vector 'lir-dpr')", source)
+        return "lightning-ir"
+    raise CheckpointError(
+        f"{source} has model_type {model_type!r}: not a TITE checkpoint "
+        "(expected 'tite', or 'lir-dpr' with backbone_model_type 'tite')"
+    )
+
+
+def tite_config(config: dict, **overrides) -> TiteConfig:
+    """The ``TiteConfig`` of a ``config.json`` of either layout: Lightning IR fields and architecture are left out,
+    so a config saved from the result is a plain TITE one."""
+    foreign = LIGHTNING_IR_FIELDS | {"model_type"}
+    if config.get("model_type") != "tite":
+        foreign |= {"architectures"}  # "LirDprTiteModel": the class that held this encoder, not ours
+    fields = {k: v for k, v in config.items() if k not in foreign}
+    return TiteConfig(**{**fields, **overrides})
+
+
+def _tied_copies(key: str, state: dict[str, torch.Tensor]) -> list[str]:
+    """Checkpoint keys that hold the same tensor as encoder ``key`` in the reference pre-training module: every head
+    shares the encoder's ``embeddings`` module (the MAE head also keeps the position table as its own attribute),
+    and the LM decoders are tied to the word embeddings. Heads' own norms are not copies and are never used."""
+    if not key.startswith("embeddings."):
+        return []
+    rest = key.removeprefix("embeddings.")
+    heads = sorted({k.split(".")[1] for k in state if k.startswith("heads.")})
+    names = [f"heads.{h}.embeddings.{rest}" for h in heads]
+    if rest == "position_embeddings.weight":
+        names += [f"heads.{h}.position_embeddings.weight" for h in heads]
+    if rest == "word_embeddings.weight":
+        names += ["lm_decoder.weight", *(f"heads.{h}.lm_head.decoder.weight" for h in heads)]
+    return [n for n in names if n in state]
+
+
+def encoder_state_dict(
+    state: dict[str, torch.Tensor], wanted: set[str]
+) -> tuple[dict[str, torch.Tensor], tuple[str, ...]]:
+    """The encoder's tensors under our names and the checkpoint prefixes to ignore.
+
+    Pre-training layout (keys under ``tite.``): the prefix is removed, ``heads.*`` / ``lm_decoder.*`` are ignored and
+    an encoder tensor stored only as a tied copy is taken from that copy. Other layouts are used as they are."""
+    if not any(k.startswith("tite.") for k in state):
+        return dict(state), ()
+    encoder = {k.removeprefix("tite."): v for k, v in state.items()}
+    for key in sorted(wanted - encoder.keys()):
+        copies = _tied_copies(key, state)
+        if copies:
+            encoder[key] = state[copies[0]]
+    return encoder, PRETRAINING_ONLY
+
+
+def load_tite_model(
+    path_or_id: str | os.PathLike, *, config: TiteConfig | None = None, model_class: type = TiteModel, **overrides
+) -> TiteModel:
+    """A ``TiteModel`` (eval mode, float32 as stored) from a folder or hub id of any TITE layout, loaded exactly.
+
+    ``overrides`` replace stored ``TiteConfig`` fields (e.g. ``pooling_implementation``, which is ignored anyway);
+    ``config`` replaces the stored config altogether."""
+    source = os.fspath(path_or_id)
+    folder = local_checkpoint(source)
+    raw = read_config(folder)
+    tite_layout(raw, source)
+    config = config if config is not None else tite_config(raw, **overrides)
+    model = model_class(config)
+    state, ignored = encoder_state_dict(read_state_dict(folder), set(model.state_dict()))
+    load_exactly(model, state, source, unused=ignored)
+    return model.eval()
+
+
+def biencoder_settings(path_or_id: str | os.PathLike) -> dict:
+    """Bi-encoder settings stored in the checkpoint's ``config.json`` (Lightning IR layout), as ``TITE`` keyword
+    arguments; ``{}`` for layouts that store none (pre-trained encoders, our folders keep theirs in ``pt_meta.json``).
+    """
+    source = os.fspath(path_or_id)
+    config = read_config(local_checkpoint(source))
+    if tite_layout(config, source) != "lightning-ir":
+        return {}
+    return lightning_ir_settings(config, source)
+
+
+def lightning_ir_settings(config: dict, source: str) -> dict:
+    """``TITE`` keyword arguments from a Lightning IR DPR config: lengths (including the marker token), markers,
+    normalisation. Settings that would change the vectors and that we do not implement raise "not supported"."""
+    _check_lightning_ir_options(config, source)
+    normalize = bool(config.get("normalize")) or config.get("normalization_strategy") == "l2"
+    markers = (QUERY_MARKER, DOC_MARKER) if config.get("add_marker_tokens") else (None, None)
+    longest = config.get("max_position_embeddings", 512)
+    return {
+        "query_max_length": config.get("query_length") or longest,  # Lightning IR: None = no truncation
+        "doc_max_length": config.get("doc_length") or longest,
+        "query_marker": markers[0],
+        "doc_marker": markers[1],
+        # cosine similarity = dot product of L2-normalised vectors, which is what a FlexIndex retrieves with
+        "normalize": normalize or config.get("similarity_function") == "cosine",
+    }
+
+
+def _check_lightning_ir_options(config: dict, source: str) -> None:
+    """Raise for a stored Lightning IR option whose maths this package does not implement."""
+    similarity = config.get("similarity_function", "dot")
+    if similarity not in ("dot", "cosine"):
+        raise not_supported(f"similarity_function={similarity!r} (only 'dot' and 'cosine')", source)
+    for field in ("pooling_strategy", "query_pooling_strategy", "doc_pooling_strategy"):
+        if config.get(field, "first") not in (None, "first"):
+            raise not_supported(f"{field}={config[field]!r} (TITE pools to one vector: only 'first')", source)
+    if config.get("projection") is not None:
+        raise not_supported(f"projection={config['projection']!r} (only null: the pooled vector as it is)", source)
+    dim, hidden = config.get("embedding_dim"), (config.get("hidden_sizes") or [None])[-1]
+    if dim is not None and dim != hidden:
+        raise not_supported(f"embedding_dim={dim} without a projection from hidden size {hidden}", source)
+    for field in ("sparsification", "sparsification_strategy", "use_adapter"):
+        if config.get(field):
+            raise not_supported(f"{field}={config[field]!r}", source)
+    if config.get("normalization_strategy") not in (None, "l2"):
+        raise not_supported(f"normalization_strategy={config['normalization_strategy']!r} (only 'l2')", source)
+
+
+def load_tite_tokenizer(path_or_id: str | os.PathLike):
+    """The checkpoint's tokenizer with the template it was trained with.
+
+    ``TiteTokenizer`` / ``BiEncoderTokenizer`` load from ``tokenizer.json`` as stored (``$A``: no [CLS]/[SEP];
+    added marker tokens kept); without a ``tokenizer.json`` they are what they subclass, ``BertTokenizerFast`` on the
+    vocabulary. Any other class (e.g. a BERT tokenizer of a model built with ``from_bert``) loads with AutoTokenizer.
+    """
+    from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
+
+    folder = local_checkpoint(os.fspath(path_or_id))
+    settings_file = os.path.join(folder, "tokenizer_config.json")
+    tokenizer_class = read_json(settings_file).get("tokenizer_class") if os.path.isfile(settings_file) else None
+    with quiet_transformers():
+        if tokenizer_class not in UNREGISTERED_TOKENIZERS:
+            return AutoTokenizer.from_pretrained(folder)
+        if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+            return PreTrainedTokenizerFast.from_pretrained(folder)
+        return BertTokenizerFast.from_pretrained(folder)
