@@ -103,7 +103,8 @@ def main() -> None:
 
     from pyterrier_tite import datasets
     from pyterrier_tite.cli_sparse import resolve_start_point
-    from pyterrier_tite.pt.first_stage import bm25, default_text_fields, pisa_index
+    from pyterrier_tite.pt.first_stage import bm25, pisa_index
+    from pyterrier_tite.text import text_fields
 
     if args.kind != "bm25" and bool(args.model) == bool(args.fold_models):
         parser.error(f"--kind {args.kind} needs one of --model or --fold-models")
@@ -111,7 +112,7 @@ def main() -> None:
     dataset_id = datasets.irds_id(args.dataset)
     ds = datasets.get_dataset(dataset_id)
     topics, qrels = ds.get_topics(), ds.get_qrels()
-    fields = default_text_fields(dataset_id)
+    fields = text_fields(dataset_id)
     index_path = os.path.join(args.index_dir, f"{args.name}.{dataset_id}".replace("/", "_").replace(" ", "_"))
     row: dict = {"name": args.name, "kind": args.kind, "dataset": dataset_id, "model": args.model, "note": args.note}
     started = time.perf_counter()

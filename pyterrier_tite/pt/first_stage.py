@@ -14,6 +14,7 @@ from pyterrier_pisa import PisaIndex
 from pyterrier_tite import datasets
 from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.pt.index_build import GuardedCorpus, atomic_build, check_pisa_index
+from pyterrier_tite.text import text_fields
 
 #: TREC DL aliases whose provided BM25 run stands in for full retrieval (the local MS MARCO collection is partial)
 TREC_DL = {"2019": "dl19", "2020": "dl20", "dl19": "dl19", "dl20": "dl20"}
@@ -23,11 +24,6 @@ def cache_dir(*parts: str) -> str:
     """Where built artefacts (indexes) are cached: ``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``."""
     root = os.environ.get("PYTERRIER_TITE_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pyterrier_tite")
     return os.path.join(root, *parts)
-
-
-def default_text_fields(dataset_id: str) -> list[str]:
-    """BEIR collections index title + text; the others index ``text`` (Cranfield's text already has its title)."""
-    return ["title", "text"] if dataset_id.startswith("beir/") else ["text"]
 
 
 def pisa_index(
@@ -40,7 +36,7 @@ def pisa_index(
             f"{dataset_id}: the local MS MARCO collection is partial, so full retrieval on it is meaningless; "
             "rerank the provided BM25 top-100 with pyterrier_tite.trec_dl_bm25('2019') instead"
         )
-    fields = fields or default_text_fields(dataset_id)
+    fields = fields or text_fields(dataset_id)
     path = path or cache_dir("pisa", re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id) + "." + "+".join(fields))
     text_field = fields if len(fields) > 1 else fields[0]
     if not os.path.exists(path):

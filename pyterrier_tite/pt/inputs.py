@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pandas as pd
 
 from pyterrier_tite.pt.validation import checked_id, checked_text
+from pyterrier_tite.text import document_text, text_fields
 
 
 def is_file_argument(value: str) -> bool:
@@ -31,8 +32,11 @@ def _stem(path: str) -> str:
 
 
 def _doc_text(record: dict, path: str) -> object:
-    if "text" in record or "default_text" in record:
-        return record.get("text", record.get("default_text"))
+    """``default_text`` as given, else title + text by the one document-text rule."""
+    if "default_text" in record:
+        return record["default_text"]
+    if "text" in record:
+        return None if record["text"] is None else document_text(record)
     if "title" in record:
         return record["title"]
     raise ValueError(f"{path}: a document lacks text / default_text (it has {sorted(record)})")
@@ -44,13 +48,10 @@ def iter_corpus(source: str) -> Iterator[dict]:
         yield from _iter_corpus_file(source)
         return
     from pyterrier_tite import datasets
-    from pyterrier_tite.pt.first_stage import default_text_fields
-
     dataset_id = datasets.irds_id(source)
-    fields = default_text_fields(dataset_id)
+    fields = text_fields(dataset_id)
     for doc in datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False):
-        parts = [str(doc[f]) for f in fields if f in doc and doc[f] is not None and str(doc[f])]
-        yield {"docno": checked_id(doc["docno"], "docno"), "text": " ".join(parts)}
+        yield {"docno": checked_id(doc["docno"], "docno"), "text": document_text(doc, fields)}
 
 
 def _iter_corpus_file(path: str) -> Iterator[dict]:
@@ -62,9 +63,7 @@ def _iter_corpus_file(path: str) -> Iterator[dict]:
             if kind == "jsonl":
                 record = json.loads(line)
                 raw_id = record.get("docno", record.get("doc_id"))
-                text, title = _doc_text(record, path), record.get("title")
-                if title and "text" in record:
-                    text = f"{title} {text}"
+                text = _doc_text(record, path)
             elif kind == "tsv":
                 raw_id, _, text = line.rstrip("\n").partition("\t")
             else:

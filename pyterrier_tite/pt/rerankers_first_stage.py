@@ -8,20 +8,10 @@ import pyterrier as pt
 
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.first_stage import TREC_DL, bm25, trec_dl_bm25
+from pyterrier_tite.text import join_text_columns, text_fields
 
 #: collections whose qrels for graded measures come from another ID
 QRELS_ID = {"cranfield": "cranfield-graded"}
-
-
-class JoinTitle(pt.Transformer):
-    """``text`` = ``title`` + ``text`` where a title exists (BEIR collections keep them apart)."""
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        if "title" not in inp.columns:
-            return inp
-        title = inp["title"].fillna("").astype(str)
-        text = inp["text"].fillna("").astype(str)
-        return inp.assign(text=(title + " " + text).str.strip()).drop(columns="title")
 
 
 def candidates(dataset: str, depth: int = 100) -> pt.Transformer:
@@ -29,8 +19,8 @@ def candidates(dataset: str, depth: int = 100) -> pt.Transformer:
     if str(dataset) in TREC_DL:
         return trec_dl_bm25(dataset) % depth
     ds = datasets.get_dataset(dataset)
-    fields = ["title", "text"] if datasets.irds_id(dataset).startswith("beir/") else ["text"]
-    return bm25(dataset, num_results=depth) >> ds.text_loader(fields) >> JoinTitle()
+    fields = text_fields(datasets.irds_id(dataset))
+    return bm25(dataset, num_results=depth) >> ds.text_loader(fields) >> pt.apply.generic(join_text_columns)
 
 
 def topics_and_qrels(dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:

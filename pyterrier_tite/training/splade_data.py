@@ -31,12 +31,12 @@ class Example:
 def doc_texts(dataset: str, fields: Sequence[str] | None = None) -> dict[str, str]:
     """``docno -> text`` of a collection, fields joined as BM25 indexes them (title + text for BEIR)."""
     from pyterrier_tite import datasets
-    from pyterrier_tite.pt.first_stage import default_text_fields
+    from pyterrier_tite.text import document_text, text_fields
 
     dataset_id = datasets.irds_id(dataset)
-    fields = list(fields or default_text_fields(dataset_id))
+    fields = list(fields or text_fields(dataset_id))
     return {
-        str(d["docno"]): " ".join(str(d[f]) for f in fields if d.get(f))
+        str(d["docno"]): document_text(d, fields)
         for d in datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
     }
 
