@@ -102,8 +102,8 @@ def main() -> None:
     import torch
 
     from pyterrier_tite import datasets
-    from pyterrier_tite.cli_sparse import resolve_start_point
     from pyterrier_tite.pt.first_stage import bm25, pisa_index
+    from pyterrier_tite.start_points import resolve
     from pyterrier_tite.text import text_fields
 
     if args.kind != "bm25" and bool(args.model) == bool(args.fold_models):
@@ -128,7 +128,7 @@ def main() -> None:
         from pyterrier_tite.pt.cross_validation import CrossValidated
         from pyterrier_tite.query_folds import assign_folds
 
-        models = [resolve_start_point(m) for m in args.fold_models.split(",")]
+        models = [resolve(m) for m in args.fold_models.split(",")]
         fold_of = assign_folds(topics["qid"].astype(str), len(models), seed=args.fold_seed)
         pipelines, stats = {}, []
         for fold, model_path in enumerate(models, 1):
@@ -139,7 +139,7 @@ def main() -> None:
         row.update(query_weighted_means(stats))
         row["model"], row["folds"] = models, len(models)
     else:
-        pipeline, stats = first_stage(args, resolve_start_point(args.model), index_path, corpus, topics)
+        pipeline, stats = first_stage(args, resolve(args.model), index_path, corpus, topics)
         row.update(stats)
     result = pt.Experiment(
         [pipeline], topics, qrels, eval_metrics=["ndcg_cut_10", "recall_100"], names=[args.name], verbose=False

@@ -51,11 +51,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build(kind: str, args: argparse.Namespace, doc_max_length: int):
-    from pyterrier_tite.cli_tite import is_tite_folder, resolve_start
+    from pyterrier_tite.cli.tite import is_tite_folder
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.tite import TITE
+    from pyterrier_tite.start_points import resolve
 
-    start = resolve_start(args.start)
+    start = resolve(args.start)
     common = {
         "query_max_length": args.query_max_length,
         "doc_max_length": doc_max_length,

