@@ -45,8 +45,10 @@ def model_format(folder: str) -> str:
         return "splade"
     if model_type in ("bert", "distilbert", "electra") or os.path.isfile(os.path.join(folder, "modules.json")):
         return "bert-biencoder"
-    raise ValueError(f"{folder}: cannot tell which model this is (model_type {model_type!r}, architectures "
-                     f"{architectures or 'none'}); load it with the class that fits, e.g. t.TITE.from_pretrained")  # fmt: skip
+    raise ValueError(
+        f"{folder}: cannot tell which model this is (model_type {model_type!r}, architectures "
+        f"{architectures or 'none'}); load it with the class that fits, e.g. t.TITE.from_pretrained"
+    )
 
 
 def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
