@@ -1,7 +1,7 @@
 """Build script: the package plus one compiled extension, ``pyterrier_tite._C``, made from every source in ``csrc/``.
 
-C++ sources (``*.cpp``) are always compiled with ``-O3 -fopenmp``. CUDA sources (``*.cu``) are added only when a CUDA
-toolkit (nvcc) and a CUDA build of torch are both present, so CPU-only machines build the CPU kernels alone.
+C++ sources (``*.cpp``) are compiled with ``-O3 -fopenmp``: the CPU kernels. GPU kernels are Triton
+(``ops/*_triton.py``), compiled at run time, so the build needs no CUDA toolkit.
 Install with ``pip install --no-build-isolation -e .``: an isolated build env would pull a different torch.
 """
 
@@ -11,7 +11,6 @@ import os
 from setuptools import find_packages, setup
 
 try:
-    import torch
     from torch.utils import cpp_extension
 except ImportError as exc:  # pragma: no cover - only hit when installed without torch present
     raise SystemExit(
@@ -24,18 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _extension():
     cpp_sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
-    cuda_sources = sorted(glob.glob(os.path.join("csrc", "*.cu")))
-    with_cuda = bool(cuda_sources) and torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
-    if os.environ.get("PYTERRIER_TITE_NO_CUDA") == "1":
-        with_cuda = False
     cxx_flags = ["-O3", "-fopenmp", "-std=c++17"]
-    if with_cuda:
-        return cpp_extension.CUDAExtension(
-            "pyterrier_tite._C",
-            cpp_sources + cuda_sources,
-            extra_compile_args={"cxx": cxx_flags + ["-DTITE_WITH_CUDA"], "nvcc": ["-O3", "-DTITE_WITH_CUDA"]},
-            extra_link_args=["-fopenmp"],
-        )
     return cpp_extension.CppExtension(
         "pyterrier_tite._C", cpp_sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"]
     )

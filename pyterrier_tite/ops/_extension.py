@@ -37,10 +37,7 @@ def has_csrc(device: torch.device | str = "cpu") -> bool:
     ext = extension()
     if ext is None:
         return False
-    device_type = torch.device(device).type
-    if device_type == "cpu":
-        return True
-    return device_type == "cuda" and ext.built_with_cuda()
+    return torch.device(device).type == "cpu"
 
 
 @functools.cache
@@ -63,7 +60,7 @@ def register_backends(op: str, backends: list[tuple[str, Callable[[], bool]]]) -
 def backends() -> dict[str, list[str]]:
     """The backends available on this machine for every op, most preferred first.
 
-    ``csrc-cpu`` / ``csrc-cuda`` are the compiled kernels, ``triton`` the Triton kernels, ``torch`` the reference.
+    ``csrc-cpu`` are the compiled CPU kernels, ``triton`` the Triton kernels, ``torch`` the reference.
     """
     return {op: [name for name, available in entries if available()] for op, entries in _REGISTRY.items()}
 
@@ -89,8 +86,6 @@ def _runs_on(backend: str, device: torch.device) -> bool:
         return True
     if backend == "csrc-cpu":
         return device.type == "cpu"
-    if backend == "csrc-cuda":
-        return device.type == "cuda"
     if backend == "triton":
         return device.type == "cuda"
     return False

@@ -15,7 +15,6 @@ register_backends(
     "packed_mean_pool",
     [
         ("triton", has_triton),
-        ("csrc-cuda", lambda: has_csrc("cuda")),
         ("csrc-cpu", lambda: has_csrc("cpu")),
         ("torch", lambda: True),
     ],
