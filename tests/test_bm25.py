@@ -62,3 +62,15 @@ def test_bm25_unknown_field_is_clear(irds_home, tmp_path):
     with pytest.raises(KeyError, match="available"):
         pisa_index("local/cisi", path=str(tmp_path / "idx"), fields=["abstract"])
     assert not (tmp_path / "idx").exists()  # no half-built index left to be reused
+
+
+def test_bm25_queries_are_checked_and_the_cut_still_fuses(irds_home, tite_cache):
+    import pandas as pd
+
+    retriever = bm25("vaswani")
+    assert retriever(pd.DataFrame({"qid": [7], "query": ["plasma\0 physics"]}))["qid"].iloc[0] == "7"  # NUL: a space
+    with pytest.raises(ValueError, match="missing query .* qid '3'"):
+        retriever(pd.DataFrame({"qid": ["3"], "query": [None]}))
+    cut = (retriever % 10).compile()  # the cut reaches PISA: it asks for 10 results, not 1000 then cuts
+    assert "10," in repr(cut) and "1000" not in repr(cut)
+    assert len(cut.search("plasma")) == 10

@@ -14,6 +14,7 @@ from pyterrier_pisa import PisaIndex
 from pyterrier_tite import datasets
 from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.pt.index_build import GuardedCorpus, atomic_build, check_pisa_index
+from pyterrier_tite.pt.validation import CheckedQueries
 from pyterrier_tite.text import text_fields
 
 #: TREC DL aliases whose provided BM25 run stands in for full retrieval (the local MS MARCO collection is partial)
@@ -72,7 +73,8 @@ def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
         pisa_index(dataset)  # raises the explanatory error
     index = pisa_index(dataset, **index_args)
     with native_output_silenced():  # the first retriever compresses the index and logs it
-        return index.bm25(k1=k1, b=b, num_results=num_results)
+        retriever = index.bm25(k1=k1, b=b, num_results=num_results)
+    return CheckedQueries() >> retriever  # `% k` still fuses into PISA's retriever when the pipeline is compiled
 
 
 def trec_dl_bm25(year: str = "2019", text: bool = True) -> pt.Transformer:

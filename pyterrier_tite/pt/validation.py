@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pyterrier as pt
 
 
 def missing_value(value) -> bool:
@@ -54,3 +55,24 @@ def one_query_per_qid(frame: pd.DataFrame, query_column: str = "query") -> None:
             f"qid {qid!r} has {int(clashing.iloc[0])} different {query_column} texts (e.g. {found}); give each "
             "query its own qid"
         )
+
+
+class CheckedQueries(pt.Transformer):
+    """Checks the ``query`` column before an engine sees it: qids become ``str``, a missing query is a ``ValueError``
+    naming its qid, NUL bytes become spaces (PISA would fail with an opaque ``SystemError``). Stateless, so all
+    instances are equal and pipelines that start with one still share prefixes in ``pt.Experiment``."""
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        if "query" not in inp.columns or inp.empty:
+            return inp
+        queries = text_column(inp, "query", "qid")
+        return inp.assign(qid=[checked_id(q, "qid") for q in inp["qid"]], query=queries)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CheckedQueries)
+
+    def __hash__(self) -> int:
+        return hash("CheckedQueries")
+
+    def __repr__(self) -> str:
+        return "CheckedQueries()"
