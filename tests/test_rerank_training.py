@@ -107,7 +107,7 @@ def test_groups_put_a_positive_first_and_are_deterministic_per_epoch(tokenizer):
     reranker = SparseCE(tiny_sparse(), tokenizer=tokenizer)
     cands, qrels = synthetic()
     qrels = qrels[qrels["qid"] != "q3"]  # q3 has no positive: skipped
-    data = RerankerTrainingData(reranker, cands, qrels, negatives=3, queries_per_batch=5, depth=8)
+    data = RerankerTrainingData(reranker.inputs, cands, qrels, negatives=3, queries_per_batch=5, depth=8)
     assert len(data) == 11
     batches = list(data(0))
     assert [len(b["queries"]) for b in batches] == [5, 5, 1]
@@ -129,11 +129,11 @@ def test_teacher_scores_join_and_missing_ones_raise(tokenizer):
     reranker = SparseCE(tiny_sparse(), tokenizer=tokenizer)
     cands, qrels = synthetic(3, 4)
     teacher = cands[["qid", "docno"]].assign(score=np.arange(len(cands), dtype=float))
-    data = RerankerTrainingData(reranker, cands, qrels, negatives=2, teacher=teacher)
+    data = RerankerTrainingData(reranker.inputs, cands, qrels, negatives=2, teacher=teacher)
     batch = next(iter(data(0)))
     assert batch["teacher"].shape == (3, 3)
     with pytest.raises(ValueError, match="teacher"):
-        RerankerTrainingData(reranker, cands, qrels, teacher=teacher.head(5))
+        RerankerTrainingData(reranker.inputs, cands, qrels, teacher=teacher.head(5))
 
 
 # ------------------------------------------------------------------------------------------------------------ train
@@ -172,7 +172,7 @@ def test_celi_trains_both_terms_with_their_own_loss(tokenizer, tmp_path):
 def test_loss_fn_of_a_celi_scorer_is_the_sum_of_the_lce_of_each_term(tokenizer):
     reranker = CELI(tiny_sparse(), token_dim=4, tokenizer=tokenizer)
     cands, qrels = synthetic(2, 5)
-    batch = next(iter(RerankerTrainingData(reranker, cands, qrels, negatives=2)(0)))
+    batch = next(iter(RerankerTrainingData(reranker.inputs, cands, qrels, negatives=2)(0)))
     total, parts = reranker_loss("lce")(reranker.scorer, batch, 0)
     backbone = reranker.scorer.backbone
     segments = backbone.bert(backbone.make_batch(batch["queries"], batch["docs"])).segments

@@ -14,7 +14,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 import pyterrier_tite
 from pyterrier_tite.convert import CheckpointError
 from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
-from pyterrier_tite.modeling.celi import CrossEncoderScorer
+from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 from pyterrier_tite.pt.rerankers import CELI, CrossEncoderReranker, MonoCE, SparseCE
 from pyterrier_tite.start_points import minilm_path
 
@@ -84,8 +84,8 @@ def direct_scores(reranker: CrossEncoderReranker, inp: pd.DataFrame) -> list[flo
     out = []
     with torch.no_grad():
         for row in inp.itertuples():
-            q = reranker.tokenize_queries([row.query])[0]
-            d = reranker.fit_doc(q, reranker.tokenize_docs([row.text])[0])
+            q = reranker.inputs.queries([row.query])[0]
+            d = reranker.inputs.fit_doc(q, reranker.inputs.docs([row.text])[0])
             out.append(float(reranker.scorer([q], [[d]])[0]))
     return out
 
@@ -145,10 +145,10 @@ def test_window_changes_scores_and_asymmetric_query_is_shared(tokenizer):
 
 def test_truncation_to_query_doc_and_position_limits(tokenizer):
     reranker = SparseCE(tiny_sparse(max_positions=24), tokenizer=tokenizer, query_max_length=3, doc_max_length=30)
-    q = reranker.tokenize_queries(["w1 w2 w3 w4 w5"])[0]
+    q = reranker.inputs.queries(["w1 w2 w3 w4 w5"])[0]
     assert len(q) == 3
-    d = reranker.tokenize_docs([" ".join(["w7"] * 40)])[0]
-    assert len(d) == 30 and len(reranker.fit_doc(q, d)) == 24 - 3 - 3
+    d = reranker.inputs.docs([" ".join(["w7"] * 40)])[0]
+    assert len(d) == 30 and len(reranker.inputs.fit_doc(q, d)) == 24 - 3 - 3
     long = pd.DataFrame([{"qid": "1", "query": "w1 w2 w3 w4", "docno": "a", "text": " ".join(["w9"] * 100)}])
     assert len(reranker(long)) == 1  # fits the 24 positions instead of raising
 
@@ -186,10 +186,10 @@ def test_bad_arguments(tokenizer):
         SparseCE(tiny_sparse())
 
 
-def test_scorer_gradients_flow_through_scores_torch(tokenizer):
+def test_scorer_gradients_flow(tokenizer):
     reranker = CELI(tiny_sparse(), token_dim=4, tokenizer=tokenizer)
     reranker.scorer.train()
-    scores = reranker.scores_torch([[5, 6]], [[[7, 8, 9], [10]]])
+    scores = reranker.scorer([[5, 6]], [[[7, 8, 9], [10]]])
     scores.sum().backward()
     assert reranker.scorer.head.token.weight.grad is not None
     assert isinstance(reranker.scorer, CrossEncoderScorer)

@@ -121,12 +121,12 @@ def test_defaults_follow_the_checkpoint_and_explicit_arguments_override(released
     assert (model.query_max_length, model.doc_max_length) == (30, None)
     assert model.scorer.max_positions() == 4096
     long_doc = " ".join(["search"] * 3000)
-    assert len(model.tokenize_docs([long_doc])[0]) == 3000  # the tokenizer's model_max_length 512 does not apply
-    assert len(model.fit_doc([5] * 30, [7] * 5000)) == 4096 - 30 - 3  # the reference's max_length - len(q) - 3
+    assert len(model.inputs.docs([long_doc])[0]) == 3000  # the tokenizer's model_max_length 512 does not apply
+    assert len(model.inputs.fit_doc([5] * 30, [7] * 5000)) == 4096 - 30 - 3  # the reference's max_length - len(q) - 3
     explicit = SparseCE(str(released), query_max_length=8, doc_max_length=100, w=1)
     assert (explicit.query_max_length, explicit.doc_max_length) == (8, 100)
     assert explicit.scorer.config.attention_window_size == 1
-    assert len(explicit.tokenize_docs([long_doc])[0]) == 100
+    assert len(explicit.inputs.docs([long_doc])[0]) == 100
 
 
 def test_window_and_pattern_are_read_from_a_hub_checkpoint(released, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from pyterrier_tite.modeling import SparseCrossEncoderModelForSequenceClassification
-from pyterrier_tite.modeling.sparse_ce import FLAGS, load_config
+from pyterrier_tite.modeling.sparse_ce_config import FLAGS, load_config
 
 PARITY_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "parity"
 FIXTURES = sorted(PARITY_ROOT.glob("sparse-ce*")) if PARITY_ROOT.is_dir() else []

@@ -1,9 +1,12 @@
-"""Full-attention cross-encoder backbones (MonoCE, CELI): any ``AutoModelForSequenceClassification`` of BERT or ELECTRA
-type (the CELI paper uses ELECTRA), loaded exactly. Only an explicit start from an encoder without a score head (a
-plain BERT / MiniLM / ELECTRA discriminator) may create fresh weights, and the load then says so in one warning."""
+"""Cross-encoder checkpoints: the folders rerankers save (backbone + ``score_head.safetensors`` + ``pt_meta.json``)
+and full-attention backbones (MonoCE, CELI): any ``AutoModelForSequenceClassification`` of BERT or ELECTRA type (the
+CELI paper uses ELECTRA), loaded exactly. Only an explicit start from an encoder without a score head (a plain BERT /
+MiniLM / ELECTRA discriminator) or a new score head may create fresh weights, and the load then says so in one
+warning (:func:`one_fresh_warning`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -12,23 +15,31 @@ from contextvars import ContextVar
 
 from torch import nn
 
-from pyterrier_tite.convert.checkpoint import CheckpointError, quiet_transformers, raise_on_mismatch, read_config
+from pyterrier_tite.convert.checkpoint import (
+    CheckpointError,
+    load_exactly,
+    local_checkpoint,
+    quiet_transformers,
+    raise_on_mismatch,
+    read_config,
+    read_json,
+)
+from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 
 #: model types whose ``*ForSequenceClassification`` takes ``[CLS] q [SEP] d [SEP]`` with token types 0 / 1
 SEQUENCE_CLASSIFIER_TYPES = ("bert", "electra")
-#: files that hold a vocabulary: without one, transformers 5 builds an empty tokenizer instead of failing
-VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 _NOTES: ContextVar[list[str] | None] = ContextVar("fresh_weight_notes", default=None)
 
 
 @contextmanager
-def one_fresh_warning(source: str) -> Iterator[None]:
+def one_fresh_warning(source: str) -> Iterator[list[str]]:
     """Collects what the loaders inside create fresh (backbone head, score head) into ONE warning for ``source``, so
-    a user starting from a plain encoder is told once, not once per part."""
-    token = _NOTES.set([])
+    a user starting from a plain encoder is told once, not once per part. Yields the list of notes (empty: every
+    weight came from a checkpoint)."""
+    notes: list[str] = []
+    token = _NOTES.set(notes)
     try:
-        yield
-        notes = _NOTES.get()
+        yield notes
     finally:
         _NOTES.reset(token)
     if notes:
@@ -45,7 +56,8 @@ def note_fresh(note: str) -> None:
 
 
 def sequence_classifier(path_or_model) -> nn.Module:
-    """A one-logit BERT / ELECTRA ``*ForSequenceClassification`` from a module (kept as is) or a local folder."""
+    """A one-logit BERT / ELECTRA ``*ForSequenceClassification`` from a module (kept as is), a folder or a hub id; an
+    encoder without a score head (plain BERT, MiniLM, ELECTRA discriminator) gets a new one, reported."""
     from transformers import PreTrainedModel
 
     name = type(path_or_model).__name__
@@ -54,7 +66,7 @@ def sequence_classifier(path_or_model) -> nn.Module:
         return path_or_model
     if isinstance(path_or_model, nn.Module):
         raise TypeError(f"expected a BERT / ELECTRA *ForSequenceClassification or a folder, got {name}")
-    return load_sequence_classifier(os.fspath(path_or_model))
+    return load_sequence_classifier(local_checkpoint(path_or_model))
 
 
 def check_type(model_type: str | None, source: str) -> None:
@@ -88,22 +100,87 @@ def load_sequence_classifier(folder: str) -> nn.Module:
     return model
 
 
-def fill_special_ids(config, tokenizer) -> None:
-    """BERT / ELECTRA configs carry no [CLS] / [SEP] ids: take the tokenizer's, so the pair layout uses the ids the
-    texts were tokenised with (saved with the config, so a reloaded folder scores the same)."""
-    for name in ("cls_token_id", "sep_token_id"):
-        if getattr(config, name, None) is None:
-            value = getattr(tokenizer, name, None) if tokenizer is not None else None
-            if value is None:
-                raise CheckpointError(f"neither the config nor the tokenizer gives {name}")
-            setattr(config, name, int(value))
+# ------------------------------------------------------------------------------------------------ our saved folders
+META_FILE = "pt_meta.json"
+HEAD_FILE = "score_head.safetensors"
 
 
-def folder_tokenizer(folder: str):
-    """The folder's tokenizer; a folder without vocabulary files raises (transformers 5 would silently build an
-    empty one whose [SEP] id is wrong) instead of scoring with made-up ids."""
-    from transformers import AutoTokenizer
+def read_meta(path: str | os.PathLike) -> dict:
+    """``pt_meta.json`` of a local folder ({} for other checkpoints)."""
+    file = os.path.join(os.fspath(path), META_FILE)
+    return read_json(file) if os.path.isfile(file) else {}
 
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
-        raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
-    return AutoTokenizer.from_pretrained(folder)
+
+def save_scorer(
+    scorer: CrossEncoderScorer,
+    tokenizer,
+    path: str | os.PathLike,
+    reranker: str | None = None,
+    lengths: dict[str, int | None] | None = None,
+) -> None:
+    """Writes a reranker folder: Hugging Face layout (backbone ``config.json`` + ``model.safetensors``, tokenizer
+    files), the head's weights (``score_head.safetensors``, heads other than "cls") and ``pt_meta.json`` (the
+    artifact metadata, the reranker class and ``lengths``: the input caps, the folder's defaults when loaded)."""
+    from safetensors.torch import save_file
+
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    scorer.backbone.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    if scorer.head is not None:
+        save_file({k: v.contiguous() for k, v in scorer.head.state_dict().items()}, os.path.join(path, HEAD_FILE))
+    meta = {
+        "type": "model",
+        "format": "cross-encoder",
+        "package_hint": "pyterrier-tite",
+        "reranker": reranker or ("SparseCE" if scorer.is_sparse else "MonoCE"),
+        "backbone": "sparse" if scorer.is_sparse else "bert",
+        "head": scorer.head_name,
+        "token_dim": scorer.token_dim,
+        **(lengths or {}),
+    }
+    with open(os.path.join(path, META_FILE), "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+def load_head(scorer: CrossEncoderScorer, path: str) -> bool:
+    """Loads ``score_head.safetensors`` exactly when ``pt_meta.json`` says the folder has this head (a missing
+    file is then an error); False when the head starts fresh."""
+    from safetensors.torch import load_file
+
+    if scorer.head is None or read_meta(path).get("head") != scorer.head_name:
+        return False
+    file = os.path.join(path, HEAD_FILE)
+    if not os.path.isfile(file):
+        raise CheckpointError(f"{path}: pt_meta.json names the {scorer.head_name!r} head but {HEAD_FILE} is missing")
+    load_exactly(scorer.head, load_file(file), file)
+    return True
+
+
+def load_scorer(model, backbone_fn, head: str | None = None, token_dim: int | None = None) -> CrossEncoderScorer:
+    """A scorer from a local folder (its saved head and token dim when it has them; ``source`` = the folder) or from a
+    module / scorer; ``backbone_fn`` turns the folder or module into the backbone. A head not loaded from a checkpoint
+    is reported as fresh."""
+    if isinstance(model, CrossEncoderScorer):
+        if head is not None and head != model.head_name:
+            return _fresh_head(CrossEncoderScorer(backbone_fn(model.backbone), head, token_dim or model.token_dim))
+        backbone = backbone_fn(model.backbone)
+        if backbone is model.backbone:
+            return model
+        scorer = CrossEncoderScorer(backbone, model.head_name, model.token_dim, source=model.source)
+        if model.head is not None:
+            scorer.head.load_state_dict(model.head.state_dict())
+        return scorer
+    if not isinstance(model, str):
+        return _fresh_head(CrossEncoderScorer(backbone_fn(model), head or "cls", token_dim or 32))
+    meta = read_meta(model)
+    head, token_dim = head or meta.get("head", "cls"), token_dim or meta.get("token_dim", 32)
+    scorer = CrossEncoderScorer(backbone_fn(model), head, token_dim, source=os.path.realpath(model))
+    return scorer if load_head(scorer, model) else _fresh_head(scorer)
+
+
+def _fresh_head(scorer: CrossEncoderScorer) -> CrossEncoderScorer:
+    if scorer.head is not None:
+        note_fresh(f"{scorer.head_name!r} score head")
+    return scorer

@@ -12,16 +12,30 @@ from __future__ import annotations
 import os
 
 import torch
+from torch import nn
 
-from pyterrier_tite.convert.checkpoint import CheckpointError, load_exactly, read_config, read_state_dict
-from pyterrier_tite.convert.cross_encoder import folder_tokenizer, note_fresh
-from pyterrier_tite.modeling.sparse_ce import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.convert.checkpoint import (
+    CheckpointError,
+    load_exactly,
+    local_checkpoint,
+    read_config,
+    read_state_dict,
+)
+from pyterrier_tite.convert.cross_encoder import note_fresh, read_meta
+from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.tokenization.cross_encoder import (
+    QUERY_MAX_LENGTH,
+    REFERENCE_QUERY_WORD_PIECES,
+    SPECIAL_IDS,
+    folder_tokenizer,
+    special_ids,
+)
 
 #: the released pattern: window 4, the query attends only to itself (applied when a plain BERT becomes a SparseCE)
 RELEASED_PATTERN = {"attention_window_size": 4, "query_cls_attention": False, "query_doc_attention": False}
-#: ``TirexDataModule(max_query_length=32)`` counts [CLS] and [SEP]: 30 word pieces
-REFERENCE_QUERY_WORD_PIECES = 32 - 2
-SPECIAL_IDS = ("pad_token_id", "cls_token_id", "sep_token_id")
+#: ``w`` value meaning "as the checkpoint says"
+KEEP = "config"
 #: derived from the config, absent from some checkpoints: may start fresh without a report
 DERIVED = ("bert.embeddings.position_ids",)
 
@@ -34,12 +48,6 @@ def is_sparse_config(config: dict) -> bool:
 def is_sparse_checkpoint(folder: str | os.PathLike) -> bool:
     """A local folder whose ``config.json`` is a sparse cross-encoder's."""
     return os.path.isfile(os.path.join(os.fspath(folder), "config.json")) and is_sparse_config(read_config(folder))
-
-
-def special_ids(tokenizer) -> dict[str, int]:
-    """pad / cls / sep ids of a tokenizer (those it has), the reference Lightning module's source of these ids."""
-    ids = {name: getattr(tokenizer, name, None) for name in SPECIAL_IDS}
-    return {k: int(v) for k, v in ids.items() if v is not None}
 
 
 def _folder_special_ids(folder: str) -> dict[str, int]:
@@ -104,3 +112,78 @@ def new_head_keys(model: SparseCrossEncoder, state: dict[str, torch.Tensor]) -> 
     ignored = sorted(k for k in state if not k.startswith("bert."))
     head = ("bert.pooler.", "classifier.")
     return sorted(k for k in model.state_dict() if k.startswith(head) and k not in state), ignored
+
+
+def from_bert(path_or_model, ids: dict[str, int] | None = None, **overrides) -> SparseCrossEncoder:
+    """A sparse cross-encoder from a folder / hub id (:func:`load_sparse_cross_encoder`) or a loaded BERT module
+    (``BertModel`` / ``BertFor*`` / a sparse model): its encoder weights must all be there, the heads it lacks
+    (pooler, classifier) start fresh and are reported. ``ids``: special ids the module's config lacks."""
+    if not isinstance(path_or_model, nn.Module):
+        return load_sparse_cross_encoder(local_checkpoint(path_or_model), ids, **overrides)
+    bert = path_or_model
+    fields = {k: v for k, v in bert.config.to_dict().items() if k not in ("id2label", "label2id") and v is not None}
+    model = SparseCrossEncoder(SparseCrossEncoderConfig(**{**(ids or {}), **fields, **overrides}))
+    missing, _ = model.load_state_dict(bert_state(bert.state_dict()), strict=False)
+    missing = [k for k in missing if k not in DERIVED]
+    lost = [k for k in missing if "embeddings." in k or "encoder." in k]
+    if lost:
+        raise ValueError(f"not a BERT checkpoint, missing encoder weights: {lost[:4]}")
+    if missing:
+        note_fresh(f"score head {', '.join(missing)} (from a {type(bert).__name__})")
+    return model.to(bert.dtype)
+
+
+# ------------------------------------------------------------------------------------------------ reranker settings
+def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, bool]) -> dict:
+    """Config overrides for a sparse backbone: a plain BERT gets the released pattern unless told otherwise; ``w``
+    (``KEEP``: the checkpoint's, None: full attention), ``symmetric`` (the query attends to [CLS] and the doc) and
+    single attention flags override."""
+    overrides: dict = {}
+    if not is_sparse_model(path_or_model):
+        overrides.update(RELEASED_PATTERN)
+    if w != KEEP:
+        if w is not None and (not isinstance(w, int) or w < 0):
+            raise ValueError(f"w must be None (full attention) or an int >= 0, got {w!r}")
+        overrides["attention_window_size"] = w
+    if symmetric is not None:
+        overrides.update(query_cls_attention=symmetric, query_doc_attention=symmetric)
+    unknown = set(flags) - set(FLAGS)
+    if unknown:
+        raise TypeError(f"unknown attention flags {sorted(unknown)}; expected some of {FLAGS}")
+    overrides.update(flags)
+    return overrides
+
+
+def sparse_backbone(
+    path_or_model, w=KEEP, symmetric: bool | None = None, ids: dict[str, int] | None = None, **flags: bool
+) -> SparseCrossEncoder:
+    """A :class:`SparseCrossEncoder` from a reference checkpoint (folder or hub id, loaded exactly), any plain BERT
+    (folder or module; new score head) or a model, with the settings of :func:`sparse_overrides`. ``ids``: special
+    token ids for a config that lacks them (the tokenizer's, as in the reference)."""
+    if not isinstance(path_or_model, nn.Module):
+        path_or_model = local_checkpoint(path_or_model)
+    overrides = sparse_overrides(path_or_model, w, symmetric, flags)
+    if isinstance(path_or_model, SparseCrossEncoder) and not overrides:
+        return path_or_model
+    return from_bert(path_or_model, ids, **overrides)
+
+
+def is_sparse_model(model) -> bool:
+    """A sparse cross-encoder: a scorer or model of one, a folder saved with a sparse backbone or a sparse config."""
+    if isinstance(model, CrossEncoderScorer):
+        return model.is_sparse
+    if isinstance(model, nn.Module):
+        return isinstance(model, SparseCrossEncoder)
+    return read_meta(model).get("backbone") == "sparse" or is_sparse_checkpoint(model)
+
+
+def stored_lengths(model) -> dict[str, int | None]:
+    """The input caps a checkpoint folder stores: ``pt_meta.json``'s (our saves), the reference's for a released
+    sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions left), else ours (32, positions)."""
+    if isinstance(model, str):
+        meta = read_meta(model)
+        if "query_max_length" in meta:
+            return {"query_max_length": meta["query_max_length"], "doc_max_length": meta.get("doc_max_length")}
+        if not meta and is_sparse_checkpoint(model):
+            return {"query_max_length": REFERENCE_QUERY_WORD_PIECES, "doc_max_length": None}
+    return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}

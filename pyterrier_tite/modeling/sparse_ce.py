@@ -13,162 +13,29 @@ allow (``X_Y_attention``: rows of X see keys of Y); doc->doc is limited to ``+-a
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
 from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
 from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
+from pyterrier_tite.modeling.sparse_ce_config import FLAGS, SparseCrossEncoderConfig
+from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
 
-FLAGS = (
-    "cls_query_attention",
-    "cls_doc_attention",
-    "query_cls_attention",
-    "query_doc_attention",
-    "doc_cls_attention",
-    "doc_query_attention",
-)
-
-
-class SparseCrossEncoderConfig(PretrainedConfig):
-    """BERT fields plus the reference's six attention flags, window size and special token ids.
-
-    Defaults (all flags on, no window) make the model a plain BERT cross-encoder; the released checkpoints use w=4 and
-    ``query_cls_attention = query_doc_attention = False``. ``model_type`` is "bert" like the reference, so checkpoints
-    round-trip unchanged; load this class explicitly (``AutoConfig`` would give a ``BertConfig``).
-    """
-
-    model_type = "bert"
-
-    def __init__(
-        self,
-        vocab_size: int = 30522,
-        hidden_size: int = 768,
-        num_hidden_layers: int = 12,
-        num_attention_heads: int = 12,
-        intermediate_size: int = 3072,
-        hidden_act: str = "gelu",
-        hidden_dropout_prob: float = 0.1,
-        attention_probs_dropout_prob: float = 0.1,
-        max_position_embeddings: int = 512,
-        type_vocab_size: int = 2,
-        initializer_range: float = 0.02,
-        layer_norm_eps: float = 1e-12,
-        pad_token_id: int = 0,
-        cls_token_id: int = 101,
-        sep_token_id: int = 102,
-        position_embedding_type: str = "absolute",
-        token_type_embedding: bool = True,
-        attention_window_size: int | None = None,
-        cls_query_attention: bool = True,
-        cls_doc_attention: bool = True,
-        query_cls_attention: bool = True,
-        query_doc_attention: bool = True,
-        doc_cls_attention: bool = True,
-        doc_query_attention: bool = True,
-        depth: int = 100,
-        **kwargs,
-    ):
-        if "id2label" not in kwargs:
-            kwargs.setdefault("num_labels", 1)
-        super().__init__(pad_token_id=pad_token_id, **kwargs)
-        if hidden_size % num_attention_heads:
-            raise ValueError(
-                f"hidden_size {hidden_size} is not a multiple of num_attention_heads {num_attention_heads}"
-            )
-        if attention_window_size is not None and attention_window_size < 0:
-            raise ValueError(f"attention_window_size must be None or >= 0, got {attention_window_size}")
-        if position_embedding_type != "absolute":
-            raise ValueError(f"only absolute position embeddings are supported, got {position_embedding_type!r}")
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_act = hidden_act
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.attention_probs_dropout_prob = attention_probs_dropout_prob
-        self.max_position_embeddings = max_position_embeddings
-        self.type_vocab_size = type_vocab_size
-        self.initializer_range = initializer_range
-        self.layer_norm_eps = layer_norm_eps
-        self.cls_token_id = cls_token_id
-        self.sep_token_id = sep_token_id
-        self.position_embedding_type = position_embedding_type
-        self.token_type_embedding = token_type_embedding
-        self.attention_window_size = attention_window_size
-        self.cls_query_attention = cls_query_attention
-        self.cls_doc_attention = cls_doc_attention
-        self.query_cls_attention = query_cls_attention
-        self.query_doc_attention = query_doc_attention
-        self.doc_cls_attention = doc_cls_attention
-        self.doc_query_attention = doc_query_attention
-        self.depth = depth
-
-    @property
-    def shares_query(self) -> bool:
-        """The query sees only itself, so one encoding per query serves all its docs."""
-        return not (self.query_cls_attention or self.query_doc_attention)
-
-
-# ------------------------------------------------------------------------------------------------------------ inputs
-@dataclass
-class SparseCrossEncoderBatch:
-    """Padded raw ids (no special tokens): queries [Q, Lq], docs [N, Ld]; ``doc_query_index`` [N] maps doc -> query."""
-
-    query_ids: torch.Tensor
-    query_lengths: torch.Tensor
-    doc_ids: torch.Tensor
-    doc_lengths: torch.Tensor
-    doc_query_index: torch.Tensor
-
-    @classmethod
-    def from_lists(
-        cls,
-        queries: Sequence[Sequence[int] | torch.Tensor],
-        docs: Sequence[Sequence[Sequence[int] | torch.Tensor]],
-        pad_token_id: int = 0,
-        device: torch.device | str | None = None,
-    ) -> SparseCrossEncoderBatch:
-        """One query with a list of docs per entry -> padded tensors (docs in query order)."""
-        if len(queries) != len(docs):
-            raise ValueError(f"{len(queries)} queries but {len(docs)} doc lists")
-        flat = [torch.as_tensor(d, dtype=torch.long) for ds in docs for d in ds]
-        index = torch.repeat_interleave(
-            torch.arange(len(docs)), torch.tensor([len(ds) for ds in docs], dtype=torch.long)
-        )
-        q_ids, q_len = _pad([torch.as_tensor(q, dtype=torch.long) for q in queries], pad_token_id)
-        d_ids, d_len = _pad(flat, pad_token_id)
-        return cls(q_ids, q_len, d_ids, d_len, index).to(device)
-
-    @classmethod
-    def from_padded(
-        cls, query_ids: torch.Tensor, doc_ids: torch.Tensor, doc_query_index: torch.Tensor, pad_token_id: int = 0
-    ) -> SparseCrossEncoderBatch:
-        """Right-padded id tensors; lengths count the non-pad ids (the reference derives its masks the same way)."""
-        lengths = [(ids != pad_token_id).sum(-1) for ids in (query_ids, doc_ids)]
-        return cls(query_ids, lengths[0], doc_ids, lengths[1], doc_query_index)
-
-    def to(self, device: torch.device | str | None) -> SparseCrossEncoderBatch:
-        if device is None:
-            return self
-        return SparseCrossEncoderBatch(*(t.to(device) for t in self.__dict__.values()))
-
-
-def _pad(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    if not seqs:
-        return torch.zeros(0, 0, dtype=torch.long), lengths
-    return nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad), lengths
+__all__ = [
+    "FLAGS",
+    "SparseCrossEncoder",
+    "SparseCrossEncoderBatch",
+    "SparseCrossEncoderConfig",
+    "SparseCrossEncoderModel",
+    "SparseCrossEncoderModelForSequenceClassification",
+]
 
 
 def _append_sep(ids: torch.Tensor, lengths: torch.Tensor, sep: int, pad: int) -> torch.Tensor:
@@ -375,54 +242,6 @@ class SparseCrossEncoderPreTrainedModel(PreTrainedModel):
         elif isinstance(module, SparseCrossEncoderEmbeddings):
             module.position_ids.copy_(torch.arange(module.position_ids.shape[-1])[None])
 
-    @classmethod
-    def from_bert(cls, path_or_model, **config_overrides):
-        """Any plain BERT checkpoint (folder / hub id, or a loaded ``BertModel`` / ``BertFor*``) as a sparse
-        cross-encoder with the given window and flags, e.g. ``from_bert(path, attention_window_size=4,
-        query_cls_attention=False, query_doc_attention=False)``. A sparse checkpoint loads exactly. Missing heads
-        (pooler, classifier) start fresh, with a warning; any other missing or unused tensor is an error."""
-        if isinstance(path_or_model, PreTrainedModel):
-            return cls._from_bert_module(path_or_model, **config_overrides)
-        from pyterrier_tite.convert.checkpoint import local_checkpoint
-        from pyterrier_tite.convert.sparse_ce import load_sparse_cross_encoder
-
-        if cls is not SparseCrossEncoderModelForSequenceClassification:
-            raise TypeError(f"{cls.__name__}.from_bert takes a model; load folders with SparseCrossEncoder")
-        return load_sparse_cross_encoder(local_checkpoint(path_or_model), **config_overrides)
-
-    @classmethod
-    def _from_bert_module(cls, bert: PreTrainedModel, **config_overrides):
-        """A loaded BERT's weights in a sparse model: the encoder must be complete; heads it lacks are reported."""
-        fields = {k: v for k, v in bert.config.to_dict().items() if k not in ("id2label", "label2id")}
-        model = cls(SparseCrossEncoderConfig(**{**fields, **config_overrides}))
-        state = bert.state_dict()
-        prefix = "" if any(k.startswith("bert.") for k in state) else "bert."
-        target = cls.base_model_prefix + "." if cls is not SparseCrossEncoderModel else ""
-        missing, _ = model.load_state_dict({_rebase(k, prefix, target): v for k, v in state.items()}, strict=False)
-        missing = [k for k in missing if not k.endswith("position_ids")]
-        lost = [k for k in missing if "embeddings." in k or "encoder." in k]
-        if lost:
-            raise ValueError(f"not a BERT checkpoint, missing encoder weights: {lost[:4]}")
-        if missing:
-            from pyterrier_tite.convert.cross_encoder import note_fresh
-
-            note_fresh(f"score head {', '.join(missing)} (from a {type(bert).__name__})")
-        return model.to(bert.dtype)
-
-
-def _rebase(key: str, prefix: str, target: str) -> str:
-    """Key of a BERT state dict -> key in this model (``bert.`` prefix added or dropped)."""
-    key = prefix + key
-    return key if target else key.removeprefix("bert.")
-
-
-def load_config(path: str | os.PathLike, **overrides) -> SparseCrossEncoderConfig:
-    """Reads ``config.json`` of a local folder directly (no AutoConfig: model_type "bert" maps to BertConfig there)."""
-    file = Path(path) / "config.json"
-    if file.is_file():
-        return SparseCrossEncoderConfig(**{**json.loads(file.read_text()), **overrides})
-    return SparseCrossEncoderConfig.from_pretrained(path, **overrides)
-
 
 class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
     """The encoder (``bert.*`` of the checkpoint): embeddings, layers, pooler. ``forward(batch)`` ->
@@ -497,6 +316,16 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.bert.set_input_embeddings(value)
+
+    @classmethod
+    def from_bert(cls, path_or_model, **config_overrides) -> SparseCrossEncoderModelForSequenceClassification:
+        """Any plain BERT checkpoint (folder / hub id, or a loaded ``BertModel`` / ``BertFor*``) as a sparse
+        cross-encoder with the given window and flags, e.g. ``from_bert(path, attention_window_size=4,
+        query_cls_attention=False, query_doc_attention=False)``; see :func:`pyterrier_tite.convert.sparse_ce.from_bert`
+        (a sparse checkpoint loads exactly, missing heads start fresh with a warning, anything else is an error)."""
+        from pyterrier_tite.convert.sparse_ce import from_bert
+
+        return from_bert(path_or_model, **config_overrides)
 
     def make_batch(self, queries, docs) -> SparseCrossEncoderBatch:
         return SparseCrossEncoderBatch.from_lists(queries, docs, self.config.pad_token_id, self.device)

@@ -21,6 +21,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from pyterrier_tite.convert.cross_encoder import save_scorer
+from pyterrier_tite.tokenization.cross_encoder import CrossEncoderInputs
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import margin_mse
 
@@ -75,14 +77,15 @@ class QueryCandidates:
 class RerankerTrainingData:
     """Groups ``1 + negatives`` per query, resampled per epoch from a seed (a resumed run sees the same batches).
 
-    ``candidates``: result frame (qid, query, docno, text[, rank]); ``qrels``: (qid, docno, label). Only candidates
-    with text can be used, so positives are the candidates with ``label >= min_label`` (queries without one, or
-    without negatives, are skipped). ``teacher``: frame (qid, docno, score) or a ``teacher_score`` column.
+    ``inputs``: the reranker's tokenisation (``reranker.inputs``); ``candidates``: result frame (qid, query, docno,
+    text[, rank]) with one query text per qid and no missing query / text; ``qrels``: (qid, docno, label). Only
+    candidates with text can be used, so positives are the candidates with ``label >= min_label`` (queries without
+    one, or without negatives, are skipped). ``teacher``: frame (qid, docno, score) or a ``teacher_score`` column.
     """
 
     def __init__(
         self,
-        reranker,
+        inputs: CrossEncoderInputs,
         candidates: pd.DataFrame,
         qrels: pd.DataFrame,
         negatives: int = 7,
@@ -98,6 +101,10 @@ class RerankerTrainingData:
         self.queries_per_batch = queries_per_batch
         self.seed = seed
         frame = candidates.assign(qid=candidates["qid"].astype(str), docno=candidates["docno"].astype(str))
+        missing = frame["query"].isna() | frame["text"].isna()
+        if missing.any():
+            row = frame[missing].iloc[0]
+            raise ValueError(f"missing query or text (None/NaN) for qid {row.qid!r}, docno {row.docno!r}")
         if depth is not None:
             ranks = frame["rank"] if "rank" in frame else frame.groupby("qid").cumcount()
             frame = frame[ranks < depth]
@@ -119,8 +126,10 @@ class RerankerTrainingData:
             positives, negatives_ = np.flatnonzero(labels >= min_label), np.flatnonzero(labels < min_label)
             if len(positives) == 0 or len(negatives_) == 0:
                 continue
-            query = reranker.tokenize_queries([str(group["query"].iloc[0])])[0]
-            docs = [reranker.fit_doc(query, d) for d in reranker.tokenize_docs(group["text"].astype(str).tolist())]
+            if group["query"].nunique() > 1:
+                raise ValueError(f"qid {group['qid'].iloc[0]!r} has {group['query'].nunique()} different query texts")
+            query = inputs.queries([str(group["query"].iloc[0])])[0]
+            docs = [inputs.fit_doc(query, d) for d in inputs.docs(group["text"].astype(str).tolist())]
             scores = group["teacher_score"].to_numpy(float) if "teacher_score" in group else None
             self.queries.append(QueryCandidates(query, docs, labels, scores, positives, negatives_))
         if not self.queries:
@@ -185,17 +194,17 @@ def train_reranker(
     teacher: pd.DataFrame | None = None,
     resume: bool = True,
 ) -> list[dict[str, float]]:
-    """Fine-tunes ``reranker.scorer`` in place and saves it (loadable with ``from_pretrained``) to
-    ``args.output_dir``; returns the per-step log."""
-    from pyterrier_tite.pt.rerankers import save_scorer
-
+    """Fine-tunes ``reranker.scorer`` (a SparseCE / MonoCE / CELI: its ``scorer`` and ``inputs``) in place and saves
+    it (loadable with ``from_pretrained``) to ``args.output_dir``; returns the per-step log."""
+    inputs = reranker.inputs
     data = RerankerTrainingData(
-        reranker, candidates, qrels, negatives, queries_per_batch, depth, min_label, teacher, args.seed
+        inputs, candidates, qrels, negatives, queries_per_batch, depth, min_label, teacher, args.seed
     )
     kind = type(reranker).__name__
+    reranker.scorer.source = None  # its weights no longer are those of the folder it was loaded from
 
     def save_fn(scorer, path: str) -> None:
-        save_scorer(scorer, reranker.tokenizer, path, reranker=kind, lengths=reranker.lengths())
+        save_scorer(scorer, inputs.tokenizer, path, reranker=kind, lengths=inputs.lengths())
 
     trainer = Trainer(reranker.scorer, data, reranker_loss(loss), save_fn, args)
     history = trainer.train(resume=resume)

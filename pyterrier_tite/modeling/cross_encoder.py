@@ -1,0 +1,96 @@
+"""One cross-encoder backbone with one score head: the module the rerankers (SparseCE, MonoCE, CELI) run and the
+reranker trainer trains. Raw token ids in (one query per entry with its list of docs), scores out, flat ``[N]`` in
+input order; the input layouts come from :mod:`pyterrier_tite.tokenization.cross_encoder`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pyterrier_tite.modeling.celi import (
+    CeliHead,
+    MeanPoolHead,
+    PairStates,
+    pair_states_from_bert,
+    pair_states_from_sparse,
+)
+from pyterrier_tite.modeling.sparse_ce import SparseCrossEncoder
+from pyterrier_tite.tokenization.cross_encoder import PairBatch, config_special_id
+
+HEADS = ("cls", "mean", "celi")
+
+
+class CrossEncoderScorer(nn.Module):
+    """A cross-encoder backbone with one score head.
+
+    ``backbone``: a :class:`SparseCrossEncoder` (segments, windowed / asymmetric attention) or a
+    ``transformers`` BERT / ELECTRA ``*ForSequenceClassification`` (full attention over ``[CLS] q [SEP] d [SEP]``).
+    ``head``: ``"cls"`` uses the backbone's own score head (pooler + linear for BERT, dense + projection on [CLS]
+    for ELECTRA: the reference / monoBERT checkpoint formats, so published cross-encoders score unchanged),
+    ``"mean"`` a :class:`MeanPoolHead`, ``"celi"`` a :class:`CeliHead`.
+
+    ``source``: the checkpoint folder the weights were loaded from (None for an in-memory model, and once training
+    changes the weights); rerankers compare equal by it.
+    """
+
+    def __init__(self, backbone: nn.Module, head: str = "cls", token_dim: int = 32, source: str | None = None):
+        super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
+        self.backbone = backbone
+        self.head_name = head
+        self.token_dim = token_dim
+        self.source = source
+        self.is_sparse = isinstance(backbone, SparseCrossEncoder)
+        hidden = backbone.config.hidden_size
+        self.head = {"cls": None, "mean": lambda: MeanPoolHead(hidden), "celi": lambda: CeliHead(hidden, token_dim)}[
+            head
+        ]
+        self.head = self.head() if self.head is not None else None
+
+    @property
+    def config(self):
+        return self.backbone.config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def max_positions(self) -> int:
+        return int(self.backbone.config.max_position_embeddings)
+
+    def forward(self, queries: list[list[int]], docs: list[list[list[int]]]) -> torch.Tensor:
+        parts = self.score_parts(queries, docs)
+        return parts["cls"] + parts["late"] if "late" in parts else parts["score"]
+
+    def score_parts(self, queries: list[list[int]], docs: list[list[list[int]]]) -> dict[str, torch.Tensor]:
+        """``{"score": [N]}``, or for CELI ``{"cls": [N], "late": [N]}`` (the terms the paper trains separately)."""
+        if sum(len(d) for d in docs) == 0:
+            return {"score": next(self.backbone.parameters()).new_zeros(0)}
+        if self.head is None:
+            return {"score": self._logits(queries, docs)}
+        states = self._states(queries, docs)
+        if isinstance(self.head, CeliHead):
+            s_cls, s_late = self.head.score_parts(states)
+            return {"cls": s_cls, "late": s_late}
+        return {"score": self.head(states)}
+
+    # -- backbones ---------------------------------------------------------------------------------------------------
+    def _logits(self, queries, docs) -> torch.Tensor:
+        if self.is_sparse:
+            return self.backbone(queries, docs).logits
+        batch = self._pairs(queries, docs)
+        return self.backbone(**vars(batch)).logits.squeeze(-1)
+
+    def _states(self, queries, docs) -> PairStates:
+        if self.is_sparse:
+            return pair_states_from_sparse(self.backbone.bert(self.backbone.make_batch(queries, docs)).segments)
+        batch = self._pairs(queries, docs)
+        encoder = self.backbone.base_model  # .bert / .electra: the heads read the last layer, not the classifier
+        hidden = encoder(**vars(batch)).last_hidden_state
+        return pair_states_from_bert(hidden, batch.token_type_ids, batch.attention_mask)
+
+    def _pairs(self, queries, docs) -> PairBatch:
+        c = self.backbone.config
+        cls, sep = config_special_id(c, "cls_token_id"), config_special_id(c, "sep_token_id")
+        return PairBatch.from_lists(queries, docs, cls, sep, c.pad_token_id or 0, self.device)

@@ -1,0 +1,108 @@
+"""Configuration of the sparse cross-encoder (ECIR'24): BERT fields plus the reference's attention flags, window size
+and special token ids, in the reference's ``config.json`` layout (``model_type`` "bert")."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from transformers import PretrainedConfig
+
+FLAGS = (
+    "cls_query_attention",
+    "cls_doc_attention",
+    "query_cls_attention",
+    "query_doc_attention",
+    "doc_cls_attention",
+    "doc_query_attention",
+)
+
+
+class SparseCrossEncoderConfig(PretrainedConfig):
+    """BERT fields plus the reference's six attention flags, window size and special token ids.
+
+    Defaults (all flags on, no window) make the model a plain BERT cross-encoder; the released checkpoints use w=4 and
+    ``query_cls_attention = query_doc_attention = False``. ``model_type`` is "bert" like the reference, so checkpoints
+    round-trip unchanged; load this class explicitly (``AutoConfig`` would give a ``BertConfig``).
+    """
+
+    model_type = "bert"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        hidden_size: int = 768,
+        num_hidden_layers: int = 12,
+        num_attention_heads: int = 12,
+        intermediate_size: int = 3072,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        max_position_embeddings: int = 512,
+        type_vocab_size: int = 2,
+        initializer_range: float = 0.02,
+        layer_norm_eps: float = 1e-12,
+        pad_token_id: int = 0,
+        cls_token_id: int = 101,
+        sep_token_id: int = 102,
+        position_embedding_type: str = "absolute",
+        token_type_embedding: bool = True,
+        attention_window_size: int | None = None,
+        cls_query_attention: bool = True,
+        cls_doc_attention: bool = True,
+        query_cls_attention: bool = True,
+        query_doc_attention: bool = True,
+        doc_cls_attention: bool = True,
+        doc_query_attention: bool = True,
+        depth: int = 100,
+        **kwargs,
+    ):
+        if "id2label" not in kwargs:
+            kwargs.setdefault("num_labels", 1)
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+        if hidden_size % num_attention_heads:
+            raise ValueError(
+                f"hidden_size {hidden_size} is not a multiple of num_attention_heads {num_attention_heads}"
+            )
+        if attention_window_size is not None and attention_window_size < 0:
+            raise ValueError(f"attention_window_size must be None or >= 0, got {attention_window_size}")
+        if position_embedding_type != "absolute":
+            raise ValueError(f"only absolute position embeddings are supported, got {position_embedding_type!r}")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.cls_token_id = cls_token_id
+        self.sep_token_id = sep_token_id
+        self.position_embedding_type = position_embedding_type
+        self.token_type_embedding = token_type_embedding
+        self.attention_window_size = attention_window_size
+        self.cls_query_attention = cls_query_attention
+        self.cls_doc_attention = cls_doc_attention
+        self.query_cls_attention = query_cls_attention
+        self.query_doc_attention = query_doc_attention
+        self.doc_cls_attention = doc_cls_attention
+        self.doc_query_attention = doc_query_attention
+        self.depth = depth
+
+    @property
+    def shares_query(self) -> bool:
+        """The query sees only itself, so one encoding per query serves all its docs."""
+        return not (self.query_cls_attention or self.query_doc_attention)
+
+
+def load_config(path: str | os.PathLike, **overrides) -> SparseCrossEncoderConfig:
+    """Reads ``config.json`` of a local folder directly (no AutoConfig: model_type "bert" maps to BertConfig there)."""
+    file = Path(path) / "config.json"
+    if file.is_file():
+        return SparseCrossEncoderConfig(**{**json.loads(file.read_text()), **overrides})
+    return SparseCrossEncoderConfig.from_pretrained(path, **overrides)

@@ -1,0 +1,177 @@
+"""Cross-encoder inputs (SparseCE, MonoCE, CELI): tokenizer loading, special ids, caps and the two input layouts.
+
+Texts are tokenised WITHOUT special tokens and truncated to ``query_max_length`` / ``doc_max_length`` word pieces and to
+what the position embeddings hold (``doc_max_length=None``: the doc gets every position the query and the three special
+tokens leave, as in the reference; the tokenizer's ``model_max_length`` never applies). The ids then go into one of
+two layouts:
+
+- the pair layout of full-attention BERT / ELECTRA cross-encoders: ``[CLS] q [SEP] d [SEP]`` per pair, token types
+  0 / 1, right-padded (:class:`PairBatch`);
+- the list layout of the sparse cross-encoder: one query with its list of docs, raw ids padded per segment; the model
+  adds [CLS] and each [SEP] itself (:class:`SparseCrossEncoderBatch`).
+
+Special ids come from the tokenizer the texts were tokenised with, never from a silent WordPiece default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+#: [CLS] q [SEP] d [SEP]
+SPECIAL_TOKENS = 3
+#: query cap (word pieces) of our own models when the checkpoint stores none
+QUERY_MAX_LENGTH = 32
+#: the released sparse cross-encoders' query cap: ``TirexDataModule(max_query_length=32)`` counts [CLS] and [SEP]
+REFERENCE_QUERY_WORD_PIECES = 32 - 2
+SPECIAL_IDS = ("pad_token_id", "cls_token_id", "sep_token_id")
+#: files that hold a vocabulary: without one, transformers 5 builds an empty tokenizer instead of failing
+VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+# ------------------------------------------------------------------------------------------------ tokenizer, specials
+def folder_tokenizer(folder: str | os.PathLike):
+    """The folder's tokenizer; a folder without vocabulary files raises (transformers 5 would silently build an
+    empty one whose [SEP] id is wrong) instead of scoring with made-up ids."""
+    from transformers import AutoTokenizer
+
+    folder = os.fspath(folder)
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
+        raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def special_ids(tokenizer) -> dict[str, int]:
+    """pad / cls / sep ids of a tokenizer (those it has), the reference Lightning module's source of these ids."""
+    ids = {name: getattr(tokenizer, name, None) for name in SPECIAL_IDS} if tokenizer is not None else {}
+    return {k: int(v) for k, v in ids.items() if v is not None}
+
+
+def fill_special_ids(config, tokenizer) -> None:
+    """Sets the [CLS] / [SEP] ids a config lacks (BERT / ELECTRA configs carry none) from the tokenizer, so the pair
+    layout uses the ids the texts were tokenised with (saved with the config: a reloaded folder scores the same)."""
+    known = special_ids(tokenizer)
+    for name in ("cls_token_id", "sep_token_id"):
+        if getattr(config, name, None) is None:
+            if name not in known:
+                raise ValueError(f"neither the config nor the tokenizer gives {name}")
+            setattr(config, name, known[name])
+
+
+def config_special_id(config, name: str) -> int:
+    """A special id of a model config; missing is an error (see :func:`fill_special_ids`), not the WordPiece default."""
+    value = getattr(config, name, None)
+    if value is None:
+        raise ValueError(f"the model config has no {name}; set it from the tokenizer (fill_special_ids)")
+    return int(value)
+
+
+# ------------------------------------------------------------------------------------------------ texts -> ids
+@dataclass
+class CrossEncoderInputs:
+    """Texts -> raw ids (no special tokens) under the caps of one cross-encoder.
+
+    ``max_positions``: the model's position embeddings; ``query_max_length`` / ``doc_max_length``: word pieces (doc
+    None = every position the query and the special tokens leave).
+    """
+
+    tokenizer: object
+    max_positions: int
+    query_max_length: int = QUERY_MAX_LENGTH
+    doc_max_length: int | None = None
+
+    def tokenize(self, texts: Sequence[str], max_length: int) -> list[list[int]]:
+        """Raw token ids (no special tokens), truncated to ``max_length``."""
+        if len(texts) == 0:
+            return []
+        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length)
+        return enc["input_ids"]
+
+    def queries(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.tokenize(texts, self.query_max_length)
+
+    def docs(self, texts: Sequence[str]) -> list[list[int]]:
+        """Doc ids capped at ``doc_max_length``, or (None) at the positions left after the special tokens."""
+        cap = self.max_positions - SPECIAL_TOKENS
+        return self.tokenize(texts, cap if self.doc_max_length is None else self.doc_max_length)
+
+    def fit_doc(self, query: list[int], doc: list[int]) -> list[int]:
+        """The doc cut to what the position embeddings leave after the query and the special tokens."""
+        return doc[: max(0, self.max_positions - SPECIAL_TOKENS - len(query))]
+
+    def lengths(self) -> dict[str, int | None]:
+        """The caps, as stored in ``pt_meta.json`` (a saved folder's defaults)."""
+        return {"query_max_length": self.query_max_length, "doc_max_length": self.doc_max_length}
+
+
+# ------------------------------------------------------------------------------------------------ layouts
+def _pad(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    if not seqs:
+        return torch.zeros(0, 0, dtype=torch.long), lengths
+    return torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad), lengths
+
+
+@dataclass
+class PairBatch:
+    """``[CLS] q [SEP] d [SEP]`` per (query, doc) pair [N, L], right-padded, with token types 0 / 1 and the mask."""
+
+    input_ids: torch.Tensor
+    token_type_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+    @classmethod
+    def from_lists(
+        cls,
+        queries: Sequence[Sequence[int]],
+        docs: Sequence[Sequence[Sequence[int]]],
+        cls_id: int,
+        sep_id: int,
+        pad_id: int = 0,
+        device: torch.device | str | None = None,
+    ) -> PairBatch:
+        """One query with a list of docs per entry -> one row per pair (docs in query order)."""
+        rows = [([cls_id, *q, sep_id, *d, sep_id], len(q) + 2) for q, ds in zip(queries, docs, strict=True) for d in ds]
+        ids, lengths = _pad([torch.tensor(r, dtype=torch.long) for r, _ in rows], pad_id)
+        positions = torch.arange(ids.shape[1])[None, :]
+        mask = positions < lengths[:, None]
+        types = mask & (positions >= torch.tensor([n for _, n in rows], dtype=torch.long)[:, None])
+        return cls(ids.to(device), types.long().to(device), mask.long().to(device))
+
+
+@dataclass
+class SparseCrossEncoderBatch:
+    """Padded raw ids (no special tokens): queries [Q, Lq], docs [N, Ld]; ``doc_query_index`` [N] maps doc -> query."""
+
+    query_ids: torch.Tensor
+    query_lengths: torch.Tensor
+    doc_ids: torch.Tensor
+    doc_lengths: torch.Tensor
+    doc_query_index: torch.Tensor
+
+    @classmethod
+    def from_lists(
+        cls,
+        queries: Sequence[Sequence[int] | torch.Tensor],
+        docs: Sequence[Sequence[Sequence[int] | torch.Tensor]],
+        pad_token_id: int = 0,
+        device: torch.device | str | None = None,
+    ) -> SparseCrossEncoderBatch:
+        """One query with a list of docs per entry -> padded tensors (docs in query order)."""
+        if len(queries) != len(docs):
+            raise ValueError(f"{len(queries)} queries but {len(docs)} doc lists")
+        flat = [torch.as_tensor(d, dtype=torch.long) for ds in docs for d in ds]
+        index = torch.repeat_interleave(
+            torch.arange(len(docs)), torch.tensor([len(ds) for ds in docs], dtype=torch.long)
+        )
+        q_ids, q_len = _pad([torch.as_tensor(q, dtype=torch.long) for q in queries], pad_token_id)
+        d_ids, d_len = _pad(flat, pad_token_id)
+        return cls(q_ids, q_len, d_ids, d_len, index).to(device)
+
+    def to(self, device: torch.device | str | None) -> SparseCrossEncoderBatch:
+        if device is None:
+            return self
+        return SparseCrossEncoderBatch(*(t.to(device) for t in self.__dict__.values()))
