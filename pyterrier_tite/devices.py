@@ -1,10 +1,61 @@
-"""Where models run by default: the GPU when there is one, else the CPU."""
+"""Where models run by default (the GPU when there is one, else the CPU) and in which precision.
+
+Precision names: ``fp32`` (float32 everywhere), ``bf16`` / ``fp16`` (autocast: matrix products in the low precision,
+softmax statistics, norms, losses and scores in float32). Defaults: bf16 on GPUs that support it, fp32 elsewhere,
+including CPUs with native bf16 (AVX-512 BF16 or AMX), where ``bf16`` is faster but opt-in: pass
+``dtype=torch.bfloat16`` to a model or ``--precision bf16`` to a command (see ``cpu_has_native_bf16``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
 import torch
+
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
     """``device`` when given, else ``cuda`` if available, else ``cpu``."""
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 products natively (AVX-512 BF16 or AMX); elsewhere bf16 is emulated."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def default_precision(device: str | torch.device | None = None) -> str:
+    """``bf16`` on a CUDA device that supports it, else ``fp32``."""
+    device = default_device(device)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "fp32"
+
+
+def precision_dtype(precision: str | torch.dtype | None) -> torch.dtype | None:
+    """The autocast dtype of a precision name or dtype (None for fp32)."""
+    if precision is None or precision == torch.float32:
+        return None
+    if isinstance(precision, torch.dtype):
+        if precision not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {precision}")
+        return precision
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
+@contextmanager
+def autocast(device: str | torch.device, precision: str | torch.dtype | None) -> Iterator[None]:
+    """``torch.autocast`` for a precision on a device; nothing for fp32."""
+    dtype = precision_dtype(precision)
+    device_type = torch.device(device).type
+    with torch.autocast(device_type, dtype=dtype) if dtype is not None else nullcontext():
+        yield

@@ -104,3 +104,21 @@ def test_aggretriever_loss_is_nll_plus_half_of_each_part():
 
     expected = mean_nll(full) + 0.5 * mean_nll(agg) + 0.5 * mean_nll(cls)
     assert aggretriever_loss(qc, qa, dc, da)["loss"].item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_losses_compute_in_float32_inside_autocast():
+    """Under bf16 autocast (how --precision bf16 runs the forward pass) every loss is a float32 computation: the
+    same value as outside autocast on the same (bf16-representable) inputs."""
+    from pyterrier_tite.training.losses import SpladeLoss
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.rand(4, 300, generator=gen).bfloat16().float()
+    d = torch.rand(8, 300, generator=gen).bfloat16().float()
+    teacher = torch.randn(4, 2, generator=gen)
+    loss = SpladeLoss(lambda_q=1e-2, lambda_d=1e-2, warmup_steps=0)
+    plain = loss(q, d, step=5, teacher_scores=teacher)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = loss(q.bfloat16(), d.bfloat16(), step=5, teacher_scores=teacher)
+    for name, value in plain.items():
+        assert mixed[name].dtype == torch.float32, name
+        torch.testing.assert_close(mixed[name], value, rtol=1e-6, atol=1e-6, msg=name)

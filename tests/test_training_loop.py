@@ -112,11 +112,23 @@ def test_resume_with_more_steps_trains_on_and_says_the_schedule_changed(tmp_path
     assert [h["step"] for h in history] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_low_precision_training_lowers_the_loss_like_fp32(tmp_path, precision):
+    """Autocast forward passes (fp16 with loss scaling) learn the same regression as fp32, to bf16 accuracy."""
+    model32, fp32 = run(tmp_path, "fp32", size=4, steps=40, lr=0.3)
+    model, low = run(tmp_path, precision, size=4, steps=40, lr=0.3, precision=precision)
+    assert low[-1]["loss"] < 0.1 * low[0]["loss"]
+    assert low[-1]["loss"] == pytest.approx(fp32[-1]["loss"], abs=0.05 * fp32[0]["loss"])
+    torch.testing.assert_close(model.weight, model32.weight, atol=0.1, rtol=0)  # fp16 skips its first overflowing steps
+
+
 def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="max_steps"):
         TrainingArguments("x", max_steps=0)
     with pytest.raises(ValueError, match="grad_accumulation"):
         TrainingArguments("x", max_steps=1, grad_accumulation=0)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        TrainingArguments("x", max_steps=1, precision="int8")
 
 
 def test_steps_for():

@@ -34,6 +34,23 @@ def add_training_arguments(
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads per process (default: torch's)")
     parser.add_argument("--no-resume", action="store_true", help="start over even if output-dir has a checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_precision_argument(parser)
+
+
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """``--precision fp32|bf16|fp16`` (default: bf16 on a GPU that has it, else fp32; on a CPU with native bf16,
+    bf16 is faster but opt-in)."""
+    parser.add_argument(
+        "--precision", choices=["fp32", "bf16", "fp16"], default=None,
+        help="autocast precision (default: bf16 on GPUs that support it, else fp32)",
+    )  # fmt: skip
+
+
+def precision_of(args: argparse.Namespace) -> str:
+    """The precision the flags ask for, or the device's default."""
+    from pyterrier_tite.devices import default_precision
+
+    return args.precision or default_precision(getattr(args, "device", None))
 
 
 def training_arguments(args: argparse.Namespace):
@@ -53,4 +70,27 @@ def training_arguments(args: argparse.Namespace):
         save_every=args.save_every,
         seed=args.seed,
         verbose=not args.quiet,
+        precision=precision_of(args),
     )
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser, batch_size: int | None = None) -> None:
+    """``--device``, ``--batch-size``, ``--threads`` and ``--quiet``: the flags of every batch command."""
+    parser.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if any)")
+    parser.add_argument(
+        "--batch-size", type=int, default=batch_size, help="texts per model call (default: the model's own)"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads and PISA threads")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def apply_runtime_arguments(args: argparse.Namespace) -> None:
+    """Apply ``--threads`` to torch and check ``--batch-size`` / ``--threads``."""
+    for flag in ("batch_size", "threads"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise SystemExit(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)

@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pyterrier_tite.devices import autocast, precision_dtype
+
 CHECKPOINT = "checkpoint"
 STATE_FILE = "trainer_state.pt"
 #: settings that shape the run's trajectory: a resume with other values would silently train something else
@@ -54,6 +56,7 @@ class TrainingArguments:
     save_every: int = 0
     log_every: int = 10
     verbose: bool = True
+    precision: str = "fp32"  # fp32 | bf16 | fp16: autocast of the forward passes (devices.py); fp16 scales the loss
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -62,6 +65,7 @@ class TrainingArguments:
             raise ValueError(f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
         if self.warmup_steps < 0 or self.save_every < 0:
             raise ValueError("warmup_steps and save_every must be >= 0")
+        precision_dtype(self.precision)  # a clear error for an unknown precision
 
 
 def seed_everything(seed: int) -> None:
@@ -142,6 +146,9 @@ class Trainer:
         seed_everything(args.seed + self.rank)
         self.optimizer = make_optimizer(model, args)
         self.scheduler = linear_schedule(self.optimizer, args)
+        self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=args.precision == "fp16")
         self.step = 0
         self.epoch = 0
         self.batches_done_in_epoch = 0
@@ -165,6 +172,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "step": self.step,
             "epoch": self.epoch,
             "batches_done_in_epoch": self.batches_done_in_epoch,
@@ -191,6 +199,8 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch = state["step"], state["epoch"]
         self.batches_done_in_epoch = state["batches_done_in_epoch"]
         random.setstate(state["rng"]["python"])
@@ -264,18 +274,24 @@ class Trainer:
         while self.step < args.max_steps:
             totals: dict[str, float] = {}
             for _ in range(args.grad_accumulation):
-                loss, parts = _split_loss(self.loss_fn(self.model, next(batches), self.step))
+                with autocast(self.device, args.precision):
+                    loss, parts = _split_loss(self.loss_fn(self.model, next(batches), self.step))
+                loss = loss.float()
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss is {loss.item()} at step {self.step}")
-                (loss / args.grad_accumulation).backward()
+                self.scaler.scale(loss / args.grad_accumulation).backward()
                 for name, value in {"loss": loss.item(), **parts}.items():
                     totals[name] = totals.get(name, 0.0) + value / args.grad_accumulation
             self._average_gradients()
+            self.scaler.unscale_(self.optimizer)  # clipping sees the true gradients (no-op unless fp16)
             if args.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.max_grad_norm)
             totals["lr"] = self.scheduler.get_last_lr()[0]
-            self.optimizer.step()
-            self.scheduler.step()
+            scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            if scale is None or self.scaler.get_scale() >= scale:  # fp16 skips a step with inf/nan gradients
+                self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
             totals["step"] = self.step

@@ -1,28 +1,50 @@
 """Losses and regularisers shared by the retrieval models (SPLADE, Aggretriever, dense bi-encoders).
 
 Conventions: a batch holds ``B`` queries and, per query, ``1 + k`` documents with the positive first, flattened
-query-major into ``[B * (1 + k), ...]``. Scores are raw dot products (logits), never probabilities.
+query-major into ``[B * (1 + k), ...]``. Scores are raw dot products (logits), never probabilities. Every loss and
+regulariser computes in float32, whatever precision the forward pass ran in (bf16 sums of many small terms lose the
+signal the FLOPS regulariser and the softmax statistics depend on).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 
+def full_precision(fn):
+    """Run ``fn`` with autocast off and its floating-point tensor arguments in float32 (a loss computed inside an
+    autocast region would otherwise do its products and reductions in bf16 / fp16)."""
+
+    def as_fp32(value):
+        return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        device_type = tensors[0].device.type if tensors else "cpu"
+        with torch.autocast(device_type, enabled=False):
+            return fn(*map(as_fp32, args), **{k: as_fp32(v) for k, v in kwargs.items()})
+
+    return wrapper
+
+
+@full_precision
 def flops(reps: torch.Tensor) -> torch.Tensor:
     """FLOPS regulariser ``sum_j (mean_i |w_ij|)^2`` (Paria et al., 2020): penalises terms active in many texts."""
     if reps.shape[0] == 0:
-        return reps.new_zeros(())
+        return reps.new_zeros((), dtype=torch.float32)
     return reps.abs().mean(dim=0).pow(2).sum()
 
 
+@full_precision
 def l1(reps: torch.Tensor) -> torch.Tensor:
     """``mean_i sum_j |w_ij|``: the per-text L1 regulariser SPLADE variants use for queries."""
     if reps.shape[0] == 0:
-        return reps.new_zeros(())
+        return reps.new_zeros((), dtype=torch.float32)
     return reps.abs().sum(dim=-1).mean()
 
 
@@ -39,6 +61,7 @@ class QuadraticWarmup:
         return self.weight * min(1.0, (step / self.warmup_steps) ** 2)
 
 
+@full_precision
 def group_scores(query_reps: torch.Tensor, doc_reps: torch.Tensor) -> torch.Tensor:
     """Each query against its own ``1 + k`` documents: ``[B, D]``, ``[B * (1 + k), D]`` -> ``[B, 1 + k]``."""
     batch = query_reps.shape[0]
@@ -46,6 +69,7 @@ def group_scores(query_reps: torch.Tensor, doc_reps: torch.Tensor) -> torch.Tens
     return torch.einsum("bd,bnd->bn", query_reps, docs)
 
 
+@full_precision
 def contrastive_loss(
     query_reps: torch.Tensor, doc_reps: torch.Tensor, in_batch: bool = True, temperature: float = 1.0
 ) -> torch.Tensor:
@@ -55,7 +79,7 @@ def contrastive_loss(
     """
     batch = query_reps.shape[0]
     if batch == 0:
-        return query_reps.new_zeros(())
+        return query_reps.new_zeros((), dtype=torch.float32)
     group = doc_reps.shape[0] // batch
     if group * batch != doc_reps.shape[0] or group < 1:
         raise ValueError(f"{doc_reps.shape[0]} documents for {batch} queries: expected a multiple")
@@ -68,6 +92,7 @@ def contrastive_loss(
     return F.cross_entropy(scores / temperature, targets)
 
 
+@full_precision
 def margin_mse(
     pos_scores: torch.Tensor, neg_scores: torch.Tensor, teacher_pos: torch.Tensor, teacher_neg: torch.Tensor
 ) -> torch.Tensor:
@@ -76,7 +101,7 @@ def margin_mse(
     ``neg_scores`` may be ``[B]`` or ``[B, k]`` (every negative against the same positive).
     """
     if pos_scores.numel() == 0:
-        return pos_scores.new_zeros(())
+        return pos_scores.new_zeros((), dtype=torch.float32)
     if neg_scores.dim() == 2:
         pos_scores, teacher_pos = pos_scores.unsqueeze(1), teacher_pos.unsqueeze(1)
     return F.mse_loss(pos_scores - neg_scores, (teacher_pos - teacher_neg).to(pos_scores.dtype))
@@ -104,6 +129,7 @@ class SpladeLoss(torch.nn.Module):
         self.in_batch = in_batch
         self.margin_mse_weight = margin_mse_weight
 
+    @full_precision
     def forward(
         self, query_reps: torch.Tensor, doc_reps: torch.Tensor, step: int, teacher_scores: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
@@ -120,6 +146,7 @@ class SpladeLoss(torch.nn.Module):
         return terms
 
 
+@full_precision
 def aggretriever_loss(
     query_cls: torch.Tensor,
     query_agg: torch.Tensor,
