@@ -104,6 +104,13 @@ class CrossEncoderReranker(pt.Transformer):
         pta.validate.result_frame(input_columns, extra_columns=["query", self.text_field])
         return [c for c in input_columns if c not in ("score", "rank")] + ["score", "rank"]
 
+    def schematic(self, *, input_columns=None) -> dict:
+        """Label and settings; no ``help_url`` lookup (it downloads PyTerrier's documentation inventory, which does not
+        list this package's classes and fails offline)."""
+        window = self.scorer.config.attention_window_size if self.scorer.is_sparse else None
+        settings = {"w": window, "head": self.scorer.head_name, **self.inputs.lengths()}
+        return {"label": type(self).__name__, "help_url": None, "settings": settings}
+
     # -- transformer -------------------------------------------------------------------------------------------------
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         pta.validate.result_frame(inp, extra_columns=["query", self.text_field])

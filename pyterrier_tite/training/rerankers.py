@@ -105,6 +105,9 @@ class RerankerTrainingData:
         if missing.any():
             row = frame[missing].iloc[0]
             raise ValueError(f"missing query or text (None/NaN) for qid {row.qid!r}, docno {row.docno!r}")
+        texts = frame.groupby("qid", sort=False)["query"].nunique()
+        if (texts > 1).any():
+            raise ValueError(f"qid {texts.idxmax()!r} has {texts.max()} different query texts; give each its own qid")
         if depth is not None:
             ranks = frame["rank"] if "rank" in frame else frame.groupby("qid").cumcount()
             frame = frame[ranks < depth]
@@ -126,8 +129,6 @@ class RerankerTrainingData:
             positives, negatives_ = np.flatnonzero(labels >= min_label), np.flatnonzero(labels < min_label)
             if len(positives) == 0 or len(negatives_) == 0:
                 continue
-            if group["query"].nunique() > 1:
-                raise ValueError(f"qid {group['qid'].iloc[0]!r} has {group['query'].nunique()} different query texts")
             query = inputs.queries([str(group["query"].iloc[0])])[0]
             docs = [inputs.fit_doc(query, d) for d in inputs.docs(group["text"].astype(str).tolist())]
             scores = group["teacher_score"].to_numpy(float) if "teacher_score" in group else None
