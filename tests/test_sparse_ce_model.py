@@ -17,6 +17,7 @@ from pyterrier_tite.modeling import (
 )
 from pyterrier_tite.modeling.sparse_attention import KeyGroup, band_apply, band_scores, grouped_attention
 from pyterrier_tite.modeling.sparse_ce import FLAGS
+from pyterrier_tite.ops import window_attention_reference
 
 ATOL = 1e-5
 
@@ -298,25 +299,6 @@ def test_from_bert_rejects_a_model_without_its_encoder_weights():
 
 
 # ------------------------------------------------------------------------------------------- attention primitives
-def _dense_grouped_reference(q, k, v, window, lengths, groups):
-    """Explicit masked softmax over [groups..., own keys] with an L x L own-key mask."""
-    batch, _, length, _ = q.shape
-    keys, values, masks = [], [], []
-    for g in groups:
-        gk, gv, gl = g.gathered()
-        keys.append(gk)
-        values.append(gv)
-        masks.append((torch.arange(gk.shape[2])[None] < gl[:, None])[:, None, :].expand(batch, length, -1))
-    pos = torch.arange(length)
-    own = (pos[None, None, :] < lengths[:, None, None]).expand(batch, length, length)
-    if window is not None:
-        own = own & ((pos[:, None] - pos[None, :]).abs() <= window)
-    scores = torch.cat([q @ kk.transpose(-1, -2) for kk in keys + [k]], -1) / q.shape[-1] ** 0.5
-    probs = scores.masked_fill(~torch.cat(masks + [own], -1)[:, None], float("-inf")).softmax(-1)
-    out = probs @ torch.cat(values + [v], 2)
-    return torch.where((pos[None, :] < lengths[:, None])[:, None, :, None], out, 0.0)
-
-
 @pytest.mark.parametrize("window", [0, 1, 3, 40, None], ids=lambda w: f"w{w}")
 def test_grouped_attention_matches_dense_masked_reference(window):
     torch.manual_seed(0)
@@ -333,7 +315,8 @@ def test_grouped_attention_matches_dense_masked_reference(window):
     )
     for groups in ([], [shared], [own_cls, shared]):
         got = grouped_attention(q, k, v, window, lengths, groups)
-        torch.testing.assert_close(got, _dense_grouped_reference(q, k, v, window, lengths, groups))
+        full = length - 1 if window is None else window  # the kernel's reference: dense masked attention
+        torch.testing.assert_close(got, window_attention_reference(q, k, v, full, lengths, groups))
 
 
 def test_band_ops_match_definition_and_have_gradients():

@@ -2,40 +2,30 @@
 
 Rows of one segment attend, with ONE softmax, to (a) full key groups (e.g. their [CLS], their query) and (b) their own
 segment's keys: all of them (``window=None``) or only those within ``+-window`` (band storage ``[.., L, 2w+1]``,
-``A[i, j] = q_i . k_{i+j-w}``), so no L x L matrix is built for the doc-doc band. The interface mirrors
-``pyterrier_tite.ops.window_attention`` (same ``KeyGroup`` fields) so the fused kernel can replace the pure-torch
-banded path here, in one place.
+``A[i, j] = q_i . k_{i+j-w}``), so no L x L matrix is built for the doc-doc band. The interface is that of
+``pyterrier_tite.ops.window_attention`` (its ``KeyGroup``), so the fused kernel serves every call it can, in one
+place; the pure-torch paths here remain for attention dropout (training), which the kernel lacks.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from pyterrier_tite.ops import KeyGroup, window_attention
 
-@dataclass
-class KeyGroup:
-    """Keys every row attends to in full: ``k``, ``v`` [Bg, H, G, d].
+__all__ = ["KeyGroup", "band_apply", "band_scores", "grouped_attention"]
 
-    ``lengths`` [Bg] marks the valid keys of each group row (default: all G); ``index`` [B] maps every attention batch
-    row to its group row (default: identity, needs Bg = B), e.g. one query's keys shared by all its documents.
-    """
 
-    k: torch.Tensor
-    v: torch.Tensor
-    lengths: torch.Tensor | None = None
-    index: torch.Tensor | None = None
-
-    def gathered(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """k, v, lengths with one row per attention batch row."""
-        if self.index is None:
-            return self.k, self.v, self.lengths
-        lengths = None if self.lengths is None else self.lengths[self.index]
-        return self.k[self.index], self.v[self.index], lengths
+def _gathered(group: KeyGroup) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """k, v, lengths of a key group with one row per attention batch row."""
+    if group.index is None:
+        return group.k, group.v, group.lengths
+    lengths = None if group.lengths is None else group.lengths[group.index]
+    return group.k[group.index], group.v[group.index], lengths
 
 
 def _key_mask(lengths: torch.Tensor | None, batch: int, size: int, device: torch.device) -> torch.Tensor:
@@ -69,7 +59,7 @@ def grouped_attention(
     full = window is None or window >= length - 1  # a window covering the whole segment is full attention
     if not dropout and FUSED and (not full or (q.is_cuda and length <= FUSED_FULL_MAX_ROWS)):
         return _fused(q, k, v, max(length - 1, 0) if full else window, lengths, groups, scale)
-    gathered = [g.gathered() for g in groups]
+    gathered = [_gathered(g) for g in groups]
     if full:
         out = _dense(q, k, v, lengths, gathered, scale, dropout)
     else:
@@ -103,10 +93,7 @@ FUSED_FULL_MAX_ROWS = 64
 
 
 def _fused(q, k, v, window, lengths, groups, scale) -> torch.Tensor:
-    from pyterrier_tite import ops
-
-    fused_groups = [ops.KeyGroup(g.k, g.v, g.lengths, g.index) for g in groups]
-    return ops.window_attention(q, k, v, window, lengths, fused_groups, scale=scale)
+    return window_attention(q, k, v, window, lengths, list(groups), scale=scale)
 
 
 BLOCK = 32  # rows per block of the banded path; a block's keys span BLOCK + 2w (measured fastest on CPU for w=4)
