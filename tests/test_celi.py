@@ -1,4 +1,4 @@
-"""Cross-encoder score heads (CLS / mean pooling / CELI): formulas against brute force, identical on a standard BERT
+"""Cross-encoder score heads (mean pooling / CELI): formulas against brute force, identical on a standard BERT
 cross-encoder and the sparse cross-encoder with the same weights, shared query states, empty segments, gradients."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import torch
 from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
 from pyterrier_tite.modeling.celi import (
     CeliHead,
-    ClsHead,
     MeanPoolHead,
     PairStates,
     pair_states_from_bert,
@@ -44,7 +43,7 @@ def sparse_model(**overrides) -> SparseCrossEncoder:
 
 def heads(hidden: int = 16, token_dim: int = 8) -> dict[str, torch.nn.Module]:
     torch.manual_seed(1)
-    return {"cls": ClsHead(hidden), "mean": MeanPoolHead(hidden), "celi": CeliHead(hidden, token_dim)}
+    return {"mean": MeanPoolHead(hidden), "celi": CeliHead(hidden, token_dim)}
 
 
 def sparse_states(model, queries=QUERIES, docs=DOCS) -> PairStates:
@@ -63,9 +62,7 @@ def brute_force(states_rows, head: torch.nn.Module, name: str) -> torch.Tensor:
     """Per pair from explicit token lists: rows = (cls [H], query tokens [n, H], doc tokens [m, H], seps [k, H])."""
     scores = []
     for cls, query, doc, seps in states_rows:
-        if name == "cls":
-            scores.append(head.linear(cls)[0])
-        elif name == "mean":
+        if name == "mean":
             tokens = torch.cat([cls[None], query, doc, seps])
             scores.append(head.linear(tokens)[:, 0].mean())
         else:
@@ -102,7 +99,7 @@ def test_heads_match_brute_force_on_a_standard_cross_encoder():
             torch.testing.assert_close(head(states), expected, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["cls", "mean", "celi"])
+@pytest.mark.parametrize("name", ["mean", "celi"])
 def test_heads_give_the_same_scores_on_bert_and_on_the_equivalent_sparse_cross_encoder(name):
     """All flags, no window: the sparse cross-encoder IS the BERT cross-encoder, so every head must agree."""
     from transformers import BertConfig, BertModel

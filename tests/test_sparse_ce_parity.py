@@ -15,8 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from pyterrier_tite.convert.sparse_ce import sparse_config
 from pyterrier_tite.modeling import SparseCrossEncoderModelForSequenceClassification
-from pyterrier_tite.modeling.sparse_ce_config import FLAGS, load_config
+from pyterrier_tite.modeling.sparse_ce import FLAGS
 
 PARITY_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "parity"
 FIXTURES = sorted(PARITY_ROOT.glob("sparse-ce*")) if PARITY_ROOT.is_dir() else []
@@ -124,7 +125,7 @@ def test_sparse_ce_parity_all_flags_no_window_equals_bert_for_sequence_classific
 
     path = fixture_dir / "model"
     model = SparseCrossEncoderModelForSequenceClassification.from_pretrained(
-        path, config=load_config(path, attention_window_size=None, **dict.fromkeys(FLAGS, True))
+        path, config=sparse_config(path, attention_window_size=None, **dict.fromkeys(FLAGS, True))
     ).eval()
     hf = BertForSequenceClassification(BertConfig.from_pretrained(path, attn_implementation="eager")).eval()
     missing, unexpected = hf.load_state_dict(load_file(path / "model.safetensors"), strict=False)

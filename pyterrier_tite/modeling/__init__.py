@@ -6,7 +6,7 @@ from pyterrier_tite.modeling.tite_from_bert import tite_config_from_bert, tite_f
 
 __all__ = ["TiteConfig", "TiteModel", "TiteModelOutput", "TitePackedOutput", "tite_config_from_bert", "tite_from_bert"]
 
-from pyterrier_tite.modeling.celi import CeliHead, ClsHead, MeanPoolHead, PairStates  # noqa: E402
+from pyterrier_tite.modeling.celi import CeliHead, MeanPoolHead, PairStates  # noqa: E402
 from pyterrier_tite.modeling.sparse_ce import (  # noqa: E402
     SparseCrossEncoder,
     SparseCrossEncoderBatch,
@@ -17,7 +17,6 @@ from pyterrier_tite.modeling.sparse_ce import (  # noqa: E402
 
 __all__ += [
     "CeliHead",
-    "ClsHead",
     "MeanPoolHead",
     "PairStates",
     "SparseCrossEncoder",

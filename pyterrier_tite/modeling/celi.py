@@ -1,4 +1,5 @@
-"""Score heads for cross-encoders: [CLS] (monoBERT), mean pooling, and CELI late interaction (Zhang, Li & Lin).
+"""Score heads for cross-encoders on their last layer: mean pooling and CELI late interaction (Zhang, Li & Lin); the
+[CLS] head (monoBERT) is the backbone's own classifier (see ``modeling.cross_encoder.CrossEncoderScorer``).
 
 CELI adds to the [CLS] score ``s_cls = T_cls W + b`` the late-interaction score ``s_late = sum_i max_j v_qi . v_dj``
 over final-layer query / doc token vectors projected to ``D_tok`` (one shared projection). The paper trains both
@@ -66,17 +67,6 @@ def pair_states_from_sparse(segments: Segments) -> PairStates:
 def without_last(mask: torch.Tensor) -> torch.Tensor:
     """Drops each row's last marked token (the segment's [SEP])."""
     return mask & (mask.cumsum(-1) < mask.sum(-1, keepdim=True))
-
-
-class ClsHead(nn.Module):
-    """monoBERT: ``T_cls W + b`` (Eq. 1)."""
-
-    def __init__(self, hidden_size: int):
-        super().__init__()
-        self.linear = nn.Linear(hidden_size, 1)
-
-    def forward(self, states: PairStates) -> torch.Tensor:
-        return self.linear(states.cls).squeeze(-1)
 
 
 class MeanPoolHead(nn.Module):

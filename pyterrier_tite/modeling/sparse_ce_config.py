@@ -3,10 +3,6 @@ and special token ids, in the reference's ``config.json`` layout (``model_type``
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 from transformers import PretrainedConfig
 
 FLAGS = (
@@ -98,11 +94,3 @@ class SparseCrossEncoderConfig(PretrainedConfig):
     def shares_query(self) -> bool:
         """The query sees only itself, so one encoding per query serves all its docs."""
         return not (self.query_cls_attention or self.query_doc_attention)
-
-
-def load_config(path: str | os.PathLike, **overrides) -> SparseCrossEncoderConfig:
-    """Reads ``config.json`` of a local folder directly (no AutoConfig: model_type "bert" maps to BertConfig there)."""
-    file = Path(path) / "config.json"
-    if file.is_file():
-        return SparseCrossEncoderConfig(**{**json.loads(file.read_text()), **overrides})
-    return SparseCrossEncoderConfig.from_pretrained(path, **overrides)

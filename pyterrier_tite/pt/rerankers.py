@@ -35,7 +35,7 @@ from pyterrier_tite.convert.cross_encoder import (
     save_scorer,
     sequence_classifier,
 )
-from pyterrier_tite.convert.sparse_ce import KEEP, RELEASED_PATTERN, is_sparse_model, sparse_backbone, stored_lengths
+from pyterrier_tite.convert.sparse_ce import KEEP, is_sparse_model, sparse_backbone, stored_lengths
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
@@ -48,7 +48,7 @@ from pyterrier_tite.tokenization.cross_encoder import (
     special_ids,
 )
 
-__all__ = ["CELI", "RELEASED_PATTERN", "CrossEncoderReranker", "MonoCE", "SparseCE"]
+__all__ = ["CELI", "CrossEncoderReranker", "MonoCE", "SparseCE"]
 
 
 class CrossEncoderReranker(pt.Transformer):
