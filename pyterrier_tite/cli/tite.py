@@ -93,21 +93,21 @@ def run_pretrain(args: argparse.Namespace) -> int:
     import itertools
 
     import torch
-    from transformers import AutoTokenizer
 
     from pyterrier_tite import datasets
+    from pyterrier_tite.convert.checkpoint import load_tokenizer
     from pyterrier_tite.modeling import TiteModel, tite_from_bert
+    from pyterrier_tite.text import document_text, text_fields
     from pyterrier_tite.training.tite_pretraining import pretrain
 
     if args.threads:
         torch.set_num_threads(args.threads)
     start = resolve(args.start)
     encoder = TiteModel.from_pretrained(start) if is_tite_folder(start) else tite_from_bert(start, **tite_kwargs(args))
-    tokenizer = AutoTokenizer.from_pretrained(start)
+    tokenizer = load_tokenizer(start)
     corpus = datasets.get_dataset(args.dataset).get_corpus_iter(verbose=False)
-    texts = [
-        " ".join(str(d[f]) for f in ("title", "text") if d.get(f)) for d in itertools.islice(corpus, args.max_docs)
-    ]
+    fields = text_fields(datasets.irds_id(args.dataset))
+    texts = [document_text(d, fields) for d in itertools.islice(corpus, args.max_docs)]
     log = pretrain(
         encoder,
         tokenizer,
@@ -145,7 +145,8 @@ def build_teacher(name: str):
 
     Margin-MSE copies the teacher's score margins, so the teacher should score on the student's scale: cosine
     teachers ('minilm') have margins within [-2, 2] and drag dot-product students' margins down to that range."""
-    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder, read_meta
+    from pyterrier_tite.convert.checkpoint import read_meta
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.rerankers import CrossEncoderReranker
     from pyterrier_tite.pt.tite import TITE
 

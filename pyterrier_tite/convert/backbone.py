@@ -6,11 +6,13 @@ named here once, everything else missing or unused raises :class:`~pyterrier_tit
 from __future__ import annotations
 
 import inspect
+import json
+import os
 
 import torch
 from torch import nn
 
-from pyterrier_tite.convert.checkpoint import local_checkpoint, strict_from_pretrained
+from pyterrier_tite.convert.checkpoint import local_checkpoint, read_json, strict_from_pretrained
 
 
 def _on_meta(auto_class, config) -> nn.Module | None:
@@ -66,3 +68,22 @@ def encoder_from_pretrained(path: str, **kwargs) -> nn.Module:
     config = AutoConfig.from_pretrained(folder)
     unused = ("pooler.", *pretraining_only_keys(config), *mlm_head_prefixes(config))
     return strict_from_pretrained(AutoModel, folder, unused=unused, **{**base_model_kwargs(config), **kwargs})
+
+
+def sentence_transformers_settings(folder: str) -> dict:
+    """Pooling (``cls`` / ``mean``) and normalisation declared by a sentence-transformers folder (``modules.json``
+    and its pooling module's ``config.json``, e.g. all-MiniLM-L6-v2: mean + Normalize); {} for other folders."""
+    modules_file = os.path.join(folder, "modules.json")
+    if not os.path.isfile(modules_file):
+        return {}
+    with open(modules_file, encoding="utf-8") as f:
+        modules = json.load(f)  # a list: read_json takes objects only
+    settings: dict = {"normalize": any(m.get("type", "").endswith(".Normalize") for m in modules)}
+    for module in modules:
+        if module.get("type", "").endswith(".Pooling"):
+            pooling = read_json(os.path.join(folder, module.get("path", ""), "config.json"))
+            if pooling.get("pooling_mode_mean_tokens"):
+                settings["pooling"] = "mean"
+            elif pooling.get("pooling_mode_cls_token"):
+                settings["pooling"] = "cls"
+    return settings

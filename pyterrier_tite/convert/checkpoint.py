@@ -16,6 +16,8 @@ from torch import nn
 
 #: files a model needs; a hub repo's other formats (ONNX, TF, Flax, OpenVINO) are not downloaded
 CHECKPOINT_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model", "*.yaml"]
+#: the file a saved model folder keeps its PyTerrier artifact metadata and settings in
+PT_META = "pt_meta.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -72,6 +74,23 @@ def read_json(file: str | os.PathLike) -> dict:
     if not isinstance(value, dict):
         raise ValueError(f"{file} must hold a JSON object, got {type(value).__name__}")
     return value
+
+
+def read_meta(folder: str | os.PathLike) -> dict:
+    """A model folder's ``pt_meta.json`` (what this package stored besides the weights); ``{}`` when there is none
+    (a plain Hugging Face checkpoint). A malformed file raises ``ValueError`` naming it."""
+    file = os.path.join(os.fspath(folder), PT_META)
+    return read_json(file) if os.path.isfile(file) else {}
+
+
+def load_tokenizer(path_or_id: str | os.PathLike):
+    """The tokenizer of a checkpoint (folder or hub id) with the template it was trained with
+    (:func:`pyterrier_tite.tokenization.biencoder.load_tokenizer`; TITE's unregistered classes included)."""
+    from pyterrier_tite.tokenization.biencoder import load_tokenizer as load_folder_tokenizer
+
+    folder = local_checkpoint(path_or_id)
+    with quiet_transformers():
+        return load_folder_tokenizer(folder)
 
 
 def read_config(folder: str | os.PathLike) -> dict:

@@ -10,9 +10,8 @@ Layouts (all read from the checkpoint, never from its name):
   "tite", TITE fields and bi-encoder settings in the same ``config.json``, keys without prefix.
 - a reference ``TiteModel`` and our own saved folders: ``model_type`` "tite", keys without prefix.
 
-Tokenizers: ``TiteTokenizer`` / ``BiEncoderTokenizer`` are not transformers classes (4.x ``AutoTokenizer`` raises,
-5.x loads a generic one, and 5.x ``BertTokenizerFast`` rebuilds a ``[CLS] $A [SEP]`` template the checkpoint never
-used), so they load from ``tokenizer.json`` as stored: TITE's template is ``$A`` (no special tokens).
+Tokenizers (``TiteTokenizer`` / ``BiEncoderTokenizer``, template ``$A`` without special tokens) load in
+:mod:`pyterrier_tite.tokenization.biencoder`; :func:`load_tite_tokenizer` takes a hub id as well.
 """
 
 from __future__ import annotations
@@ -25,13 +24,15 @@ from pyterrier_tite.convert.checkpoint import (
     CheckpointError,
     load_exactly,
     local_checkpoint,
-    quiet_transformers,
     read_config,
-    read_json,
     read_state_dict,
 )
+from pyterrier_tite.convert.checkpoint import load_tokenizer as load_tite_tokenizer
 from pyterrier_tite.modeling.tite import TiteModel
 from pyterrier_tite.modeling.tite_config import TiteConfig
+from pyterrier_tite.tokenization.biencoder import DOC_MARKER, QUERY_MARKER
+
+__all__ = ["DOC_MARKER", "QUERY_MARKER", "biencoder_settings", "load_tite_model", "load_tite_tokenizer", "tite_layout"]
 
 LIGHTNING_IR_DPR = "lir-dpr"
 #: Lightning IR bi-encoder fields (names of v0.0.4 and of later versions): settings of the bi-encoder, not of TITE
@@ -43,11 +44,8 @@ LIGHTNING_IR_FIELDS = frozenset(
         "save_step", "use_adapter", "adapter_config", "pretrained_adapter_name_or_path",
     }
 )  # fmt: skip
-#: tokenizer classes of the TITE ecosystem that transformers does not know (both are unchanged BertTokenizerFast)
-UNREGISTERED_TOKENIZERS = ("TiteTokenizer", "BiEncoderTokenizer")
 #: checkpoint tensors of the reference pre-training module that the encoder does not use
 PRETRAINING_ONLY = ("heads.", "lm_decoder.")
-QUERY_MARKER, DOC_MARKER = "[QUE]", "[DOC]"
 
 
 def not_supported(what: str, source: str) -> ValueError:
@@ -68,8 +66,8 @@ def tite_layout(config: dict, source: str) -> str:
             raise not_supported(f"Lightning IR model_type {model_type!r} (only single-vector 'lir-dpr')", source)
         return "lightning-ir"
     raise CheckpointError(
-        f"{source} has model_type {model_type!r}: not a TITE checkpoint "
-        "(expected 'tite', or 'lir-dpr' with backbone_model_type 'tite')"
+        f"{source} is not a TITE checkpoint: model_type {model_type!r}; use TITE.from_bert to insert pooling into a "
+        "BERT-like encoder (TITE checkpoints have model_type 'tite', or 'lir-dpr' with backbone_model_type 'tite')"
     )
 
 
@@ -180,23 +178,3 @@ def _check_lightning_ir_options(config: dict, source: str) -> None:
             raise not_supported(f"{field}={config[field]!r}", source)
     if config.get("normalization_strategy") not in (None, "l2"):
         raise not_supported(f"normalization_strategy={config['normalization_strategy']!r} (only 'l2')", source)
-
-
-def load_tite_tokenizer(path_or_id: str | os.PathLike):
-    """The checkpoint's tokenizer with the template it was trained with.
-
-    ``TiteTokenizer`` / ``BiEncoderTokenizer`` load from ``tokenizer.json`` as stored (``$A``: no [CLS]/[SEP];
-    added marker tokens kept); without a ``tokenizer.json`` they are what they subclass, ``BertTokenizerFast`` on the
-    vocabulary. Any other class (e.g. a BERT tokenizer of a model built with ``from_bert``) loads with AutoTokenizer.
-    """
-    from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
-
-    folder = local_checkpoint(os.fspath(path_or_id))
-    settings_file = os.path.join(folder, "tokenizer_config.json")
-    tokenizer_class = read_json(settings_file).get("tokenizer_class") if os.path.isfile(settings_file) else None
-    with quiet_transformers():
-        if tokenizer_class not in UNREGISTERED_TOKENIZERS:
-            return AutoTokenizer.from_pretrained(folder)
-        if os.path.isfile(os.path.join(folder, "tokenizer.json")):
-            return PreTrainedTokenizerFast.from_pretrained(folder)
-        return BertTokenizerFast.from_pretrained(folder)

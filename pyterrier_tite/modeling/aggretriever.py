@@ -23,6 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pyterrier_tite.modeling.biencoder import TextEncoder
+from pyterrier_tite.tokenization.biencoder import BiEncoderInputs, Role
+
 CONFIG_NAME = "aggretriever.json"
 HEADS_NAME = "aggretriever_heads.safetensors"
 #: the vocabulary size castorini's aggregation derives its slicing from, whatever the model's vocabulary
@@ -197,3 +200,22 @@ class AggretrieverEncoder(nn.Module):
         save_file({k: v.contiguous() for k, v in heads.items()}, os.path.join(path, HEADS_NAME))
         with open(os.path.join(path, CONFIG_NAME), "w") as f:
             json.dump({**self.settings(), **(extra or {})}, f, indent=2)
+
+
+class AggretrieverTextEncoder(TextEncoder):
+    """Texts -> Aggretriever vectors ``[cls ; agg*]`` (``encode``), or both parts of one batch (``parts``, what the
+    training loss needs)."""
+
+    def __init__(self, model: AggretrieverEncoder, inputs: BiEncoderInputs):
+        super().__init__(model, inputs)
+
+    @property
+    def dim(self) -> int:
+        return self.model.dim
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(**batch).vector
+
+    def parts(self, texts: list[str], role: Role) -> AggretrieverOutput:
+        """Projected [CLS] and ``agg*`` of ``texts`` as one batch."""
+        return self.model(**{k: v.to(self.device) for k, v in self.inputs(texts, role).items()})

@@ -11,19 +11,16 @@ checkpoint (``tite_from_bert``) so TITE can be fine-tuned from e.g. MiniLM.
 
 from __future__ import annotations
 
-import torch
+import os
 
-from pyterrier_tite.convert.checkpoint import local_checkpoint
-from pyterrier_tite.convert.tite import (
-    DOC_MARKER,
-    QUERY_MARKER,
-    biencoder_settings,
-    load_tite_model,
-    load_tite_tokenizer,
-)
+from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_meta
+from pyterrier_tite.convert.tite import biencoder_settings, load_tite_model
+from pyterrier_tite.modeling.biencoder import PooledEncoder
 from pyterrier_tite.modeling.tite import TiteModel
 from pyterrier_tite.modeling.tite_from_bert import tite_from_bert
-from pyterrier_tite.pt.bert_biencoder import SETTINGS, DenseBiEncoder, read_meta
+from pyterrier_tite.pt.bert_biencoder import SETTINGS
+from pyterrier_tite.pt.biencoder import DenseBiEncoder
+from pyterrier_tite.tokenization.biencoder import DOC_MARKER, QUERY_MARKER, BiEncoderInputs
 
 
 class TITE(DenseBiEncoder):
@@ -50,27 +47,24 @@ class TITE(DenseBiEncoder):
             raise ValueError(
                 f"max length {longest} exceeds the model's {model.config.max_position_embeddings} positions"
             )
-        super().__init__(
-            model,
-            tokenizer,
-            query_max_length=query_max_length,
-            doc_max_length=doc_max_length,
-            query_marker=query_marker,
-            doc_marker=doc_marker,
-            **kwargs,
-        )
-        self.normalize = normalize
+        inputs = BiEncoderInputs(tokenizer, query_max_length, doc_max_length, query_marker, doc_marker)
+        super().__init__(PooledEncoder(model, inputs, "single", normalize), **kwargs)
+
+    @property
+    def normalize(self) -> bool:
+        return self.text_encoder.normalize
 
     @classmethod
     def from_pretrained(cls, path: str, **kwargs) -> TITE:
         """A TITE checkpoint (folder or hub id, any layout) loaded exactly, with its own tokenizer and the settings it
-        stores (Lightning IR ``config.json`` or our ``pt_meta.json``); keyword arguments override them."""
+        stores (Lightning IR ``config.json`` or our ``pt_meta.json``); keyword arguments override them. Another
+        model type (e.g. a BERT folder) raises ``CheckpointError`` pointing to :meth:`from_bert`."""
         folder = local_checkpoint(path)
         meta = read_meta(folder)
         stored = {k: meta[k] for k in (*SETTINGS, "normalize") if k in meta}
         settings = {**biencoder_settings(folder), **stored, **kwargs}
-        model = cls(load_tite_model(folder), load_tite_tokenizer(folder), **settings)
-        model.model_name = str(path)
+        model = cls(load_tite_model(folder), load_tokenizer(folder), **settings)
+        model._loaded_from(path, os.path.realpath(folder))
         return model
 
     @classmethod
@@ -81,12 +75,10 @@ class TITE(DenseBiEncoder):
         The BERT tokenizer keeps its [CLS] ... [SEP] template; the markers go right after [CLS] (new tokens whose
         embeddings start from their name's word pieces).
         """
-        from transformers import AutoTokenizer
-
-        model = cls(
-            tite_from_bert(bert_path, **(tite_kwargs or {})), AutoTokenizer.from_pretrained(bert_path), **kwargs
-        )
-        model.model_name = f"tite_from_bert({bert_path!r})"
+        tite_kwargs = dict(tite_kwargs or {})
+        folder = local_checkpoint(bert_path)
+        model = cls(tite_from_bert(folder, **tite_kwargs), load_tokenizer(folder), **kwargs)
+        model._loaded_from(f"tite_from_bert({bert_path!r})", ("from_bert", os.path.realpath(folder), repr(tite_kwargs)))
         return model
 
     def settings(self) -> dict:
@@ -96,12 +88,6 @@ class TITE(DenseBiEncoder):
     def save_pretrained(self, path: str) -> None:
         """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json``."""
         self._save(path, "tite")
-
-    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        if hidden.shape[1] != 1:
-            raise ValueError(f"this TITE does not pool to one vector (output length {hidden.shape[1]})")
-        return torch.nn.functional.normalize(hidden[:, 0], dim=-1) if self.normalize else hidden[:, 0]
 
     def __repr__(self) -> str:
         return f"TITE({getattr(self, 'model_name', '')!r})"

@@ -3,32 +3,28 @@ alone, each weighted 0.5 as in the paper), through the shared training loop."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from pyterrier_tite.pt.aggretriever import Aggretriever
+from pyterrier_tite.modeling.aggretriever import AggretrieverTextEncoder
+from pyterrier_tite.training.biencoder import saver, text_encoder_of
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import aggretriever_loss
 from pyterrier_tite.training.splade_data import ContrastiveBatches, Example
 
-_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
 
 class AggretrieverTrainingLoss:
-    """``loss_fn`` for the Trainer over an :class:`Aggretriever` (its encoder is the trained module)."""
+    """``loss_fn`` for the Trainer over an :class:`AggretrieverTextEncoder` (its ``AggretrieverEncoder`` is the
+    trained module)."""
 
-    def __init__(self, model: Aggretriever, cls_weight: float = 0.5, agg_weight: float = 0.5, in_batch: bool = True):
-        self.model = model
+    def __init__(self, model, cls_weight: float = 0.5, agg_weight: float = 0.5, in_batch: bool = True):
+        self.encoder = text_encoder_of(model, AggretrieverTextEncoder)
         self.cls_weight = cls_weight
         self.agg_weight = agg_weight
         self.in_batch = in_batch
 
-    def _encode(self, texts: list[str], max_length: int):
-        inputs = self.model.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        return self.model.encoder(**{k: v.to(self.model.device) for k, v in inputs.items() if k in _MODEL_INPUTS})
-
-    def __call__(self, encoder, batch: dict, step: int):
-        queries = self._encode(batch["queries"], self.model.query_max_length)
-        docs = self._encode(batch["docs"], self.model.doc_max_length)
+    def __call__(self, module, batch: dict, step: int):
+        queries = self.encoder.parts(batch["queries"], "query")
+        docs = self.encoder.parts(batch["docs"], "doc")
         terms = aggretriever_loss(
             queries.cls, queries.agg, docs.cls, docs.agg, self.cls_weight, self.agg_weight, self.in_batch
         )
@@ -36,7 +32,7 @@ class AggretrieverTrainingLoss:
 
 
 def fine_tune_aggretriever(
-    model: Aggretriever,
+    model,
     examples: Sequence[Example],
     args: TrainingArguments,
     batch_size: int = 16,
@@ -45,9 +41,13 @@ def fine_tune_aggretriever(
     agg_weight: float = 0.5,
     in_batch: bool = True,
     resume: bool = True,
+    save: Callable[[str], None] | None = None,
 ) -> list[dict[str, float]]:
-    """Fine-tune ``model`` in place; the final model (MLM, heads, tokenizer) is saved in ``args.output_dir``."""
-    loss = AggretrieverTrainingLoss(model, cls_weight, agg_weight, in_batch)
+    """Fine-tune ``model`` (an ``AggretrieverTextEncoder``, or a bi-encoder holding one as ``.text_encoder``) in
+    place; the final model is saved in ``args.output_dir`` by ``save`` (default: the bi-encoder's
+    ``save_pretrained``: MLM, heads, tokenizer)."""
+    encoder, save = text_encoder_of(model, AggretrieverTextEncoder), saver(model, save)
+    loss = AggretrieverTrainingLoss(encoder, cls_weight, agg_weight, in_batch)
     batches = ContrastiveBatches(examples, batch_size, num_negatives, seed=args.seed)
-    trainer = Trainer(model.encoder, batches, loss, lambda _m, path: model.save_pretrained(path), args)
+    trainer = Trainer(encoder.model, batches, loss, lambda _m, path: save(path), args)
     return trainer.train(resume=resume)

@@ -9,20 +9,22 @@
   teacher disagrees, and docs the teacher scores above it are then not used as in-sample negatives.
 Without teacher scores (``Y`` = 1 for the positive, 0 otherwise) only InfoNCE is used.
 
-The model is anything with ``encode_queries_torch`` / ``encode_docs_torch`` and a torch module ``.model``;
-``fine_tune`` trains ``.model``'s parameters and saves with ``save_pretrained``.
+``fine_tune`` trains a :class:`~pyterrier_tite.modeling.biencoder.TextEncoder` (texts -> vectors on the torch side):
+given directly with a ``save(path)`` callback, or held by a bi-encoder as ``.text_encoder`` (the PyTerrier ``TITE`` /
+``BertBiEncoder``), which then saves with its ``save_pretrained``. Only the encoder's ``.model`` is trained.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
+from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 
 
@@ -108,7 +110,7 @@ def biencoder_loss(
 
 def sample_batches(
     samples: Sequence[Sample], batch_size: int, docs_per_query: int, seed: int
-) -> callable[[int, int, int], Iterator[list[Sample]]]:
+) -> Callable[[int, int, int], Iterator[list[Sample]]]:
     """The Trainer's batch source: per epoch a seeded shuffle, each rank a disjoint shard; each sample keeps its
     positive and ``docs_per_query - 1`` randomly drawn others (all if it has fewer)."""
 
@@ -133,6 +135,23 @@ def _subsample(sample: Sample, k: int, rng: random.Random) -> Sample:
     return Sample(sample.query, [sample.docs[i] for i in keep], [sample.scores[i] for i in keep])
 
 
+def text_encoder_of(model, kind: type[TextEncoder] = TextEncoder) -> TextEncoder:
+    """The torch-side encoder to train: ``model`` itself, or the ``.text_encoder`` a bi-encoder holds."""
+    encoder = model if isinstance(model, TextEncoder) else getattr(model, "text_encoder", None)
+    if not isinstance(encoder, kind):
+        raise TypeError(f"expected a {kind.__name__} or a bi-encoder holding one, got {type(model).__name__}")
+    return encoder
+
+
+def saver(model, save: Callable[[str], None] | None) -> Callable[[str], None]:
+    """``save`` if given, else the bi-encoder's ``save_pretrained`` (a bare encoder cannot write a model folder)."""
+    if save is not None:
+        return save
+    if not hasattr(model, "save_pretrained"):
+        raise TypeError(f"training a bare {type(model).__name__} needs save=: a callable that writes the model folder")
+    return model.save_pretrained
+
+
 def fine_tune(
     model,
     samples: Sequence[Sample],
@@ -143,25 +162,28 @@ def fine_tune(
     distill: bool = True,
     resume: bool = True,
     positive_first: bool = True,
+    save: Callable[[str], None] | None = None,
 ) -> list[dict[str, float]]:
-    """Train ``model.model`` on ``samples`` (all with the same number of docs after subsampling) and save the result
-    with ``model.save_pretrained(args.output_dir)``; returns the Trainer's per-step log."""
+    """Train ``model`` (a ``TextEncoder``, or a bi-encoder holding one as ``.text_encoder``) on ``samples`` (all with
+    the same number of docs after subsampling) and save the result with ``save(args.output_dir)`` (default: the
+    bi-encoder's ``save_pretrained``); returns the Trainer's per-step log."""
+    encoder, save = text_encoder_of(model), saver(model, save)
     weights = weights or LossWeights()
     n = min(len(s.docs) for s in samples)
     docs_per_query = min(docs_per_query, n)
 
     def loss_fn(module, batch: list[Sample], step: int):
-        queries = model.encode_queries_torch([s.query for s in batch], batch_size=len(batch))
-        docs = model.encode_docs_torch([d for s in batch for d in s.docs], batch_size=len(batch) * docs_per_query)
+        queries = encoder.encode_queries([s.query for s in batch], batch_size=len(batch))
+        docs = encoder.encode_docs([d for s in batch for d in s.docs], batch_size=len(batch) * docs_per_query)
         teacher = torch.tensor([s.scores for s in batch], dtype=queries.dtype, device=queries.device)
         positive = torch.zeros(len(batch), dtype=torch.long) if positive_first else None
         return biencoder_loss(queries, docs, teacher, weights, distill, positive)
 
     trainer = Trainer(
-        model.model,
+        encoder.model,
         sample_batches(samples, batch_size, docs_per_query, args.seed),
         loss_fn,
-        lambda module, path: model.save_pretrained(path),
+        lambda module, path: save(path),
         args,
     )
     return trainer.train(resume=resume)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from pyterrier_tite.text import DEFAULT_FIELDS, document_text
 from pyterrier_tite.training.biencoder import Sample
 
 
@@ -58,10 +59,7 @@ def build_samples(
     ]
 
 
-def corpus_text(dataset, fields: tuple[str, ...] = ("title", "text")) -> Callable[[str], str | None]:
-    """``docno -> text`` over a PyTerrier/irds dataset's corpus (title and text joined where both exist)."""
-    texts = {}
-    for doc in dataset.get_corpus_iter(verbose=False):
-        parts = [str(doc[f]) for f in fields if doc.get(f)]
-        texts[str(doc["docno"])] = " ".join(parts)
-    return texts.get
+def corpus_text(dataset, fields: tuple[str, ...] = DEFAULT_FIELDS) -> Callable[[str], str | None]:
+    """``docno -> text`` over a PyTerrier/irds dataset's corpus (the document-text rule of :mod:`pyterrier_tite.text`
+    over ``fields``)."""
+    return {str(doc["docno"]): document_text(doc, fields) for doc in dataset.get_corpus_iter(verbose=False)}.get

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 
 
@@ -115,7 +116,9 @@ def mask_inputs(input_ids, attention_mask, rate: float, mask_id: int, generator=
 
 
 def text_batches(texts: Sequence[str], tokenizer, batch_size: int, max_length: int, seed: int):
-    """The Trainer's batch source: seeded shuffle per epoch, disjoint shard per rank, tokenised batches."""
+    """The Trainer's batch source: seeded shuffle per epoch, disjoint shard per rank, tokenised batches (as documents
+    without marker, cut to ``max_length``)."""
+    inputs = BiEncoderInputs(tokenizer, query_max_length=max_length, doc_max_length=max_length)
 
     def batches(epoch: int, rank: int, world_size: int) -> Iterator[dict]:
         order = list(range(len(texts)))
@@ -123,7 +126,7 @@ def text_batches(texts: Sequence[str], tokenizer, batch_size: int, max_length: i
         shard = order[rank::world_size]
         for start in range(0, len(shard) - batch_size + 1, batch_size):
             chunk = [texts[i] for i in shard[start : start + batch_size]]
-            yield dict(tokenizer(chunk, padding=True, truncation=True, max_length=max_length, return_tensors="pt"))
+            yield inputs(chunk, "doc")
 
     return batches
 

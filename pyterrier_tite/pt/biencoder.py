@@ -1,0 +1,243 @@
+"""Dense bi-encoders as ``pyterrier_dr.BiEncoder`` s: what ``BertBiEncoder``, ``TITE`` and ``Aggretriever`` share.
+
+A :class:`DenseBiEncoder` wraps a torch :class:`~pyterrier_tite.modeling.biencoder.TextEncoder` (texts -> vectors,
+the part training uses) and adds the PyTerrier side: length-sorted float32 encoding, a query encoder, a doc encoder
+with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes without DataFrames) and a scorer, each
+
+- refusing missing text (None / NaN in ``query`` or the text field) by qid / docno (``pt/validation.py``),
+- comparing equal (``__eq__`` / ``__hash__``) to another built from the same checkpoint with the same settings, so
+  ``pt.Experiment(..., plan='tree')`` shares their common prefixes,
+- showing ``pt.tqdm`` progress bars when ``verbose``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pyterrier as pt
+import pyterrier_alpha as pta
+import pyterrier_dr
+import torch
+from more_itertools import chunked, peekable
+
+from pyterrier_tite.convert.checkpoint import PT_META
+from pyterrier_tite.devices import default_device
+from pyterrier_tite.modeling.biencoder import TextEncoder
+from pyterrier_tite.pt.validation import checked_text, text_column
+
+
+def write_pt_meta(path: str, fmt: str, settings: dict | None = None) -> None:
+    """``pt_meta.json`` of a saved model: the artifact fields (``pt.Artifact.load`` finds the class by ``format``)
+    and the settings ``from_pretrained`` reads back."""
+    meta = {"type": "model", "format": fmt, "package_hint": "pyterrier-tite", **(settings or {})}
+    with open(os.path.join(path, PT_META), "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+class _Schematic:
+    """Schematic label = class name (<= 20 characters) and no ``help_url`` lookup, which would download PyTerrier's
+    documentation inventory (fails offline)."""
+
+    def schematic(self, *, input_columns=None) -> dict:
+        return {"label": type(self).__name__, "help_url": None}
+
+
+class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
+    """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
+
+    ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
+    decides equality. A model built in memory (``source`` None) equals only bi-encoders over the same module."""
+
+    def __init__(
+        self,
+        text_encoder: TextEncoder,
+        *,
+        batch_size: int = 32,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+    ):
+        super().__init__(batch_size=batch_size, text_field=text_field, verbose=verbose)
+        self.device = default_device(device)
+        self.text_encoder = text_encoder.to(self.device).eval()
+        self.source: object = None
+
+    def _loaded_from(self, name: str | os.PathLike, source: object) -> None:
+        """Remember what the model was loaded from: ``name`` as given (repr), ``source`` resolved (equality)."""
+        self.model_name = os.fspath(name) if isinstance(name, os.PathLike) else name
+        self.source = source
+
+    # -- what the model is ------------------------------------------------------------------------------------
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.text_encoder.model
+
+    @property
+    def tokenizer(self):
+        return self.text_encoder.inputs.tokenizer
+
+    @property
+    def query_max_length(self) -> int:
+        return self.text_encoder.inputs.query_max_length
+
+    @property
+    def doc_max_length(self) -> int:
+        return self.text_encoder.inputs.doc_max_length
+
+    @property
+    def query_marker(self) -> str | None:
+        return self.text_encoder.inputs.query_marker
+
+    @property
+    def doc_marker(self) -> str | None:
+        return self.text_encoder.inputs.doc_marker
+
+    @property
+    def dim(self) -> int:
+        return self.text_encoder.dim
+
+    def settings(self) -> dict:
+        """What decides the vectors besides the weights (lengths, markers; subclasses add theirs)."""
+        return self.text_encoder.inputs.settings()
+
+    def eq_key(self) -> tuple:
+        """What determines the output: class, checkpoint (or this very module), settings, text field, device."""
+        origin = self.source if self.source is not None else ("in memory", id(self.model))
+        return type(self), origin, tuple(sorted(self.settings().items())), self.text_field, str(self.device)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DenseBiEncoder) and self.eq_key() == other.eq_key()
+
+    def __hash__(self) -> int:
+        return hash(self.eq_key())
+
+    # -- encoding ---------------------------------------------------------------------------------------------
+    def encode_queries_torch(self, texts: Iterable[str], batch_size: int | None = None) -> torch.Tensor:
+        """``[N, D]`` in input order, with gradients when they are enabled (training)."""
+        return self.text_encoder.encode_queries(list(texts), batch_size or self.batch_size)
+
+    def encode_docs_torch(self, texts: Iterable[str], batch_size: int | None = None) -> torch.Tensor:
+        return self.text_encoder.encode_docs(list(texts), batch_size or self.batch_size)
+
+    def encode(self, texts: Iterable[str], role: str, batch_size: int | None = None, progress: str | None = None):
+        """Inference: float32 ``[N, D]`` numpy in input order, encoded in batches of similar length (less padding);
+        ``progress`` names a ``pt.tqdm`` bar over the texts."""
+        texts = list(texts)
+        batch_size = batch_size or self.batch_size
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        bar = pt.tqdm(total=len(texts), desc=progress, unit=role) if progress else None
+        with torch.no_grad():
+            for rows in chunked(order, batch_size):
+                vectors = self.text_encoder.encode([texts[i] for i in rows], role, batch_size)
+                out[list(rows)] = vectors.float().cpu().numpy()
+                if bar is not None:
+                    bar.update(len(rows))
+        if bar is not None:
+            bar.close()
+        return out
+
+    def encode_queries(self, texts, batch_size: int | None = None) -> np.ndarray:
+        return self.encode(texts, "query", batch_size)
+
+    def encode_docs(self, texts, batch_size: int | None = None) -> np.ndarray:
+        return self.encode(texts, "doc", batch_size)
+
+    # -- transformers -----------------------------------------------------------------------------------------
+    def query_encoder(self, verbose=None, batch_size=None) -> pt.Transformer:
+        return DenseQueryEncoder(self, verbose=verbose, batch_size=batch_size)
+
+    def doc_encoder(self, verbose=None, batch_size=None) -> pt.Transformer:
+        return DenseDocEncoder(self, verbose=verbose, batch_size=batch_size)
+
+    def text_scorer(self, verbose=None, batch_size=None, sim_fn=None) -> pt.Transformer:
+        return DenseScorer(self, verbose=verbose, batch_size=batch_size, sim_fn=sim_fn)
+
+    def transform_iter(self, inp: pt.model.IterDict) -> pt.model.IterDict:
+        """Documents (``model >> FlexIndex(path)`` indexing) stream through the doc encoder; anything else goes
+        through ``transform`` (query encoder or scorer, chosen by the columns)."""
+        records = peekable(inp)
+        first = records.peek(None)
+        if first is not None and self.text_field in first and not {"query", "query_vec"} & first.keys():
+            return self.doc_encoder().transform_iter(records)
+        return super().transform_iter(records)
+
+    # -- persistence ------------------------------------------------------------------------------------------
+    def _save(self, path: str, fmt: str) -> None:
+        """HF layout (model + tokenizer) + ``pt_meta.json`` with :meth:`settings`."""
+        os.makedirs(path, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        write_pt_meta(path, fmt, self.settings())
+
+
+class DenseQueryEncoder(_Schematic, pyterrier_dr.BiQueryEncoder):
+    """``qid, query`` -> ``+ query_vec``; each distinct query text is encoded once."""
+
+    def transform(self, inp):
+        with pta.validate.any(inp) as v:
+            v.query_frame(extra_columns=["query"])
+            v.columns(includes=["query"])
+        texts = text_column(inp, "query", "qid")
+        first_row: dict[str, int] = {}
+        rows = [first_row.setdefault(t, len(first_row)) for t in texts]
+        progress = "Encoding Queries" if self.verbose else None
+        vectors = self.bi_encoder_model.encode(list(first_row), "query", self.batch_size, progress)
+        return inp.assign(query_vec=[vectors[i] for i in rows])
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and self.bi_encoder_model.eq_key() == other.bi_encoder_model.eq_key()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.bi_encoder_model.eq_key()))
+
+
+class DenseDocEncoder(_Schematic, pyterrier_dr.BiDocEncoder):
+    """``docno, text`` -> ``+ doc_vec``; ``transform_iter`` encodes a stream of records chunk by chunk."""
+
+    def _texts(self, records: Sequence[dict]) -> list[str]:
+        for record in records:
+            if self.text_field not in record:
+                raise KeyError(f"doc encoder needs a {self.text_field!r} field, got {sorted(record)}")
+        return [checked_text(r[self.text_field], self.text_field, f"docno {r.get('docno')!r}") for r in records]
+
+    def transform_iter(self, inp: pt.model.IterDict) -> pt.model.IterDict:
+        records = pt.tqdm(inp, desc="Encoding Docs", unit="doc") if self.verbose else inp
+        for chunk in chunked(records, max(self.batch_size, 256)):
+            vectors = self.bi_encoder_model.encode(self._texts(chunk), "doc", self.batch_size)
+            for record, vector in zip(chunk, vectors, strict=True):
+                yield {**record, "doc_vec": vector}
+
+    def transform(self, inp):
+        with pta.validate.any(inp) as v:
+            v.document_frame(extra_columns=[self.text_field])
+            v.columns(includes=[self.text_field])
+        texts = text_column(inp, self.text_field, "docno")
+        progress = "Encoding Docs" if self.verbose else None
+        return inp.assign(doc_vec=list(self.bi_encoder_model.encode(texts, "doc", self.batch_size, progress)))
+
+    def __eq__(self, other) -> bool:
+        return (
+            type(other) is type(self)
+            and self.bi_encoder_model.eq_key() == other.bi_encoder_model.eq_key()
+            and self.text_field == other.text_field
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.bi_encoder_model.eq_key(), self.text_field))
+
+
+class DenseScorer(_Schematic, pyterrier_dr.BiScorer):
+    """Re-scores ``qid, query, docno, text`` (or given vectors) by the dot product; ranks added."""
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple:
+        return type(self), self.bi_encoder_model.eq_key(), self.text_field, self.sim_fn
