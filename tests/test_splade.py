@@ -1,8 +1,11 @@
-"""SPLADE: pooling against its formula, PyTerrier encoders (columns, empty frames), and a PISA end-to-end run that
-pins the one-place weight scaling (PISA score == quantised dot product of our float ``query_toks`` / ``toks``)."""
+"""SPLADE: pooling against its formula, PyTerrier encoders (columns, empty frames, ``pt.testing``'s transformer test
+class, equality, rank cutoff fused into PISA), and a PISA end-to-end run that pins the one-place weight scaling (PISA
+score == quantised dot product of our float ``query_toks`` / ``toks``). Bad input and interrupted or damaged indexes:
+tests/test_splade_index.py."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import json
@@ -10,12 +13,13 @@ import math
 import os
 
 import pandas as pd
+import pyterrier as pt
 import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
 from pyterrier_tite.modeling.splade import SpladeEncoder, splade_pool
-from pyterrier_tite.pt.splade import PISA_SCALE, Splade, pisa_term, sparse_dot
+from pyterrier_tite.pt.splade import PISA_SCALE, Splade, SpladePisaRetriever, pisa_term, sparse_dot
 from pyterrier_tite.training.tokenizer import train_wordpiece
 
 TEXTS = [
@@ -35,8 +39,8 @@ def cassette_model_dir() -> str | None:
     return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
 
 
-@pytest.fixture(scope="module")
-def tiny() -> Splade:
+@functools.cache
+def tiny_model() -> Splade:
     """A random 1-layer MLM over a WordPiece vocabulary trained here: no downloads."""
     tokenizer = train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
     torch.manual_seed(0)
@@ -49,6 +53,11 @@ def tiny() -> Splade:
         max_position_embeddings=64,
     )
     return Splade(SpladeEncoder(BertForMaskedLM(config)), tokenizer, batch_size=3, doc_max_length=32)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Splade:
+    return tiny_model()
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +170,49 @@ def test_scorer_equals_dot_of_toks(tiny):
         assert sorted(group["rank"]) == list(range(len(group)))
         assert group.sort_values("rank")["score"].is_monotonic_decreasing
     assert tiny(res)["score"].tolist() == pytest.approx(scored["score"].tolist())  # dispatch by columns
+
+
+# pyterrier's own checks: inspection by empty frames (inputs -> outputs) and short schematic labels
+TestQueryEncoder = pt.testing.transformer_test_class(lambda: tiny_model().query_encoder())
+TestDocEncoder = pt.testing.transformer_test_class(lambda: tiny_model().doc_encoder())
+TestScorer = pt.testing.transformer_test_class(lambda: tiny_model().scorer())
+
+
+def test_transformers_are_equal_by_checkpoint_and_settings(tiny, tmp_path):
+    """``pt.Experiment(plan='tree')`` shares prefixes by ``==``: two loads of one folder are equal, other lengths
+    are not."""
+    tiny.save_pretrained(str(tmp_path / "m"))
+    a, b = (Splade.from_pretrained(str(tmp_path / "m"), doc_max_length=32) for _ in range(2))
+    other_length = Splade.from_pretrained(str(tmp_path / "m"), doc_max_length=16)
+    assert a == b and hash(a) == hash(b) and a != other_length
+    for stage in ("query_encoder", "doc_encoder", "scorer"):
+        same, twin = getattr(a, stage)(), getattr(b, stage)(batch_size=7, verbose=True)  # neither changes outputs
+        assert same == twin and hash(same) == hash(twin), stage
+        assert same != getattr(other_length, stage)()
+    assert a.query_encoder() != a.doc_encoder()
+    assert tiny.query_encoder() == tiny.query_encoder()  # built in code: keyed on the encoder object itself
+    assert tiny != a
+
+
+def test_rank_cutoff_fuses_into_pisa(tiny, tmp_path):
+    """``retriever % k`` asks PISA for k results when compiled (pyterrier's ScalarProduct would hide the retriever
+    from the cut), with the same results as cutting 1000."""
+    docs = [{"docno": f"d{i}", "text": t} for i, t in enumerate(TEXTS[:12])]
+    index = tiny.indexer(str(tmp_path / "idx"), verbose=False).index(docs)
+    retriever = tiny.retriever(index)
+    assert retriever == tiny.retriever(str(tmp_path / "idx"))  # a path or the index: the same pipeline
+    cut = (retriever % 3).compile()
+    stages = list(cut) if isinstance(cut, pt.Compose) else [cut]
+    assert not [s for s in stages if isinstance(s, pt._ops.RankCutoff)]
+    pisa = [s for s in stages if isinstance(s, SpladePisaRetriever)]
+    assert len(pisa) == 1 and pisa[0].num_results == 3 and pisa[0].pisa.num_results == 3
+    assert (retriever % 5000).compile() == retriever  # a looser cut changes nothing
+    queries = pd.DataFrame({"qid": ["1", "2"], "query": ["plasma flow", "libraries of documents"]})
+    expected = (retriever % 3)(queries)
+    got = cut(queries)
+    assert got["docno"].tolist() == expected["docno"].tolist() and len(got) == 6
+    assert got["score"].tolist() == pytest.approx(expected["score"].tolist())
+    assert pt.inspect.transformer_outputs(retriever, ["qid", "query"])[-3:] == ["docno", "score", "rank"]
 
 
 # -- end to end: real weights, real collection, PISA ---------------------------------------------------------------

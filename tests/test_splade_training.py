@@ -37,6 +37,22 @@ def mean(values) -> float:
     return sum(values) / len(values)
 
 
+def test_the_splade_family_flows_one_way():
+    """training/, modeling/ and tokenization/ of the SPLADE family never import pt/ (nor PyTerrier): retrievers and
+    teachers they need are passed in."""
+    import subprocess
+    import sys
+
+    modules = ["tokenization.splade", "modeling.splade", "training.splade", "training.splade_data", "training.mlm",
+               "training.pseudo_queries"]  # fmt: skip
+    code = "import sys\n" + "".join(f"import pyterrier_tite.{m}\n" for m in modules) + (
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyterrier' or "
+        "m.startswith(('pyterrier_tite.pt', 'pyterrier_tite.cli'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 # -- data ----------------------------------------------------------------------------------------------------------
 def test_batches_layout_and_determinism():
     batches = ContrastiveBatches(TOY, batch_size=2, num_negatives=2, seed=3)
@@ -68,8 +84,10 @@ def test_teacher_scores_reach_the_batches():
 @pytest.mark.slow
 def test_hard_negatives_from_bm25_exclude_relevant_documents(irds_home, tite_cache):
     from pyterrier_tite import datasets
+    from pyterrier_tite.pt.first_stage import bm25
 
-    examples = hard_negative_examples("scifact-train", depth=20, max_queries=15, seed=0)
+    negatives = bm25("scifact-train", num_results=20)
+    examples = hard_negative_examples("scifact-train", negatives, depth=20, max_queries=15, seed=0)
     assert examples and len({e.qid for e in examples}) <= 15
     qrels = datasets.get_dataset("scifact-train").get_qrels()
     texts = doc_texts("scifact-train")
@@ -81,6 +99,7 @@ def test_hard_negatives_from_bm25_exclude_relevant_documents(irds_home, tite_cac
 
 # -- the end-to-end run ----------------------------------------------------------------------------------------------
 def test_tiny_end_to_end_tokenizer_pretrain_finetune_index_retrieve(tmp_path, irds_home, tite_cache):
+    from pyterrier_tite.pt.first_stage import bm25
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
     from pyterrier_tite.training.tokenizer import train_wordpiece
 
@@ -91,7 +110,7 @@ def test_tiny_end_to_end_tokenizer_pretrain_finetune_index_retrieve(tmp_path, ir
     args = training_args(tmp_path, "mlm", 10, learning_rate=1e-3)
     pretrain_mlm(corpus, tokenizer, args, size=size, objective="mlm+flops", batch_size=16, max_length=48, device="cpu")
 
-    examples = hard_negative_examples("vaswani", depth=20, max_queries=3, seed=0)
+    examples = hard_negative_examples("vaswani", bm25("vaswani", num_results=20), depth=20, max_queries=3, seed=0)
     assert examples
     before = Splade.from_pretrained(str(tmp_path / "mlm"), device="cpu", query_max_length=24, doc_max_length=48)
     splade = Splade.from_pretrained(str(tmp_path / "mlm"), device="cpu", query_max_length=24, doc_max_length=48)
@@ -110,7 +129,7 @@ def test_tiny_end_to_end_tokenizer_pretrain_finetune_index_retrieve(tmp_path, ir
     positives = {(e.qid, f"d{docs.index(e.positive)}") for e in examples}
 
     def mrr(model: Splade, name: str) -> float:
-        index = model.indexer(str(tmp_path / name)).index(frame.to_dict("records"))
+        index = model.indexer(str(tmp_path / name), verbose=False).index(frame.to_dict("records"))
         run = model.retriever(index, num_results=len(docs))(topics)
         assert set(run["qid"]) == set(topics["qid"])
         hits = run[[(q, d) in positives for q, d in zip(run["qid"], run["docno"], strict=True)]]
@@ -191,13 +210,15 @@ def test_cloze_pair_takes_a_sentence_out_of_its_document():
 
 @pytest.mark.slow
 def test_pseudo_query_examples_negatives_never_include_the_source_document(irds_home, tite_cache):
+    from pyterrier_tite.pt.first_stage import bm25
     from pyterrier_tite.training.pseudo_queries import pseudo_query_examples
 
-    examples = pseudo_query_examples("cranfield", depth=20, max_docs=40, seed=0)
+    negatives = bm25("cranfield", num_results=20)
+    examples = pseudo_query_examples("cranfield", negatives, depth=20, max_docs=40, seed=0)
     texts = doc_texts("cranfield")
     assert 30 <= len(examples) <= 40
     for example in examples:
         source = texts[example.qid.removeprefix("ict-")]
         assert source not in example.negatives and 0 < len(example.negatives) <= 19
         assert example.query in source
-    assert examples == pseudo_query_examples("cranfield", depth=20, max_docs=40, seed=0)
+    assert examples == pseudo_query_examples("cranfield", negatives, depth=20, max_docs=40, seed=0)

@@ -157,16 +157,22 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
 
 
 def _examples(args: argparse.Namespace):
+    """Training examples of ``--dataset``, hard negatives from its BM25 top ``--depth``."""
     from pyterrier_tite import datasets
     from pyterrier_tite.query_folds import training_qids
     from pyterrier_tite.training.splade_data import hard_negative_examples
 
+    if args.pseudo_queries and args.hold_out_fold:
+        raise SystemExit("--pseudo-queries uses no real query, so there is no fold to hold out")
+    from pyterrier_tite.pt.first_stage import bm25
+
+    negatives = bm25(args.dataset, num_results=args.depth)
     if args.pseudo_queries:
-        if args.hold_out_fold:
-            raise SystemExit("--pseudo-queries uses no real query, so there is no fold to hold out")
         from pyterrier_tite.training.pseudo_queries import pseudo_query_examples
 
-        examples = pseudo_query_examples(args.dataset, depth=args.depth, max_docs=args.max_docs, seed=args.seed)
+        examples = pseudo_query_examples(
+            args.dataset, negatives, depth=args.depth, max_docs=args.max_docs, seed=args.seed
+        )
         print(f"{len(examples)} Inverse-Cloze pseudo-query pairs from the documents of {args.dataset}")
         return examples
     qids = None
@@ -174,7 +180,7 @@ def _examples(args: argparse.Namespace):
         all_qids = datasets.get_dataset(args.dataset).get_topics()["qid"].astype(str)
         qids = training_qids(all_qids, args.hold_out_fold, seed=args.fold_seed)
     examples = hard_negative_examples(
-        args.dataset, depth=args.depth, max_queries=args.max_queries, qids=qids, seed=args.seed
+        args.dataset, negatives, depth=args.depth, max_queries=args.max_queries, qids=qids, seed=args.seed
     )
     fold = f" (fold {args.hold_out_fold} held out)" if args.hold_out_fold else ""
     print(f"{len(examples)} training pairs from {len({e.qid for e in examples})} queries of {args.dataset}{fold}")

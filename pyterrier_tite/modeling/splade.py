@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Literal
 
 import torch
 from torch import nn
+
+from pyterrier_tite.tokenization.splade import Role
 
 
 def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, inplace: bool = False) -> torch.Tensor:
@@ -27,9 +28,6 @@ def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, inplace: boo
     if activated.shape[1] == 0:  # no tokens at all: the zero vector
         return activated.new_zeros(activated.shape[0], activated.shape[2])
     return activated.amax(dim=1)
-
-
-Role = Literal["query", "doc"]
 
 
 def _accepts(module: nn.Module, argument: str) -> bool:

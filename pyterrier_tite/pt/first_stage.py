@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 
@@ -13,7 +12,7 @@ from pyterrier_pisa import PisaIndex
 
 from pyterrier_tite import datasets
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.pt.index_build import GuardedCorpus, atomic_build, check_pisa_index
+from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index
 from pyterrier_tite.pt.validation import CheckedQueries
 from pyterrier_tite.text import text_fields
 
@@ -53,18 +52,12 @@ def build_pisa_index(
     """Index ``corpus`` (dicts with docno + ``fields``) into a new PISA index at ``path``, all or nothing: built
     beside ``path`` and renamed when complete; a corpus error or Ctrl-C leaves no ``path`` behind. ``progress``:
     the label of a progress bar (none when None)."""
-    with atomic_build(path) as staging, native_output_silenced():  # the bar is made inside: it must reach the terminal
-        if progress:
-            corpus = pt.tqdm(corpus, desc=progress, unit="doc")
-        guarded = GuardedCorpus(corpus, fields)
-        docs = iter(guarded)
-        first = next(docs, None)
-        if first is None:  # an error in the first document, or no documents: PISA would fail obscurely
-            guarded.raise_if_failed()
-        text_field = fields if len(fields) > 1 else fields[0]
-        index = PisaIndex(str(staging), text_field=text_field, threads=threads, stemmer=stemmer)
-        index.index(itertools.chain([first], docs))
-        guarded.raise_if_failed()
+    text_field = fields if len(fields) > 1 else fields[0]
+
+    def index(staging, docs) -> None:
+        PisaIndex(str(staging), text_field=text_field, threads=threads, stemmer=stemmer).index(docs)
+
+    build_pisa(corpus, path, fields, index, progress=progress)
 
 
 def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args) -> pt.Transformer:

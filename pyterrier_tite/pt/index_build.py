@@ -4,14 +4,16 @@ PISA's, would only print it), and an index is checked before an engine that abor
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.pt.validation import checked_id, checked_text
 
 
@@ -20,11 +22,12 @@ class CorruptIndexError(OSError):
 
 
 @contextmanager
-def atomic_build(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yields a fresh hidden sibling of ``path`` to build into; renames it to ``path`` when the block succeeds and
-    removes it when anything (an error, Ctrl-C) leaves the block, so ``path`` is either complete or absent."""
+    removes it when anything (an error, Ctrl-C) leaves the block, so ``path`` is either complete or absent.
+    ``overwrite=True`` replaces an existing ``path``, only once the new build is complete."""
     final = Path(path)
-    if final.exists():
+    if final.exists() and not overwrite:
         raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = final.with_name(f".{final.name}.building-{os.getpid()}")
@@ -34,10 +37,42 @@ def atomic_build(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if final.exists():  # another process finished the same build first: keep theirs
+    if final.exists() and not overwrite:  # another process finished the same build first: keep theirs
         shutil.rmtree(staging, ignore_errors=True)
         return
+    if final.exists():
+        replaced = final.with_name(f".{final.name}.replaced-{os.getpid()}")
+        os.rename(final, replaced)
+        os.rename(staging, final)
+        shutil.rmtree(replaced, ignore_errors=True)
+        return
     os.rename(staging, final)
+
+
+def build_pisa(
+    corpus: Iterable[dict],
+    path: str | os.PathLike,
+    fields: Sequence[str],
+    index: Callable[[Path, Iterator[dict]], object],
+    progress: str | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Build a PISA index of ``corpus`` at ``path``, all or nothing: ``index(staging_folder, documents)`` runs the
+    engine (a text or a ``toks`` indexer) on the validated documents (see :class:`GuardedCorpus`, which checks
+    ``fields``) in a sibling that is renamed to ``path`` when complete; a corpus error or Ctrl-C leaves no ``path``.
+    PISA's native logging is silenced; ``progress`` labels a progress bar over the documents (none when None)."""
+    import pyterrier as pt
+
+    with atomic_build(path, overwrite) as staging, native_output_silenced():  # the bar is made inside: it must
+        if progress:  # reach the terminal
+            corpus = pt.tqdm(corpus, desc=progress, unit="doc")
+        guarded = GuardedCorpus(corpus, fields)
+        docs = iter(guarded)
+        first = next(docs, None)
+        if first is None:  # an error in the first document, or no documents: PISA would fail obscurely
+            guarded.raise_if_failed()
+        index(staging, itertools.chain([first], docs))
+        guarded.raise_if_failed()
 
 
 class GuardedCorpus:

@@ -3,7 +3,12 @@
 Weights leave the encoders as the model's floats, so ``sum_t query_toks[t] * toks[t]`` is exactly the model's
 score. Quantisation for PISA is decided here and only here (:data:`PISA_SCALE`): PISA stores ``int(w * scale)``
 per posting and repeats each query term ``int(w * toks_scale)`` times, so its score is
-``sum_t int(100 q_t) * int(100 d_t)``; the retriever divides by ``PISA_SCALE ** 2`` to give scores in model units.
+``sum_t int(100 q_t) * int(100 d_t)``; :class:`SpladePisaRetriever` divides by ``PISA_SCALE ** 2`` to give scores in
+model units and takes a rank cutoff (``retriever % 10`` asks PISA for 10 results).
+
+Texts are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missing query or text is a ``ValueError``
+naming its qid / docno; index builds are all or nothing and indexes are checked before PISA opens them
+(:mod:`pyterrier_tite.pt.index_build`).
 """
 
 from __future__ import annotations
@@ -19,17 +24,18 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.convert.checkpoint import local_checkpoint
+from pyterrier_tite.convert.checkpoint import local_checkpoint, read_json
 from pyterrier_tite.devices import default_device
-from pyterrier_tite.modeling.splade import Role, SpladeEncoder, SpladePair
+from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
+from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index
+from pyterrier_tite.pt.validation import checked_text, text_column
+from pyterrier_tite.tokenization.splade import Role, SpladeInputs, load_tokenizer
 
 #: what ``pt_meta.json`` of a saved pair names: the sub-folder of each side
 PAIR_FOLDERS = {"query": "query", "doc": "doc"}
 
 #: the one quantisation factor, applied to document weights at indexing and to query weights at retrieval
 PISA_SCALE = 100.0
-
-_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def pisa_term(token: str) -> str:
@@ -55,7 +61,9 @@ class Splade(pt.Transformer):
 
     ``encoder`` is one MLM for queries and documents (:class:`SpladeEncoder`) or a :class:`SpladePair` of two; with
     a pair, ``query_tokenizer`` tokenises the queries (default: ``tokenizer``) and must share its vocabulary, since a
-    score is a dot product over vocabulary ids.
+    score is a dot product over vocabulary ids. Equal (``==``, ``hash``) to another ``Splade`` of the same checkpoint
+    (``model_name``; the same encoder object for a model built in code) and settings, so ``pt.Experiment(...,
+    plan='tree')`` shares pipeline prefixes between them.
     """
 
     def __init__(
@@ -72,16 +80,39 @@ class Splade(pt.Transformer):
     ):
         self.device = default_device(device)
         self.encoder = encoder.to(self.device).eval()
-        self.tokenizer = tokenizer
-        self.tokenizers = {"query": tokenizer if query_tokenizer is None else query_tokenizer, "doc": tokenizer}
+        self.inputs = SpladeInputs(tokenizer, query_max_length, doc_max_length, query_tokenizer)
         self.batch_size = batch_size
-        self.query_max_length = query_max_length
-        self.doc_max_length = doc_max_length
         self.text_field = text_field
         self.verbose = verbose
         #: the vocabulary token of each id (``None`` for ids the tokenizer lacks); ``terms`` are their PISA forms
-        self.tokens = shared_vocabulary(self.tokenizers["query"], tokenizer, encoder.vocab_size)
+        self.tokens = self.inputs.vocabulary(encoder.vocab_size)
         self.terms = [pisa_term(t) if t is not None else f"^[{i}]" for i, t in enumerate(self.tokens)]
+
+    @property
+    def tokenizer(self):
+        """The documents' tokenizer (the queries' too unless this is a pair with its own)."""
+        return self.inputs.tokenizers["doc"]
+
+    @property
+    def tokenizers(self) -> dict:
+        """``{"query": tokenizer, "doc": tokenizer}``."""
+        return self.inputs.tokenizers
+
+    @property
+    def query_max_length(self) -> int:
+        return self.inputs.max_lengths["query"]
+
+    @query_max_length.setter
+    def query_max_length(self, value: int) -> None:
+        self.inputs.max_lengths["query"] = value
+
+    @property
+    def doc_max_length(self) -> int:
+        return self.inputs.max_lengths["doc"]
+
+    @doc_max_length.setter
+    def doc_max_length(self, value: int) -> None:
+        self.inputs.max_lengths["doc"] = value
 
     @property
     def is_pair(self) -> bool:
@@ -110,13 +141,13 @@ class Splade(pt.Transformer):
             if sides is None:
                 encoder, tokenizer = _load_side(path, new_head)
                 model = cls(encoder, tokenizer, **kwargs)
-                model.model_name = path
+                model.model_name = str(path)
                 return model
             query, doc = sides["query"], sides["doc"]
         query_encoder, query_tokenizer = _load_side(query, new_head)
         doc_encoder, doc_tokenizer = _load_side(doc, new_head)
         model = cls(SpladePair(query_encoder, doc_encoder), doc_tokenizer, query_tokenizer=query_tokenizer, **kwargs)
-        model.model_name = path or f"query={query}, doc={doc}"
+        model.model_name = str(path) if path is not None else f"query={query}, doc={doc}"
         return model
 
     def save_pretrained(self, path: str) -> None:
@@ -135,6 +166,18 @@ class Splade(pt.Transformer):
 
     def __repr__(self) -> str:
         return f"Splade({getattr(self, 'model_name', '')!r})"
+
+    def eq_key(self) -> tuple:
+        """What determines this model's outputs: the checkpoint it was loaded from (the encoder object itself when
+        built in code) and the settings that change the weights (lengths, text field)."""
+        model = getattr(self, "model_name", None) or id(self.encoder)
+        return (model, self.query_max_length, self.doc_max_length, self.text_field)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.eq_key() == self.eq_key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.eq_key()))
 
     # -- tensors ---------------------------------------------------------------------------------------------------
     def _role(self, role: Role | None) -> Role:
@@ -159,11 +202,9 @@ class Splade(pt.Transformer):
         return torch.cat(out) if out else torch.zeros(0, self.encoder.vocab_size)
 
     def encode_torch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
-        """One batch of texts -> ``[N, V]`` on the model's device, with gradients when enabled (for training)."""
+        """One batch of texts -> ``[N, V]`` on the model's device, with gradients when enabled."""
         role = self._role(role)
-        inputs = self.tokenizers[role](texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        encoder = self.encoder.side(role)
-        return encoder(**{k: v.to(self.device) for k, v in inputs.items() if k in _MODEL_INPUTS})
+        return self.encoder.side(role)(**self.inputs(texts, role, max_length, device=self.device))
 
     def _encode_batch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
         with torch.no_grad():
@@ -199,19 +240,17 @@ class Splade(pt.Transformer):
         """Re-ranks a result frame without an index; scores equal the dot product of ``query_toks`` and ``toks``."""
         return SpladeScorer(self, verbose, batch_size)
 
-    def indexer(self, path: str, threads: int = 1, overwrite: bool = False, verbose: bool | None = None) -> pt.Indexer:
-        """``doc_encoder() >> PisaIndex(path, stemmer='none').toks_indexer(scale=PISA_SCALE)``, with PISA quiet."""
+    def indexer(self, path: str, threads: int = 1, overwrite: bool = False, verbose: bool = True) -> pt.Indexer:
+        """A PISA index of the documents' ``toks`` (quantised with :data:`PISA_SCALE`), built all or nothing, with a
+        progress bar unless ``verbose=False``. ``overwrite=True`` replaces an existing index once the new one is
+        complete."""
         return SpladeIndexer(self, path, threads=threads, overwrite=overwrite, verbose=verbose)
 
     def retriever(self, index, num_results: int = 1000, threads: int = 1, verbose: bool | None = None):
-        """``query_encoder() >> index.quantized(toks_scale=PISA_SCALE)``, scores divided back into model units."""
-        from pyterrier_pisa import PisaIndex
-
-        if not isinstance(index, PisaIndex):
-            index = PisaIndex(str(index), stemmer="none")
-        with native_output_silenced():  # the first retriever over an index compresses it, loudly
-            retrieve = index.quantized(num_results=num_results, threads=threads, toks_scale=PISA_SCALE)
-        return self.query_encoder(verbose=verbose) >> retrieve >> ScoreScale(1.0 / PISA_SCALE**2)
+        """``query_encoder() >> SpladePisaRetriever``: PISA's quantised retrieval, scores in model units; ``% k``
+        fuses into PISA. The index (a ``PisaIndex`` or its folder) is checked first: a damaged one raises
+        :class:`~pyterrier_tite.pt.index_build.CorruptIndexError` naming the file instead of aborting the process."""
+        return self.query_encoder(verbose=verbose) >> SpladePisaRetriever(index, num_results, threads)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         with pta.validate.any(inp) as v:
@@ -224,10 +263,8 @@ class Splade(pt.Transformer):
 
 def _load_side(path: str, new_head: bool = False) -> tuple[SpladeEncoder, object]:
     """One MLM checkpoint (folder or hub id) and its own tokenizer, both from the same local folder."""
-    from transformers import AutoTokenizer
-
     folder = local_checkpoint(path)
-    return SpladeEncoder.from_pretrained(folder, new_head=new_head), AutoTokenizer.from_pretrained(folder)
+    return SpladeEncoder.from_pretrained(folder, new_head=new_head), load_tokenizer(folder)
 
 
 def saved_pair(path: str) -> dict[str, str] | None:
@@ -235,24 +272,14 @@ def saved_pair(path: str) -> dict[str, str] | None:
     file = os.path.join(str(path), "pt_meta.json")
     if not os.path.isfile(file):
         return None
-    with open(file) as f:
-        pair = json.load(f).get("pair")
+    pair = read_json(file).get("pair")
     return {role: os.path.join(str(path), pair[role]) for role in ("query", "doc")} if pair else None
 
 
-def shared_vocabulary(query_tokenizer, doc_tokenizer, vocab_size: int) -> list[str | None]:
-    """The token of each of the ``vocab_size`` ids, which both tokenizers must agree on: query and document weights
-    are multiplied id by id, so two vocabularies would score garbage."""
-    tokens = doc_tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
-    if query_tokenizer is not doc_tokenizer:
-        query_tokens = query_tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
-        differ = [i for i, (q, d) in enumerate(zip(query_tokens, tokens, strict=True)) if q != d]
-        if differ:
-            raise ValueError(f"query and doc tokenizers differ at {len(differ)} ids (first: {differ[:5]})")
-    return tokens
-
-
 class _Stage(pt.Transformer):
+    """A transformer over a :class:`Splade`: equal to another of the same kind over an equal model (``verbose`` and
+    ``batch_size`` change no output)."""
+
     def __init__(self, model: Splade, verbose: bool | None, batch_size: int | None):
         self.model = model
         self.verbose = model.verbose if verbose is None else verbose
@@ -261,16 +288,27 @@ class _Stage(pt.Transformer):
     def subtransformers(self) -> dict:
         return {}
 
+    def schematic(self, *, input_columns=None) -> dict:
+        # no help page: PyTerrier would download its documentation index to look for one (fails offline, e.g. TIREx)
+        return {"label": type(self).__name__, "help_url": None}
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.model == self.model
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.model))
+
 
 class SpladeQueryEncoder(_Stage):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         with pta.validate.any(inp) as v:
             v.query_frame(extra_columns=["query"])
             v.columns(includes=["query"])  # result frames too (one encoding per distinct query)
-        unique = pd.unique(inp["query"].astype(str))
+        queries = text_column(inp, "query", "qid")
+        unique = list(dict.fromkeys(queries))
         reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, self.verbose, role="query")
         by_query = dict(zip(unique, self.model.to_toks(reps), strict=True))
-        return inp.assign(query_toks=[by_query[q] for q in inp["query"].astype(str)])
+        return inp.assign(query_toks=[by_query[q] for q in queries])
 
     def __repr__(self) -> str:
         return f"{self.model!r}.query_encoder()"
@@ -281,7 +319,7 @@ class SpladeDocEncoder(_Stage):
         with pta.validate.any(inp) as v:
             v.document_frame(extra_columns=[self.model.text_field])
             v.columns(includes=[self.model.text_field])
-        texts = inp[self.model.text_field].astype(str).tolist()
+        texts = text_column(inp, self.model.text_field, "docno")
         reps = self.model.encode(texts, self.model.doc_max_length, self.batch_size, self.verbose, role="doc")
         return inp.assign(toks=self.model.to_toks(reps))
 
@@ -293,7 +331,8 @@ class SpladeDocEncoder(_Stage):
         for batch in batches:
             if field not in batch[0]:
                 raise KeyError(f"documents lack the field {field!r}; available: {sorted(batch[0])}")
-            reps = self.model._encode_batch([str(d[field]) for d in batch], self.model.doc_max_length, "doc")
+            texts = [checked_text(d.get(field), field, f"docno {d.get('docno')!r}") for d in batch]
+            reps = self.model._encode_batch(texts, self.model.doc_max_length, "doc")
             for doc, toks in zip(batch, self.model.to_toks(reps), strict=True):
                 yield {**doc, "toks": toks}
 
@@ -307,11 +346,12 @@ class SpladeScorer(_Stage):
         pta.validate.result_frame(inp, extra_columns=["query", field])
         if len(inp) == 0:
             return inp.assign(score=pd.Series(dtype="float64"), rank=pd.Series(dtype="int64"))
-        queries = pd.unique(inp["query"].astype(str))
-        query_reps = self.model.encode(queries, self.model.query_max_length, self.batch_size, False, role="query")
-        query_index = {q: i for i, q in enumerate(queries)}
-        rows = [query_index[q] for q in inp["query"].astype(str)]
-        texts = inp[field].astype(str).tolist()
+        queries = text_column(inp, "query", "qid")
+        texts = text_column(inp, field, "docno")
+        unique = list(dict.fromkeys(queries))
+        query_reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, False, role="query")
+        query_index = {q: i for i, q in enumerate(unique)}
+        rows = [query_index[q] for q in queries]
         scores: list[float] = []
         starts = range(0, len(texts), self.batch_size)
         for start in pt.tqdm(starts, desc="SPLADE scoring", unit="batch") if self.verbose else starts:
@@ -323,39 +363,77 @@ class SpladeScorer(_Stage):
         return f"{self.model!r}.scorer()"
 
 
-class ScoreScale(pt.Transformer):
-    """Multiplies ``score`` by a constant (PISA's integer scores back into model units); ranks are unchanged."""
+class SpladePisaRetriever(pt.Transformer):
+    """``query_toks`` -> PISA's quantised top ``num_results`` over a SPLADE index, scores in model units.
 
-    def __init__(self, factor: float):
-        self.factor = factor
+    PISA scores ``sum_t int(PISA_SCALE q_t) * int(PISA_SCALE d_t)``; the scores are divided by ``PISA_SCALE ** 2``
+    (ranks unchanged). Unlike ``pipeline * factor``, whose ``ScalarProduct`` stage hides the retriever from a
+    following ``RankCutoff``, this takes the cut: ``(retriever % k).compile()`` asks PISA for ``k`` results.
+    """
+
+    def __init__(self, index, num_results: int = 1000, threads: int = 1):
+        from pyterrier_pisa import PisaIndex
+
+        if not isinstance(index, PisaIndex):
+            index = PisaIndex(str(index), stemmer="none")
+        check_pisa_index(index.path)  # PISA aborts the process on a damaged index
+        self.index = index
+        self.num_results = num_results
+        self.threads = threads
+        with native_output_silenced():  # the first retriever over an index compresses it, loudly
+            self.pisa = index.quantized(num_results=num_results, threads=threads, toks_scale=PISA_SCALE)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        if "score" not in inp.columns:
-            return inp
-        return inp.assign(score=inp["score"].astype("float64") * self.factor)
+        result = self.pisa(inp)
+        return result.assign(score=result["score"].astype("float64") / PISA_SCALE**2)
+
+    def fuse_rank_cutoff(self, k: int) -> SpladePisaRetriever:
+        return SpladePisaRetriever(self.index, k, self.threads) if k < self.num_results else self
+
+    def subtransformers(self) -> dict:
+        return {}
+
+    def schematic(self, *, input_columns=None) -> dict:
+        return {"label": f"SPLADE PISA {self.num_results}", "help_url": None}  # see _Stage.schematic
+
+    def _key(self) -> tuple:
+        return (str(self.index.path), self.num_results)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other._key() == self._key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._key()))
 
     def __repr__(self) -> str:
-        return f"ScoreScale({self.factor!r})"
+        return f"SpladePisaRetriever({str(self.index.path)!r}, num_results={self.num_results})"
 
 
 class SpladeIndexer(pt.Indexer):
-    """Encodes documents into ``toks`` and builds a PISA index of them, quantised with :data:`PISA_SCALE`."""
+    """Encodes documents into ``toks`` and builds a PISA index of them, quantised with :data:`PISA_SCALE`: all or
+    nothing (built beside ``path``, renamed when complete; missing texts, bad or duplicate docnos and a failing
+    corpus reach the caller and leave no index)."""
 
-    def __init__(self, model: Splade, path: str, threads: int = 1, overwrite: bool = False, verbose=None):
+    def __init__(self, model: Splade, path: str, threads: int = 1, overwrite: bool = False, verbose: bool = True):
         self.model = model
         self.path = str(path)
         self.threads = threads
         self.overwrite = overwrite
         self.verbose = verbose
 
-    def index(self, iter_dict: Iterable[dict]):
-        from pyterrier_pisa import PisaIndex, PisaIndexingMode
+    def index_inputs(self) -> list[list[str]]:
+        return [["docno", self.model.text_field]]
 
-        index = PisaIndex(self.path, stemmer="none", threads=self.threads)
-        mode = PisaIndexingMode.overwrite if self.overwrite else PisaIndexingMode.create
-        toks_indexer = index.toks_indexer(mode=mode, scale=PISA_SCALE, threads=self.threads)
-        with native_output_silenced():
-            (self.model.doc_encoder(verbose=self.verbose) >> toks_indexer).index(iter_dict)
+    def index(self, iter_dict: Iterable[dict]):
+        from pyterrier_pisa import PisaIndex
+
+        def index(staging, docs) -> None:
+            toks = PisaIndex(str(staging), stemmer="none", threads=self.threads)
+            toks_indexer = toks.toks_indexer(scale=PISA_SCALE, threads=self.threads)
+            (self.model.doc_encoder(verbose=False) >> toks_indexer).index(docs)
+
+        progress = "SPLADE indexing" if self.verbose else None
+        build_pisa(iter_dict, self.path, [self.model.text_field], index, progress, overwrite=self.overwrite)
         return PisaIndex(self.path, stemmer="none", threads=self.threads)
 
 

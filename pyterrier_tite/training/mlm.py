@@ -24,6 +24,7 @@ from torch import nn
 
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.splade import splade_pool
+from pyterrier_tite.tokenization.splade import mlm_token_ids
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import QuadraticWarmup, flops
 
@@ -91,10 +92,7 @@ class MlmBatches:
     ):
         from transformers import DataCollatorForLanguageModeling
 
-        if tokenizer.mask_token is None:
-            raise ValueError("the tokenizer has no [MASK] token")
-        encoded = tokenizer(list(texts), truncation=True, max_length=max_length, return_attention_mask=False)
-        self.ids = [ids for ids in encoded["input_ids"] if len(ids) > 2]
+        self.ids = mlm_token_ids(tokenizer, texts, max_length)
         if not self.ids:
             raise ValueError("no non-empty texts to pretrain on")
         self.batch_size = batch_size

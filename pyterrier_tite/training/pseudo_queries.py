@@ -4,8 +4,8 @@ Vaswani and Cranfield have 93 and 225 queries in all: too few to fine-tune a ret
 Cloze Task (Lee et al., ACL 2019) makes training pairs from the documents alone: a sentence of a document is the
 query, the rest of the document is its positive. The sentence stays in the positive with probability ``keep``
 (the paper's 10%), so the model learns both lexical matching and matching by context. Hard negatives are the
-pseudo-query's BM25 hits minus its own document, as for real queries. No query or relevance judgement of the
-collection is used, so every real query stays a test query.
+pseudo-query's hits from a retriever the caller passes in (the commands use BM25) minus its own document, as for real
+queries. No query or relevance judgement of the collection is used, so every real query stays a test query.
 """
 
 from __future__ import annotations
@@ -45,14 +45,15 @@ def cloze_pair(text: str, rng: random.Random, keep: float = 0.1, span_words: int
 
 def pseudo_query_examples(
     dataset: str,
+    retriever,
     depth: int = 100,
     max_docs: int | None = None,
     keep: float = 0.1,
     seed: int = 42,
-    retriever=None,
     fields: Sequence[str] | None = None,
 ) -> list[Example]:
-    """One Inverse-Cloze example per document (a seeded sample of ``max_docs``), negatives from BM25 (default PISA)."""
+    """One Inverse-Cloze example per document (a seeded sample of ``max_docs``), negatives from ``retriever`` (a
+    PyTerrier retriever over the collection, e.g. ``pyterrier_tite.bm25(dataset, num_results=depth)``)."""
     texts = doc_texts(dataset, fields)
     rng = random.Random(seed)
     docnos = sorted(texts)
@@ -66,7 +67,7 @@ def pseudo_query_examples(
     if not pairs:
         return []
     topics = pd.DataFrame({"qid": [f"ict-{d}" for d in pairs], "query": [q for q, _ in pairs.values()]})
-    retrieved = retrieved_docnos(dataset, topics, depth, retriever)
+    retrieved = retrieved_docnos(retriever, topics, depth)
     examples = []
     for docno, (query, positive) in pairs.items():
         qid = f"ict-{docno}"

@@ -4,25 +4,40 @@ each with a quadratic warm-up of its weight, through the shared training loop.""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
-from pyterrier_tite.pt.splade import Splade
+from torch import nn
+
+from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
+from pyterrier_tite.tokenization.splade import SpladeInputs
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import SpladeLoss
 from pyterrier_tite.training.splade_data import ContrastiveBatches, Example
 
 
-class SpladeTrainingLoss:
-    """``loss_fn`` for the Trainer over a :class:`Splade` (its encoder is the trained module)."""
+class TrainableSplade(Protocol):
+    """What fine-tuning needs of a SPLADE model (``pyterrier_tite.Splade`` is one): the module to train, its inputs
+    (tokenizers and lengths of each side) and how to save it."""
 
-    def __init__(self, splade: Splade, loss: SpladeLoss):
-        self.splade = splade
+    encoder: SpladeEncoder | SpladePair
+    inputs: SpladeInputs
+
+    def save_pretrained(self, path: str) -> None: ...
+
+
+class SpladeTrainingLoss:
+    """``loss_fn`` for the Trainer over a SPLADE encoder (one MLM or a query/doc pair)."""
+
+    def __init__(self, inputs: SpladeInputs, loss: SpladeLoss):
+        self.inputs = inputs
         self.loss = loss
 
-    def __call__(self, model, batch: dict, step: int):
-        queries = self.splade.encode_torch(batch["queries"], self.splade.query_max_length, role="query")
-        docs = self.splade.encode_torch(batch["docs"], self.splade.doc_max_length, role="doc")
+    def __call__(self, model: nn.Module, batch: dict, step: int):
+        device = next(model.parameters()).device
+        queries = model.side("query")(**self.inputs(batch["queries"], "query", device=device))
+        docs = model.side("doc")(**self.inputs(batch["docs"], "doc", device=device))
         teacher = batch.get("teacher")
-        terms = self.loss(queries, docs, step, None if teacher is None else teacher.to(queries.device))
+        terms = self.loss(queries, docs, step, None if teacher is None else teacher.to(device))
         parts = {k: v.item() for k, v in terms.items() if k != "loss"}
         parts["query_terms"] = (queries > 0).sum(dim=1).float().mean().item()
         parts["doc_terms"] = (docs > 0).sum(dim=1).float().mean().item()
@@ -30,7 +45,7 @@ class SpladeTrainingLoss:
 
 
 def fine_tune_splade(
-    splade: Splade,
+    splade: TrainableSplade,
     examples: Sequence[Example],
     args: TrainingArguments,
     batch_size: int = 16,
@@ -41,12 +56,13 @@ def fine_tune_splade(
     in_batch: bool = True,
     resume: bool = True,
 ) -> list[dict[str, float]]:
-    """Fine-tune ``splade`` in place; the final model (MLM + tokenizer) is saved in ``args.output_dir``.
+    """Fine-tune ``splade.encoder`` in place; the final model is saved in ``args.output_dir`` by
+    ``splade.save_pretrained``.
 
     ``flops_warmup_steps`` defaults to a third of the run. Returns the per-step log.
     """
     warmup = args.max_steps // 3 if flops_warmup_steps is None else flops_warmup_steps
-    loss = SpladeTrainingLoss(splade, SpladeLoss(lambda_q, lambda_d, warmup, in_batch=in_batch))
+    loss = SpladeTrainingLoss(splade.inputs, SpladeLoss(lambda_q, lambda_d, warmup, in_batch=in_batch))
     batches = ContrastiveBatches(examples, batch_size, num_negatives, seed=args.seed)
     trainer = Trainer(splade.encoder, batches, loss, lambda _model, path: splade.save_pretrained(path), args)
     return trainer.train(resume=resume)

@@ -1,9 +1,10 @@
-"""Fine-tuning data for first-stage retrievers: queries, their judged positives and BM25 hard negatives.
+"""Fine-tuning data for first-stage retrievers: queries, their judged positives and hard negatives.
 
 Works for any ir_datasets dataset with queries and qrels (``beir/scifact/train``, ``vaswani``, ...): each judged
-(query, relevant document) pair is one example, its negatives are drawn from the query's BM25 top ``depth`` minus
-its relevant documents. Batches hold ``B`` queries and ``1 + k`` documents each (positive first), the layout of
-:mod:`pyterrier_tite.training.losses`. Teacher scores for MarginMSE can be attached with :func:`add_teacher_scores`.
+(query, relevant document) pair is one example, its negatives are drawn from the query's top ``depth`` of a
+retriever the caller passes in (the commands use the collection's BM25) minus its relevant documents. Batches hold
+``B`` queries and ``1 + k`` documents each (positive first), the layout of :mod:`pyterrier_tite.training.losses`.
+Teacher scores for MarginMSE can be attached with :func:`add_teacher_scores`.
 """
 
 from __future__ import annotations
@@ -43,14 +44,15 @@ def doc_texts(dataset: str, fields: Sequence[str] | None = None) -> dict[str, st
 
 def hard_negative_examples(
     dataset: str,
+    retriever,
     depth: int = 100,
     max_queries: int | None = None,
     qids: Sequence[str] | None = None,
-    retriever=None,
     fields: Sequence[str] | None = None,
     seed: int = 42,
 ) -> list[Example]:
-    """Examples from a dataset's qrels (label > 0) with negatives from ``retriever`` (default: its PISA BM25).
+    """Examples from a dataset's qrels (label > 0) with negatives from ``retriever`` (a PyTerrier retriever over the
+    collection, e.g. ``pyterrier_tite.bm25(dataset, num_results=depth)``).
 
     ``qids`` restricts to those queries (e.g. a training split); ``max_queries`` takes a seeded sample of them.
     Queries whose retrieved list holds no non-relevant document are dropped.
@@ -68,7 +70,7 @@ def hard_negative_examples(
         topics = topics.sample(n=max_queries, random_state=seed)
     if topics.empty:
         return []
-    retrieved = retrieved_docnos(dataset, topics, depth, retriever)
+    retrieved = retrieved_docnos(retriever, topics, depth)
     texts = doc_texts(dataset, fields)
     positives = relevant.groupby("qid")["docno"].apply(list).to_dict()
     examples = []
@@ -81,12 +83,9 @@ def hard_negative_examples(
     return examples
 
 
-def retrieved_docnos(dataset: str, topics: pd.DataFrame, depth: int, retriever=None) -> dict[str, list[str]]:
-    """``qid -> docnos`` of each query's top ``depth`` from ``retriever`` (default: the collection's PISA BM25), the
-    pool that hard negatives are drawn from."""
-    from pyterrier_tite.pt.first_stage import bm25
-
-    retriever = retriever if retriever is not None else bm25(dataset, num_results=depth)
+def retrieved_docnos(retriever, topics: pd.DataFrame, depth: int) -> dict[str, list[str]]:
+    """``qid -> docnos`` of each query's top ``depth`` from ``retriever`` (``qid, query`` -> ``qid, docno, rank``),
+    the pool that hard negatives are drawn from."""
     run = retriever(topics[["qid", "query"]]).assign(qid=lambda f: f["qid"].astype(str))
     run = run[run["rank"] < depth] if "rank" in run.columns else run
     return run.groupby("qid")["docno"].apply(lambda s: [str(d) for d in s]).to_dict()
