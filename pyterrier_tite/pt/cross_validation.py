@@ -36,5 +36,12 @@ class CrossValidated(pt.Transformer):
             return next(iter(self.pipelines.values()))(inp)
         return pd.concat(parts, ignore_index=True)
 
+    def __eq__(self, other) -> bool:
+        """Equal routers send every qid to equal pipelines (``pt.Experiment(plan='tree')`` shares them)."""
+        return type(other) is type(self) and self.fold_of == other.fold_of and self.pipelines == other.pipelines
+
+    def __hash__(self) -> int:
+        return hash((type(self), frozenset(self.fold_of.items()), tuple(sorted(self.pipelines.items()))))
+
     def __repr__(self) -> str:
         return f"CrossValidated({len(self.pipelines)} folds)"
