@@ -77,8 +77,13 @@ class CrossEncoderReranker(pt.Transformer):
     query_max_length = property(lambda self: self.inputs.query_max_length)
     doc_max_length = property(lambda self: self.inputs.doc_max_length)
 
-    def __repr__(self) -> str:
+    def _settings(self) -> dict:
+        """The doc window (None: full attention), head and input caps."""
         window = self.scorer.config.attention_window_size if self.scorer.is_sparse else None
+        return {"w": window, "head": self.scorer.head_name, **self.inputs.lengths()}
+
+    def __repr__(self) -> str:
+        window = self._settings()["w"]
         return f"{type(self).__name__}(w={'inf' if window is None else window}, head={self.scorer.head_name!r})"
 
     # -- PyTerrier citizenship -----------------------------------------------------------------------------------------
@@ -107,9 +112,7 @@ class CrossEncoderReranker(pt.Transformer):
     def schematic(self, *, input_columns=None) -> dict:
         """Label and settings; no ``help_url`` lookup (it downloads PyTerrier's documentation inventory, which does not
         list this package's classes and fails offline)."""
-        window = self.scorer.config.attention_window_size if self.scorer.is_sparse else None
-        settings = {"w": window, "head": self.scorer.head_name, **self.inputs.lengths()}
-        return {"label": type(self).__name__, "help_url": None, "settings": settings}
+        return {"label": type(self).__name__, "help_url": None, "settings": self._settings()}
 
     # -- transformer -------------------------------------------------------------------------------------------------
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -118,8 +121,9 @@ class CrossEncoderReranker(pt.Transformer):
         if len(out) == 0:
             return out.assign(score=pd.Series(dtype="float64"), rank=pd.Series(dtype="int64"))
         query_text = text_column(out, "query", "qid")
-        doc_ids = self.inputs.docs(text_column(out, self.text_field, "docno"))
+        doc_text = text_column(out, self.text_field, "docno")
         one_query_per_qid(out)
+        doc_ids = self.inputs.docs(doc_text)
         qids = out["qid"].astype(str).to_numpy()
         order = pd.unique(qids)
         rank_of_query = {q: i for i, q in enumerate(order)}
