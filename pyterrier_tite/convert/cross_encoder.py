@@ -16,13 +16,14 @@ from contextvars import ContextVar
 from torch import nn
 
 from pyterrier_tite.convert.checkpoint import (
+    PT_META,
     CheckpointError,
     load_exactly,
     local_checkpoint,
     quiet_transformers,
     raise_on_mismatch,
     read_config,
-    read_json,
+    read_meta,
 )
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 
@@ -101,14 +102,7 @@ def load_sequence_classifier(folder: str) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------------------------ our saved folders
-META_FILE = "pt_meta.json"
 HEAD_FILE = "score_head.safetensors"
-
-
-def read_meta(path: str | os.PathLike) -> dict:
-    """``pt_meta.json`` of a local folder ({} for other checkpoints)."""
-    file = os.path.join(os.fspath(path), META_FILE)
-    return read_json(file) if os.path.isfile(file) else {}
 
 
 def save_scorer(
@@ -140,7 +134,7 @@ def save_scorer(
         "token_dim": scorer.token_dim,
         **(lengths or {}),
     }
-    with open(os.path.join(path, META_FILE), "w") as f:
+    with open(os.path.join(path, PT_META), "w") as f:
         json.dump(meta, f, indent=1)
 
 

@@ -19,9 +19,10 @@ from pyterrier_tite.convert.checkpoint import (
     load_exactly,
     local_checkpoint,
     read_config,
+    read_meta,
     read_state_dict,
 )
-from pyterrier_tite.convert.cross_encoder import note_fresh, read_meta
+from pyterrier_tite.convert.cross_encoder import note_fresh
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder, SparseCrossEncoderConfig
 from pyterrier_tite.tokenization.cross_encoder import (

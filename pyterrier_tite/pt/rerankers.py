@@ -27,14 +27,8 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 import torch
 
-from pyterrier_tite.convert.checkpoint import local_checkpoint
-from pyterrier_tite.convert.cross_encoder import (
-    load_scorer,
-    one_fresh_warning,
-    read_meta,
-    save_scorer,
-    sequence_classifier,
-)
+from pyterrier_tite.convert.checkpoint import local_checkpoint, read_meta
+from pyterrier_tite.convert.cross_encoder import load_scorer, one_fresh_warning, save_scorer, sequence_classifier
 from pyterrier_tite.convert.sparse_ce import KEEP, is_sparse_model, sparse_backbone, stored_lengths
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
