@@ -19,7 +19,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM
 
 from pyterrier_tite.modeling.splade import SpladeEncoder, splade_pool
-from pyterrier_tite.pt.splade import PISA_SCALE, Splade, SpladePisaRetriever, pisa_term, sparse_dot
+from pyterrier_tite.pt.splade import PISA_SCALE, Splade, SpladePisaRetriever, pisa_term
 from pyterrier_tite.training.tokenizer import train_wordpiece
 
 TEXTS = [
@@ -28,6 +28,11 @@ TEXTS = [
     "boundary layer flow over a flat plate at high speed",
     "indexing and classification of documents in libraries",
 ] * 5
+
+
+def sparse_dot(query_toks: dict[str, float], toks: dict[str, float]) -> float:
+    """The model's score from the two sparse columns."""
+    return float(sum(w * toks.get(t, 0.0) for t, w in query_toks.items()))
 
 
 def cassette_model_dir() -> str | None:

@@ -113,8 +113,7 @@ def run_train_tokenizer(args: argparse.Namespace) -> int:
 def run_pretrain_mlm(args: argparse.Namespace) -> int:
     import os
 
-    from transformers import AutoTokenizer
-
+    from pyterrier_tite.convert.checkpoint import load_tokenizer
     from pyterrier_tite.modeling.splade import mlm_from_pretrained
     from pyterrier_tite.training.loop import main_process_first
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
@@ -124,15 +123,15 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     model = None
     if args.init:
         init = resolve(args.init)
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or init)
+        tokenizer = load_tokenizer(args.tokenizer or init)
         model = mlm_from_pretrained(init, new_head=True)  # a missing MLM head starts fresh, with a warning
     elif args.tokenizer:
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        tokenizer = load_tokenizer(args.tokenizer)
     else:
         path = os.path.join(args.output_dir, "tokenizer")
         with main_process_first():  # under torchrun rank 0 trains the vocabulary, the other ranks load it
             if os.path.exists(os.path.join(path, "tokenizer_config.json")):  # a resumed run keeps its vocabulary
-                tokenizer = AutoTokenizer.from_pretrained(path)
+                tokenizer = load_tokenizer(path)
             else:
                 tokenizer = train_collection_tokenizer(args.dataset, path, vocab_size=args.vocab_size, limit=args.limit)
     texts = pretraining_texts(args.dataset, limit=args.limit, queries_dataset=args.queries)
@@ -158,13 +157,12 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
 
 def _examples(args: argparse.Namespace):
     """Training examples of ``--dataset``, hard negatives from its BM25 top ``--depth``."""
-    from pyterrier_tite import datasets
-    from pyterrier_tite.query_folds import training_qids
-    from pyterrier_tite.training.splade_data import hard_negative_examples
-
     if args.pseudo_queries and args.hold_out_fold:
         raise SystemExit("--pseudo-queries uses no real query, so there is no fold to hold out")
+    from pyterrier_tite import datasets
     from pyterrier_tite.pt.first_stage import bm25
+    from pyterrier_tite.query_folds import training_qids
+    from pyterrier_tite.training.splade_data import hard_negative_examples
 
     negatives = bm25(args.dataset, num_results=args.depth)
     if args.pseudo_queries:

@@ -24,12 +24,12 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.convert.checkpoint import local_checkpoint, read_json
+from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_json
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
 from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index
 from pyterrier_tite.pt.validation import checked_text, text_column
-from pyterrier_tite.tokenization.splade import Role, SpladeInputs, load_tokenizer
+from pyterrier_tite.tokenization.splade import Role, SpladeInputs
 
 #: what ``pt_meta.json`` of a saved pair names: the sub-folder of each side
 PAIR_FOLDERS = {"query": "query", "doc": "doc"}
@@ -47,13 +47,6 @@ def pisa_term(token: str) -> str:
     if token == token.lower() and "^" not in token:
         return token
     return "".join("^^" if c == "^" else ("^" + c.lower() if c.lower() != c else c) for c in token)
-
-
-def sparse_dot(query_toks: dict[str, float], toks: dict[str, float]) -> float:
-    """The model's score from the two sparse columns."""
-    if len(query_toks) > len(toks):
-        query_toks, toks = toks, query_toks
-    return float(sum(w * toks.get(t, 0.0) for t, w in query_toks.items()))
 
 
 class Splade(pt.Transformer):
@@ -100,19 +93,13 @@ class Splade(pt.Transformer):
 
     @property
     def query_max_length(self) -> int:
+        """Query tokens kept (fixed at construction: it is part of ``==`` / ``hash``)."""
         return self.inputs.max_lengths["query"]
-
-    @query_max_length.setter
-    def query_max_length(self, value: int) -> None:
-        self.inputs.max_lengths["query"] = value
 
     @property
     def doc_max_length(self) -> int:
+        """Document tokens kept (fixed at construction: it is part of ``==`` / ``hash``)."""
         return self.inputs.max_lengths["doc"]
-
-    @doc_max_length.setter
-    def doc_max_length(self, value: int) -> None:
-        self.inputs.max_lengths["doc"] = value
 
     @property
     def is_pair(self) -> bool:

@@ -1,5 +1,5 @@
-"""SPLADE-family inputs (SPLADE encoders and MLM pretraining): tokenizer loading, the tokenizer of each side, the
-shared vocabulary check and truncation.
+"""SPLADE-family inputs (SPLADE encoders and MLM pretraining): the tokenizer of each side, the shared vocabulary
+check and truncation (tokenizers load through :func:`pyterrier_tite.convert.checkpoint.load_tokenizer`).
 
 A text is one segment with the tokenizer's own special tokens (``[CLS] text [SEP]``), truncated to the side's
 maximum length; a batch is right-padded. Query and document sides may have their own tokenizer (naver's
@@ -17,13 +17,6 @@ Role = Literal["query", "doc"]
 
 #: what the MLMs take (DistilBERT drops ``token_type_ids`` itself)
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def load_tokenizer(folder: str):
-    """The tokenizer stored in a local checkpoint folder (Hugging Face layout)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(folder)
 
 
 class SpladeInputs:
