@@ -1,0 +1,241 @@
+"""``pyterrier-tite index | retrieve | rerank``: batch indexing, retrieval and re-ranking from the shell.
+
+    pyterrier-tite index --model webis/tite-2-late-msmarco --dataset vaswani --index vaswani.tite
+    pyterrier-tite retrieve --index vaswani.tite --topics vaswani --out tite.run.gz
+    pyterrier-tite evaluate --qrels vaswani tite.run.gz
+
+``index`` under ``torchrun --nproc_per_node N -m pyterrier_tite index ...`` encodes the corpus on N processes (one
+device each) and rank 0 writes the one index. Bad input (an unknown model, a missing file, a duplicate docno, a
+missing text) ends with one line naming it and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+
+from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
+
+#: errors that mean bad input: printed as one line, not as a traceback
+INPUT_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError)
+
+
+def input_errors(command: str):
+    """Decorate a command's function: an input error becomes ``pyterrier-tite COMMAND: error: ...`` and exit 2."""
+
+    def wrap(func):
+        @functools.wraps(func)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return func(args)
+            except INPUT_ERRORS as exc:
+                message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+                print(f"pyterrier-tite {command}: error: {message}", file=sys.stderr)
+                return 2
+
+        return run
+
+    return wrap
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    index = commands.add_parser(
+        "index",
+        help="index a collection with a dense model (FlexIndex), SPLADE or bm25 (PISA)",
+        description="Index a collection. MODEL is a hub id, a saved folder, a shipped name (minilm) or bm25. Run "
+        "under `torchrun --nproc_per_node N -m pyterrier_tite index ...` to encode on N processes.",
+    )
+    index.add_argument("--model", required=True, help="hub id, model folder, shipped name or bm25")
+    index.add_argument(
+        "--dataset", required=True,
+        help="ir_datasets id / alias (vaswani, beir/scifact/test), a corpus .jsonl(.gz) / .tsv(.gz) file of docno + "
+        "text, or a TIREx input folder (documents.jsonl)",
+    )  # fmt: skip
+    index.add_argument("--index", required=True, help="the index folder to create")
+    index.add_argument("--overwrite", action="store_true", help="replace an existing index (once the new one is done)")
+    add_runtime_arguments(index)
+    index.set_defaults(func=run_index)
+
+    retrieve = commands.add_parser(
+        "retrieve",
+        help="retrieve from an index into a TREC run file",
+        description="Retrieve the top k documents of each topic from an index built by `pyterrier-tite index`.",
+    )
+    retrieve.add_argument("--index", required=True, help="index folder")
+    retrieve.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file (.jsonl/.tsv/.xml)")
+    retrieve.add_argument("--out", required=True, help="run file to write (.gz compresses)")
+    retrieve.add_argument("--model", default=None, help="query encoder (default: the model that built the index)")
+    retrieve.add_argument("-k", type=int, default=1000, help="results per query (default 1000)")
+    retrieve.add_argument("--overwrite", action="store_true", help="replace an existing run file")
+    add_runtime_arguments(retrieve)
+    retrieve.set_defaults(func=run_retrieve)
+
+    rerank = commands.add_parser(
+        "rerank",
+        help="re-rank a run (or a BM25 first stage) with a model into a TREC run file",
+        description="Re-rank the top k of each query of a run file, or of BM25 over --dataset, with any model "
+        "(cross-encoders, bi-encoders, SPLADE). Document texts come from --dataset (an ir_datasets id or a corpus "
+        "file).",
+    )
+    rerank.add_argument("--model", required=True, help="hub id, model folder or shipped name")
+    rerank.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file")
+    source = rerank.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", help="TREC run file to re-rank (.gz allowed)")
+    source.add_argument("--first-stage", help="bm25 (over the ir_datasets id --dataset) or an index folder")
+    rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file")
+    rerank.add_argument("--out", required=True, help="run file to write (.gz compresses)")
+    rerank.add_argument("-k", type=int, default=100, help="candidates re-ranked per query (default 100)")
+    rerank.add_argument("--overwrite", action="store_true", help="replace an existing run file")
+    add_runtime_arguments(rerank)
+    rerank.set_defaults(func=run_rerank)
+
+
+def _check_k(k: int) -> None:
+    if k < 1:
+        raise ValueError(f"-k must be at least 1, got {k}")
+
+
+def _device_for_rank(device: str | None, world_size: int) -> str | None:
+    """Under torchrun each rank takes its own GPU (``LOCAL_RANK``) unless a device index was given."""
+    import torch
+
+    if world_size <= 1 or not torch.cuda.is_available() or (device and device != "cuda"):
+        return device
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    return f"cuda:{local}"
+
+
+def corpus_documents(source: str):
+    """``{docno, text}`` dicts of an ir_datasets id / alias, a corpus file or a TIREx input folder."""
+    if os.path.isdir(source):
+        from pyterrier_tite.pt.tira import iter_documents
+
+        return iter_documents(source)
+    from pyterrier_tite.pt.inputs import iter_corpus
+
+    return iter_corpus(source)
+
+
+def check_corpus_source(source: str) -> None:
+    """An early, clear error for a corpus that is neither a file, a folder nor a known ir_datasets id."""
+    if os.path.exists(source):
+        return
+    from pyterrier_tite import datasets
+
+    looks_like_file = source.endswith((".jsonl", ".jsonl.gz", ".tsv", ".tsv.gz", ".json"))
+    if looks_like_file:
+        raise FileNotFoundError(f"corpus file {source} does not exist")
+    import ir_datasets
+
+    datasets.register_local()
+    if datasets.irds_id(source) not in ir_datasets.registry:
+        raise ValueError(f"{source!r} is neither a file nor a known ir_datasets id / alias")
+
+
+@input_errors("index")
+def run_index(args: argparse.Namespace) -> int:
+    from pyterrier_tite.pt.batch import build_index
+    from pyterrier_tite.pt.dense_index import refuse_existing
+    from pyterrier_tite.training.loop import distributed_context
+
+    apply_runtime_arguments(args)
+    refuse_existing(args.index, args.overwrite)
+    check_corpus_source(args.dataset)
+    rank, world_size = distributed_context()
+    device = _device_for_rank(args.device, world_size)
+    try:
+        kind = build_index(
+            args.model, corpus_documents(args.dataset), args.index, corpus_name=args.dataset, device=device,
+            batch_size=args.batch_size, threads=args.threads or 1, overwrite=args.overwrite,
+            verbose=not args.quiet and rank == 0, rank=rank, world_size=world_size,
+        )  # fmt: skip
+    finally:
+        if world_size > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    if rank == 0:
+        print(f"{kind} index of {args.dataset} with {args.model} written to {args.index}")
+    return 0
+
+
+@input_errors("retrieve")
+def run_retrieve(args: argparse.Namespace) -> int:
+    from pyterrier_tite.pt.batch import index_info, index_retriever, retrieve
+    from pyterrier_tite.pt.dense_index import refuse_existing
+    from pyterrier_tite.pt.inputs import load_topics
+    from pyterrier_tite.pt.run_files import write_trec_run
+
+    apply_runtime_arguments(args)
+    _check_k(args.k)
+    refuse_existing(args.out, args.overwrite)
+    topics = load_topics(args.topics)
+    retriever = index_retriever(
+        args.index, args.model, args.k, device=args.device, batch_size=args.batch_size, threads=args.threads or 1
+    )
+    results = retrieve(retriever, topics, verbose=not args.quiet)
+    model = args.model or index_info(args.index).get("model") or "bm25"
+    written = write_trec_run(results, args.out, system=_system(model))
+    print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.out}")
+    return 0
+
+
+def _system(model: str) -> str:
+    from pyterrier_tite.pt.batch import system_name
+
+    return system_name(model)
+
+
+@input_errors("rerank")
+def run_rerank(args: argparse.Namespace) -> int:
+    from pyterrier_tite.pt.batch import DocumentTexts, attach_queries, load_model, rerank, scorer_of, top_k
+    from pyterrier_tite.pt.dense_index import refuse_existing
+    from pyterrier_tite.pt.inputs import load_topics
+    from pyterrier_tite.pt.run_files import read_trec_run, write_trec_run
+
+    apply_runtime_arguments(args)
+    _check_k(args.k)
+    refuse_existing(args.out, args.overwrite)
+    if args.model.lower() == "bm25":
+        raise ValueError("bm25 is a first stage, not a re-ranker: use --first-stage bm25 with a neural --model")
+    topics = load_topics(args.topics)
+    if args.run is not None:
+        if not os.path.isfile(args.run):
+            raise FileNotFoundError(f"run file {args.run} does not exist")
+        run = read_trec_run(args.run)
+    else:
+        run = _first_stage(args, topics)
+    if args.dataset is None:
+        raise ValueError("--dataset (an ir_datasets id or a corpus file) is needed for the document texts")
+    candidates = attach_queries(top_k(run, args.k), topics)
+    texts = DocumentTexts(args.dataset, docnos=candidates["docno"])
+    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size)
+    scored = rerank(scorer_of(model), candidates[["qid", "query", "docno"]], texts, verbose=not args.quiet)
+    written = write_trec_run(scored, args.out, system=_system(args.model))
+    print(f"{len(written)} re-ranked results for {written['qid'].nunique()} queries written to {args.out}")
+    return 0
+
+
+def _first_stage(args: argparse.Namespace, topics):
+    """The candidates of ``--first-stage``: BM25 over the (cached) PISA index of ``--dataset``, or an index folder."""
+    from pyterrier_tite.pt.batch import index_retriever, retrieve
+
+    if os.path.isdir(args.first_stage):
+        retriever = index_retriever(
+            args.first_stage, None, args.k, device=args.device, batch_size=args.batch_size, threads=args.threads or 1
+        )
+        return retrieve(retriever, topics, verbose=not args.quiet)
+    if args.first_stage.lower() != "bm25":
+        raise ValueError(f"--first-stage is bm25 or an index folder, got {args.first_stage!r}")
+    if args.dataset is None or os.path.isfile(args.dataset):
+        raise ValueError(
+            "--first-stage bm25 needs --dataset to be an ir_datasets id (for a corpus file, build an index with "
+            "`pyterrier-tite index --model bm25` and pass it as --first-stage DIR)"
+        )
+    from pyterrier_tite.pt.first_stage import bm25
+
+    return retrieve(bm25(args.dataset, num_results=args.k, threads=args.threads or 1), topics, verbose=not args.quiet)

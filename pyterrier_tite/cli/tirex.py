@@ -1,0 +1,95 @@
+"""``pyterrier-tite tirex rerank | retrieve``: the entry points of a TIRA / TIREx code submission.
+
+TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and collects ``$outputDir`` (or
+``$TIRA_OUTPUT_DIR``); ``--input`` / ``--output`` override them. ``rerank`` re-scores ``rerank.jsonl(.gz)``;
+``retrieve`` indexes ``documents.jsonl(.gz)`` / ``corpus.jsonl.gz`` in a temporary folder and retrieves for
+``queries.jsonl`` (or ``queries.xml``). Both write ``run.txt`` + ``ir-metadata.yml``. No network is needed once the
+model is cached (``HF_HUB_OFFLINE=1``), and no Java (BM25 is PISA). See docs/tirex.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pyterrier_tite.cli.batch import input_errors
+from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    tirex = commands.add_parser(
+        "tirex",
+        help="TIREx / TIRA submissions: re-rank or retrieve from $inputDataset into $outputDir/run.txt",
+        description="Run a model on a TIREx input folder and write run.txt + ir-metadata.yml.",
+    )
+    actions = tirex.add_subparsers(dest="tirex_command", required=True)
+    for name, help_text, k in (
+        ("rerank", "re-rank rerank.jsonl(.gz) with a model (cross-encoder, bi-encoder or SPLADE)", 1000),
+        ("retrieve", "index documents.jsonl(.gz) and retrieve for queries.jsonl / queries.xml", 1000),
+    ):
+        parser = actions.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--model", required=True, help="hub id, model folder, shipped name (retrieve: also bm25)")
+        parser.add_argument("--input", default=None, help="input folder (default $inputDataset / $TIRA_INPUT_DATASET)")
+        parser.add_argument("--output", default=None, help="output folder (default $outputDir / $TIRA_OUTPUT_DIR)")
+        parser.add_argument("-k", type=int, default=k, help=f"documents per query (default {k})")
+        add_runtime_arguments(parser)
+        parser.set_defaults(func=run_tirex_rerank if name == "rerank" else run_tirex_retrieve)
+
+
+def _folders(args: argparse.Namespace):
+    from pyterrier_tite.pt.tira import INPUT_VARIABLES, OUTPUT_VARIABLES, tira_dir
+
+    source = tira_dir(args.input, INPUT_VARIABLES, "input")
+    if not source.is_dir():
+        raise FileNotFoundError(f"the input folder {source} does not exist")
+    return source, tira_dir(args.output, OUTPUT_VARIABLES, "output")
+
+
+@input_errors("tirex rerank")
+def run_tirex_rerank(args: argparse.Namespace) -> int:
+    from pyterrier_tite.pt.batch import load_model, rerank, scorer_of, system_name, top_k
+    from pyterrier_tite.pt.tira import read_rerank, write_tirex_output
+
+    apply_runtime_arguments(args)
+    if args.k < 1:
+        raise ValueError(f"-k must be at least 1, got {args.k}")
+    source, target = _folders(args)
+    candidates = top_k(read_rerank(source), args.k)
+    if args.model.lower() == "bm25":
+        raise ValueError("bm25 cannot re-rank a TIREx input; use a neural --model")
+    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size)
+    scored = rerank(scorer_of(model), candidates[["qid", "query", "docno", "text"]], verbose=not args.quiet)
+    metadata = {"task": "rerank", "model": args.model, "k": args.k, "input": str(source)}
+    run_file = write_tirex_output(scored, target, system_name(args.model), metadata)
+    print(f"{len(scored)} re-ranked results for {scored['qid'].nunique()} queries written to {run_file}")
+    return 0
+
+
+@input_errors("tirex retrieve")
+def run_tirex_retrieve(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from pyterrier_tite.pt.batch import build_index, index_retriever, load_model, retrieve, system_name
+    from pyterrier_tite.pt.tira import iter_documents, read_queries, write_tirex_output
+
+    apply_runtime_arguments(args)
+    if args.k < 1:
+        raise ValueError(f"-k must be at least 1, got {args.k}")
+    source, target = _folders(args)
+    topics = read_queries(source)  # read first: a missing file is reported before any indexing
+    threads = args.threads or 1
+    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size)
+    with tempfile.TemporaryDirectory(prefix="pyterrier-tite-tirex-") as scratch:
+        index = os.path.join(scratch, "index")
+        build_index(
+            args.model, iter_documents(source), index, corpus_name=str(source), device=args.device,
+            batch_size=args.batch_size, threads=threads, verbose=not args.quiet, model=model,
+        )  # fmt: skip
+        retriever = index_retriever(
+            index, args.model, args.k, device=args.device, batch_size=args.batch_size, threads=threads, model=model
+        )
+        results = retrieve(retriever, topics, verbose=not args.quiet)
+    metadata = {"task": "retrieve", "model": args.model, "k": args.k, "input": str(source)}
+    run_file = write_tirex_output(results, target, system_name(args.model), metadata)
+    print(f"{len(results)} results for {results['qid'].nunique()} of {len(topics)} queries written to {run_file}")
+    return 0
