@@ -52,6 +52,25 @@ def precision_dtype(precision: str | torch.dtype | None) -> torch.dtype | None:
     return PRECISIONS[precision]
 
 
+_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def resolve_precision(dtype: torch.dtype | str | None, device: str | torch.device | None = None) -> str:
+    """The precision name (``fp32`` / ``bf16`` / ``fp16``) of a model's ``dtype`` argument: a torch dtype, a name
+    (``"bfloat16"``, ``"bf16"``, ...) or None for the device's default (:func:`default_precision`)."""
+    if dtype is None:
+        return default_precision(device)
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPE_NAMES:
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
+        return _DTYPE_NAMES[dtype]
+    name = _ALIASES.get(str(dtype), str(dtype))
+    if name not in PRECISIONS:
+        raise ValueError(f"dtype must be float32, bfloat16 or float16 (or fp32 / bf16 / fp16), got {dtype!r}")
+    return name
+
+
 @contextmanager
 def autocast(device: str | torch.device, precision: str | torch.dtype | None) -> Iterator[None]:
     """``torch.autocast`` for a precision on a device; nothing for fp32."""

@@ -30,7 +30,7 @@ import torch
 from pyterrier_tite.convert.checkpoint import local_checkpoint, read_meta
 from pyterrier_tite.convert.cross_encoder import load_scorer, one_fresh_warning, save_scorer, sequence_classifier
 from pyterrier_tite.convert.sparse_ce import KEEP, is_sparse_model, sparse_backbone, stored_lengths
-from pyterrier_tite.devices import default_device
+from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
 from pyterrier_tite.pt.validation import one_query_per_qid, text_column
@@ -58,8 +58,10 @@ class CrossEncoderReranker(pt.Transformer):
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
     ):
         self.device = default_device(device)
+        self.precision = resolve_precision(dtype, self.device)
         self.scorer = scorer.to(self.device).eval()
         self.inputs = CrossEncoderInputs(tokenizer, scorer.max_positions(), query_max_length, doc_max_length)
         self.batch_size = batch_size
@@ -88,7 +90,8 @@ class CrossEncoderReranker(pt.Transformer):
         weights = s.source if s.source is not None else id(s)
         pattern = tuple(getattr(s.config, f) for f in ("attention_window_size", *FLAGS)) if s.is_sparse else None
         lengths = (self.query_max_length, self.doc_max_length)
-        return (type(self), weights, pattern, s.head_name, s.token_dim, lengths, self._tokenizer_key, self.text_field)
+        head = (s.head_name, s.token_dim)
+        return (type(self), weights, pattern, head, lengths, self._tokenizer_key, self.text_field, self.precision)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, CrossEncoderReranker) and self._eq_key() == other._eq_key()
@@ -130,7 +133,7 @@ class CrossEncoderReranker(pt.Transformer):
         starts = range(0, len(rows), self.batch_size)
         if self.verbose:
             starts = pt.tqdm(starts, desc=repr(self), unit="batch")
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.device, self.precision):
             for start in starts:
                 batch = rows[start : start + self.batch_size]
                 groups = pd.Series(batch).groupby(qids[batch], sort=False).agg(list)
@@ -207,6 +210,13 @@ class SparseCE(CrossEncoderReranker):
     pair), False keeps it to itself (encoded once per query; the released pattern); single flags as keywords
     (``doc_query_attention=False``). ``head``: "cls" (pooler + linear, reference), "mean" or "celi".
     ``query_max_length`` / ``doc_max_length`` (word pieces): default as stored in the checkpoint (module docstring).
+    ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
+    else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster).
+
+    Example::
+
+        bm25 = t.bm25('vaswani'); ds = t.datasets.get_dataset('vaswani')
+        pipeline = bm25 % 100 >> ds.text_loader() >> t.SparseCE.from_pretrained('webis/sparse-cross-encoder-4-512')
     """
 
     def __init__(
@@ -223,11 +233,12 @@ class SparseCE(CrossEncoderReranker):
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
         **flags: bool,
     ):
         self._setup(
             model, _sparse(w, symmetric, flags), head, token_dim, tokenizer, query_max_length, doc_max_length,
-            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
+            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
         )  # fmt: skip
 
 
@@ -248,12 +259,13 @@ class MonoCE(CrossEncoderReranker):
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
     ):
         if isinstance(model, SparseCrossEncoder) or (isinstance(model, CrossEncoderScorer) and model.is_sparse):
             raise ValueError("MonoCE needs a standard BERT / ELECTRA backbone; use SparseCE for a sparse cross-encoder")
         self._setup(
             model, lambda tok: sequence_classifier, head, token_dim, tokenizer, query_max_length, doc_max_length,
-            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
+            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
         )  # fmt: skip
 
 
@@ -276,6 +288,7 @@ class CELI(CrossEncoderReranker):
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
         **flags: bool,
     ):
         model = _local(model)
@@ -284,5 +297,5 @@ class CELI(CrossEncoderReranker):
         backbone = _sparse(w, symmetric, flags) if sparse else (lambda tok: sequence_classifier)
         self._setup(
             model, backbone, "celi", token_dim, tokenizer, query_max_length, doc_max_length,
-            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
+            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
         )  # fmt: skip

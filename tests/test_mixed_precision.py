@@ -1,0 +1,61 @@
+"""``dtype=`` on the model transformers: bf16 (autocast) scores agree with fp32 on real texts, to a stated rank
+correlation and tolerance; scores stay float32; bad dtypes are refused.
+
+Stated agreement (real MiniLM weights, real TREC DL 2019 passages / vaswani texts): Spearman >= 0.99 over all
+scores, and max |bf16 - fp32| <= 10% of the fp32 scores' standard deviation."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+import pyterrier_tite as t
+from pyterrier_tite.start_points import resolve
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def assert_agree(fp32: np.ndarray, bf16: np.ndarray) -> None:
+    assert bf16.dtype == np.float64 or bf16.dtype == np.float32
+    assert spearmanr(fp32, bf16)[0] >= 0.99
+    assert np.abs(fp32 - bf16).max() <= 0.1 * fp32.std()
+    assert np.abs(fp32 - bf16).max() > 0  # bf16 really ran
+
+
+@pytest.fixture(scope="module")
+def dl19_candidates(irds_home):
+    topics = t.datasets.get_dataset("dl19").get_topics().head(4)
+    return (t.trec_dl_bm25("2019") % 20)(topics)
+
+
+@pytest.mark.parametrize("make", [lambda **k: t.SparseCE(resolve("minilm"), w=4, **k),
+                                  lambda **k: t.MonoCE(resolve("minilm"), **k),
+                                  lambda **k: t.CELI(resolve("minilm"), token_dim=32, **k)],
+                         ids=["SparseCE", "MonoCE", "CELI"])  # fmt: skip
+def test_reranker_bf16_agrees_with_fp32(dl19_candidates, make):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # new score heads on MiniLM (seeded, identical in both)
+        torch.manual_seed(0)
+        fp32 = make(dtype=torch.float32)
+        torch.manual_seed(0)
+        bf16 = make(dtype="bf16")
+    assert fp32 != bf16  # the precision is part of what determines the scores
+    a = fp32(dl19_candidates).sort_values(["qid", "docno"])
+    b = bf16(dl19_candidates).sort_values(["qid", "docno"])
+    assert b["score"].dtype == np.float64
+    assert_agree(a["score"].to_numpy(), b["score"].to_numpy())
+
+
+def test_bad_dtypes_are_refused():
+    from pyterrier_tite.devices import resolve_precision
+
+    assert resolve_precision(torch.bfloat16) == resolve_precision("bfloat16") == resolve_precision("bf16") == "bf16"
+    assert resolve_precision(None, "cpu") == "fp32"
+    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+        resolve_precision(torch.int8)
+    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+        resolve_precision("fp8")
