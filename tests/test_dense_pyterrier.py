@@ -145,13 +145,15 @@ def test_cross_validated_routers_are_equal_by_folds_and_pipelines(saved):
     assert router() != router(doc_max_length=12)
 
 
-def test_verbose_shows_progress_bars(capsys):
+def test_verbose_shows_progress_bars(capsys, tmp_path):
     model = tiny_tite(verbose=True)
     model.doc_encoder()(DOCS)
     list(model.doc_encoder().transform_iter(DOCS.to_dict("records")))
     model.query_encoder()(QUERIES)
     err = capsys.readouterr().err
     assert err.count("Encoding Docs") >= 2 and "Encoding Queries" in err
+    (model >> pyterrier_dr.FlexIndex(str(tmp_path / "index"), verbose=False)).index(DOCS.to_dict("records"))
+    assert "Encoding Docs" in capsys.readouterr().err  # indexing: the model's own verbose
     tiny_tite().doc_encoder()(DOCS)
     assert "Encoding" not in capsys.readouterr().err
 

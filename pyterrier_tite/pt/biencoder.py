@@ -162,7 +162,11 @@ class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
         records = peekable(inp)
         first = records.peek(None)
         if first is not None and self.text_field in first and not {"query", "query_vec"} & first.keys():
-            return self.doc_encoder().transform_iter(records)
+            # an indexing pipeline calls this once per chunk of ~100 documents: its bars are transient, the index's
+            # own bar (FlexIndex verbose) counts the whole corpus
+            encoder = self.doc_encoder()
+            encoder.leave_bars = False
+            return encoder.transform_iter(records)
         return super().transform_iter(records)
 
     # -- persistence ------------------------------------------------------------------------------------------
@@ -198,6 +202,8 @@ class DenseQueryEncoder(_Schematic, pyterrier_dr.BiQueryEncoder):
 class DenseDocEncoder(_Schematic, pyterrier_dr.BiDocEncoder):
     """``docno, text`` -> ``+ doc_vec``; ``transform_iter`` encodes a stream of records chunk by chunk."""
 
+    leave_bars = True  # False: progress bars vanish when done (one call per chunk of a longer stream)
+
     def _texts(self, records: Sequence[dict]) -> list[str]:
         for record in records:
             if self.text_field not in record:
@@ -205,7 +211,7 @@ class DenseDocEncoder(_Schematic, pyterrier_dr.BiDocEncoder):
         return [checked_text(r[self.text_field], self.text_field, f"docno {r.get('docno')!r}") for r in records]
 
     def transform_iter(self, inp: pt.model.IterDict) -> pt.model.IterDict:
-        records = pt.tqdm(inp, desc="Encoding Docs", unit="doc") if self.verbose else inp
+        records = pt.tqdm(inp, desc="Encoding Docs", unit="doc", leave=self.leave_bars) if self.verbose else inp
         for chunk in chunked(records, max(self.batch_size, 256)):
             vectors = self.bi_encoder_model.encode(self._texts(chunk), "doc", self.batch_size)
             for record, vector in zip(chunk, vectors, strict=True):
