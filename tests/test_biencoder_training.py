@@ -177,6 +177,19 @@ def test_tiny_run_learns_and_saves(kind, tmp_path):
     assert os.path.exists(tmp_path / kind / "pt_meta.json")
 
 
+def test_training_takes_the_torch_side_encoder(tmp_path):
+    """The loop needs no PyTerrier object: a bare ``TextEncoder`` trains with a ``save`` callback (required)."""
+    model = tiny_model("cls")
+    saved = []
+    args = TrainingArguments(str(tmp_path / "bare"), max_steps=2, learning_rate=1e-3, log_every=0, verbose=False)
+    before = model.model.embeddings.word_embeddings.weight.detach().clone()
+    log = fine_tune(model.text_encoder, tiny_samples(), args, batch_size=4, save=saved.append)
+    assert len(log) == 2 and str(tmp_path / "bare") in saved
+    assert not torch.equal(before, model.model.embeddings.word_embeddings.weight)
+    with pytest.raises(TypeError, match="save="):
+        fine_tune(model.text_encoder, tiny_samples(), args, batch_size=4)
+
+
 def test_cli_train_biencoder_on_samples_file(tmp_path):
     from pyterrier_tite.cli import main
     from pyterrier_tite.start_points import minilm_path
