@@ -153,6 +153,9 @@ def test_bad_arguments_are_named(files):
     assert done.returncode == 2 and "missing.jsonl does not exist" in done.stderr
     done = cli("index", "--model", "bm25", "--dataset", "no-such-collection", "--index", str(files / "x"))
     assert done.returncode == 2 and "neither a file nor a known ir_datasets id" in done.stderr
+    (files / "empty.jsonl").write_text("\n")
+    done = cli("index", "--model", TITE, "--dataset", str(files / "empty.jsonl"), "--index", str(files / "x"))
+    assert done.returncode == 2 and "the corpus is empty" in done.stderr and not (files / "x").exists()
     done = cli("index", "--model", SPARSE_CE, "--dataset", corpus, "--index", str(files / "x"))
     assert done.returncode == 2 and "re-ranker" in done.stderr and not (files / "x").exists()
     done = cli("retrieve", "--index", str(files / "nothing"), "--topics", str(files / "topics.tsv"), "--out", "r")
