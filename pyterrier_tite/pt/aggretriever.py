@@ -28,10 +28,12 @@ class Aggretriever(DenseBiEncoder):
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
     ):
         inputs = BiEncoderInputs(tokenizer, query_max_length, doc_max_length)
         text_encoder = AggretrieverTextEncoder(encoder, inputs)
-        super().__init__(text_encoder, batch_size=batch_size, text_field=text_field, device=device, verbose=verbose)
+        common = dict(batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype)
+        super().__init__(text_encoder, **common)
 
     @property
     def encoder(self) -> AggretrieverEncoder:

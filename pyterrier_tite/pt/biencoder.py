@@ -24,7 +24,7 @@ import torch
 from more_itertools import chunked, peekable
 
 from pyterrier_tite.convert.checkpoint import PT_META
-from pyterrier_tite.devices import default_device
+from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.pt.validation import checked_text, text_column
 
@@ -49,7 +49,9 @@ class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
     """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
 
     ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
-    decides equality. A model built in memory (``source`` None) equals only bi-encoders over the same module."""
+    decides equality. A model built in memory (``source`` None) equals only bi-encoders over the same module.
+    ``dtype``: float32, bfloat16 or float16 for inference (autocast; vectors stay float32); default bf16 on GPUs
+    that support it, else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is 2-3x faster)."""
 
     def __init__(
         self,
@@ -59,9 +61,11 @@ class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
         text_field: str = "text",
         device: str | torch.device | None = None,
         verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
     ):
         super().__init__(batch_size=batch_size, text_field=text_field, verbose=verbose)
         self.device = default_device(device)
+        self.precision = resolve_precision(dtype, self.device)  # autocast of inference; vectors stay float32
         self.text_encoder = text_encoder.to(self.device).eval()
         self.source: object = None
 
@@ -104,9 +108,11 @@ class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
         return self.text_encoder.inputs.settings()
 
     def eq_key(self) -> tuple:
-        """What determines the output: class, checkpoint (or this very module), settings, text field, device."""
+        """What determines the output: class, checkpoint (or this very module), settings, text field, device and
+        precision."""
         origin = self.source if self.source is not None else ("in memory", id(self.model))
-        return type(self), origin, tuple(sorted(self.settings().items())), self.text_field, str(self.device)
+        settings = tuple(sorted(self.settings().items()))
+        return type(self), origin, settings, self.text_field, str(self.device), self.precision
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DenseBiEncoder) and self.eq_key() == other.eq_key()
@@ -130,7 +136,7 @@ class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         bar = pt.tqdm(total=len(texts), desc=progress, unit=role) if progress else None
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.device, self.precision):
             for rows in chunked(order, batch_size):
                 vectors = self.text_encoder.encode([texts[i] for i in rows], role, batch_size)
                 out[list(rows)] = vectors.float().cpu().numpy()
