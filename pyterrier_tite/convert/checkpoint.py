@@ -186,3 +186,11 @@ def warn_fresh(source: str, created: list[str]) -> None:
         names = ", ".join(created[:8]) + (" ..." if len(created) > 8 else "")
         warnings.warn(f"{source}: {len(created)} tensors not in the checkpoint start fresh (new head): {names}",
                       stacklevel=3)  # fmt: skip
+
+
+def write_pt_meta(path: str | os.PathLike, fmt: str, settings: dict | None = None) -> None:
+    """``pt_meta.json`` of a saved model: the artifact fields (``pt.Artifact.load`` finds the class by ``format``)
+    and the settings ``from_pretrained`` reads back."""
+    meta = {"type": "model", "format": fmt, "package_hint": "pyterrier-tite", **(settings or {})}
+    with open(os.path.join(os.fspath(path), PT_META), "w") as f:
+        json.dump(meta, f, indent=1)

@@ -6,7 +6,6 @@ warning (:func:`one_fresh_warning`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -16,7 +15,6 @@ from contextvars import ContextVar
 from torch import nn
 
 from pyterrier_tite.convert.checkpoint import (
-    PT_META,
     CheckpointError,
     load_exactly,
     local_checkpoint,
@@ -24,6 +22,7 @@ from pyterrier_tite.convert.checkpoint import (
     raise_on_mismatch,
     read_config,
     read_meta,
+    write_pt_meta,
 )
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 
@@ -124,18 +123,14 @@ def save_scorer(
         tokenizer.save_pretrained(path)
     if scorer.head is not None:
         save_file({k: v.contiguous() for k, v in scorer.head.state_dict().items()}, os.path.join(path, HEAD_FILE))
-    meta = {
-        "type": "model",
-        "format": "cross-encoder",
-        "package_hint": "pyterrier-tite",
+    settings = {
         "reranker": reranker or ("SparseCE" if scorer.is_sparse else "MonoCE"),
         "backbone": "sparse" if scorer.is_sparse else "bert",
         "head": scorer.head_name,
         "token_dim": scorer.token_dim,
         **(lengths or {}),
     }
-    with open(os.path.join(path, PT_META), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_pt_meta(path, "cross-encoder", settings)
 
 
 def load_head(scorer: CrossEncoderScorer, path: str) -> bool:

@@ -10,8 +10,9 @@ import os
 
 import torch
 
+from pyterrier_tite.convert.checkpoint import write_pt_meta
 from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder, AggretrieverTextEncoder
-from pyterrier_tite.pt.biencoder import DenseBiEncoder, write_pt_meta
+from pyterrier_tite.pt.biencoder import DenseBiEncoder
 from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
 

@@ -12,7 +12,6 @@ with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes witho
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
 
@@ -23,29 +22,14 @@ import pyterrier_dr
 import torch
 from more_itertools import chunked, peekable
 
-from pyterrier_tite.convert.checkpoint import PT_META
+from pyterrier_tite.convert.checkpoint import write_pt_meta
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.biencoder import TextEncoder
+from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import checked_text, text_column
 
 
-def write_pt_meta(path: str, fmt: str, settings: dict | None = None) -> None:
-    """``pt_meta.json`` of a saved model: the artifact fields (``pt.Artifact.load`` finds the class by ``format``)
-    and the settings ``from_pretrained`` reads back."""
-    meta = {"type": "model", "format": fmt, "package_hint": "pyterrier-tite", **(settings or {})}
-    with open(os.path.join(path, PT_META), "w") as f:
-        json.dump(meta, f, indent=1)
-
-
-class _Schematic:
-    """Schematic label = class name (<= 20 characters) and no ``help_url`` lookup, which would download PyTerrier's
-    documentation inventory (fails offline)."""
-
-    def schematic(self, *, input_columns=None) -> dict:
-        return {"label": type(self).__name__, "help_url": None}
-
-
-class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
+class DenseBiEncoder(NamedSchematic, pyterrier_dr.BiEncoder):
     """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
 
     ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
@@ -184,7 +168,7 @@ class DenseBiEncoder(_Schematic, pyterrier_dr.BiEncoder):
         write_pt_meta(path, fmt, self.settings())
 
 
-class DenseQueryEncoder(_Schematic, pyterrier_dr.BiQueryEncoder):
+class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
     """``qid, query`` -> ``+ query_vec``; each distinct query text is encoded once."""
 
     def transform(self, inp):
@@ -205,7 +189,7 @@ class DenseQueryEncoder(_Schematic, pyterrier_dr.BiQueryEncoder):
         return hash((type(self), self.bi_encoder_model.eq_key()))
 
 
-class DenseDocEncoder(_Schematic, pyterrier_dr.BiDocEncoder):
+class DenseDocEncoder(NamedSchematic, pyterrier_dr.BiDocEncoder):
     """``docno, text`` -> ``+ doc_vec``; ``transform_iter`` encodes a stream of records chunk by chunk."""
 
     leave_bars = True  # False: progress bars vanish when done (one call per chunk of a longer stream)
@@ -242,7 +226,7 @@ class DenseDocEncoder(_Schematic, pyterrier_dr.BiDocEncoder):
         return hash((type(self), self.bi_encoder_model.eq_key(), self.text_field))
 
 
-class DenseScorer(_Schematic, pyterrier_dr.BiScorer):
+class DenseScorer(NamedSchematic, pyterrier_dr.BiScorer):
     """Re-scores ``qid, query, docno, text`` (or given vectors) by the dot product; ranks added."""
 
     def __eq__(self, other) -> bool:

@@ -33,6 +33,7 @@ from pyterrier_tite.convert.sparse_ce import KEEP, is_sparse_model, sparse_backb
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
+from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import one_query_per_qid, text_column
 from pyterrier_tite.tokenization.cross_encoder import (
     QUERY_MAX_LENGTH,
@@ -45,7 +46,7 @@ from pyterrier_tite.tokenization.cross_encoder import (
 __all__ = ["CELI", "CrossEncoderReranker", "MonoCE", "SparseCE"]
 
 
-class CrossEncoderReranker(pt.Transformer):
+class CrossEncoderReranker(NamedSchematic, pt.Transformer):
     """Scores (query, doc) pairs of a result frame with a :class:`CrossEncoderScorer`; see the module docstring."""
 
     def __init__(
@@ -107,9 +108,8 @@ class CrossEncoderReranker(pt.Transformer):
         return [c for c in input_columns if c not in ("score", "rank")] + ["score", "rank"]
 
     def schematic(self, *, input_columns=None) -> dict:
-        """Label and settings; no ``help_url`` lookup (it downloads PyTerrier's documentation inventory, which does not
-        list this package's classes and fails offline)."""
-        return {"label": type(self).__name__, "help_url": None, "settings": self._settings()}
+        """The class name (see :class:`NamedSchematic`) and the settings."""
+        return {**super().schematic(input_columns=input_columns), "settings": self._settings()}
 
     # -- transformer -------------------------------------------------------------------------------------------------
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:

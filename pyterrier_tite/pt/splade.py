@@ -13,7 +13,6 @@ naming its qid / docno; index builds are all or nothing and indexes are checked 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -24,10 +23,11 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_json
+from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_json, write_pt_meta
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
 from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index
+from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import checked_text, text_column
 from pyterrier_tite.tokenization.splade import Role, SpladeInputs
 
@@ -143,16 +143,13 @@ class Splade(pt.Transformer):
     def save_pretrained(self, path: str) -> None:
         """MLM and tokenizer in the Hugging Face layout: ``Splade.from_pretrained(path)`` reloads them. A pair
         saves each side (MLM + its tokenizer) in a sub-folder named in ``pt_meta.json``."""
-        meta = {"type": "model", "format": "splade", "package_hint": "pyterrier-tite"}
         self.encoder.save_pretrained(path)
         if self.is_pair:
             for role, folder in PAIR_FOLDERS.items():
                 self.tokenizers[role].save_pretrained(os.path.join(path, folder))
-            meta["pair"] = PAIR_FOLDERS
         else:
             self.tokenizer.save_pretrained(path)
-        with open(os.path.join(path, "pt_meta.json"), "w") as f:  # a PyTerrier artifact as well
-            json.dump(meta, f)
+        write_pt_meta(path, "splade", {"pair": PAIR_FOLDERS} if self.is_pair else None)
 
     def __repr__(self) -> str:
         return f"Splade({getattr(self, 'model_name', '')!r})"
@@ -266,7 +263,7 @@ def saved_pair(path: str) -> dict[str, str] | None:
     return {role: os.path.join(str(path), pair[role]) for role in ("query", "doc")} if pair else None
 
 
-class _Stage(pt.Transformer):
+class _Stage(NamedSchematic, pt.Transformer):
     """A transformer over a :class:`Splade`: equal to another of the same kind over an equal model (``verbose`` and
     ``batch_size`` change no output)."""
 
@@ -278,9 +275,6 @@ class _Stage(pt.Transformer):
     def subtransformers(self) -> dict:
         return {}
 
-    def schematic(self, *, input_columns=None) -> dict:
-        # no help page: PyTerrier would download its documentation index to look for one (fails offline, e.g. TIREx)
-        return {"label": type(self).__name__, "help_url": None}
 
     def __eq__(self, other) -> bool:
         return type(other) is type(self) and other.model == self.model
@@ -353,7 +347,7 @@ class SpladeScorer(_Stage):
         return f"{self.model!r}.scorer()"
 
 
-class SpladePisaRetriever(pt.Transformer):
+class SpladePisaRetriever(NamedSchematic, pt.Transformer):
     """``query_toks`` -> PISA's quantised top ``num_results`` over a SPLADE index, scores in model units.
 
     PISA scores ``sum_t int(PISA_SCALE q_t) * int(PISA_SCALE d_t)``; the scores are divided by ``PISA_SCALE ** 2``
@@ -384,7 +378,7 @@ class SpladePisaRetriever(pt.Transformer):
         return {}
 
     def schematic(self, *, input_columns=None) -> dict:
-        return {"label": f"SPLADE PISA {self.num_results}", "help_url": None}  # see _Stage.schematic
+        return {**super().schematic(input_columns=input_columns), "label": f"SPLADE PISA {self.num_results}"}
 
     def _key(self) -> tuple:
         return (str(self.index.path), self.num_results)
