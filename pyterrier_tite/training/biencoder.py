@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from pyterrier_tite.modeling.biencoder import TextEncoder
-from pyterrier_tite.training.loop import Trainer, TrainingArguments
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 
 
 @dataclass
@@ -115,7 +115,7 @@ def sample_batches(
     positive and ``docs_per_query - 1`` randomly drawn others (all if it has fewer)."""
 
     def batches(epoch: int, rank: int, world_size: int) -> Iterator[list[Sample]]:
-        rng = random.Random(seed * 1_000_003 + epoch)
+        rng = epoch_rng(seed, epoch)
         order = list(range(len(samples)))
         rng.shuffle(order)
         shard = order[rank::world_size]

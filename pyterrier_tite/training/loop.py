@@ -75,6 +75,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def epoch_rng(seed: int, epoch: int) -> random.Random:
+    """The data order's random source of one epoch: a function of (seed, epoch) only, so a resumed run or another
+    rank sees the same order as the original run."""
+    return random.Random(seed * 1_000_003 + epoch)
+
+
 def distributed_context() -> tuple[int, int]:
     """``(rank, world_size)``; joins the process group when started by ``torchrun`` (``WORLD_SIZE`` > 1)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

@@ -14,7 +14,6 @@ WordPiece vocabulary), or an existing checkpoint to continue from.
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +24,7 @@ from torch import nn
 from pyterrier_tite.devices import default_device
 from pyterrier_tite.modeling.splade import splade_pool
 from pyterrier_tite.tokenization.splade import mlm_token_ids
-from pyterrier_tite.training.loop import Trainer, TrainingArguments
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 from pyterrier_tite.training.losses import QuadraticWarmup, flops
 
 OBJECTIVES = ("mlm", "mlm+flops")
@@ -104,7 +103,7 @@ class MlmBatches:
 
     def __call__(self, epoch: int, rank: int, world_size: int) -> Iterator[dict[str, torch.Tensor]]:
         order = list(range(len(self.ids)))
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        epoch_rng(self.seed, epoch).shuffle(order)
         order = order[rank::world_size]
         for index, start in enumerate(range(0, len(order), self.batch_size)):
             features = [{"input_ids": self.ids[i]} for i in order[start : start + self.batch_size]]

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
+from pyterrier_tite.training.loop import epoch_rng
+
 
 @dataclass
 class Example:
@@ -126,7 +128,7 @@ class ContrastiveBatches:
         return len(self.examples)
 
     def __call__(self, epoch: int, rank: int, world_size: int) -> Iterator[dict]:
-        rng = random.Random(self.seed * 1_000_003 + epoch)
+        rng = epoch_rng(self.seed, epoch)
         order = list(range(len(self.examples)))
         rng.shuffle(order)
         draws = [self._negatives(self.examples[i], rng) for i in order]  # drawn for all ranks: same stream

@@ -12,7 +12,6 @@ need no corrupted input); the MAE decoder masks internally.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
-from pyterrier_tite.training.loop import Trainer, TrainingArguments
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 
 
 def bow_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor, vocab_size: int, ignore: Sequence[int]):
@@ -122,7 +121,7 @@ def text_batches(texts: Sequence[str], tokenizer, batch_size: int, max_length: i
 
     def batches(epoch: int, rank: int, world_size: int) -> Iterator[dict]:
         order = list(range(len(texts)))
-        random.Random(seed * 7919 + epoch).shuffle(order)
+        epoch_rng(seed, epoch).shuffle(order)
         shard = order[rank::world_size]
         for start in range(0, len(shard) - batch_size + 1, batch_size):
             chunk = [texts[i] for i in shard[start : start + batch_size]]
