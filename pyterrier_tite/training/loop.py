@@ -263,7 +263,7 @@ class Trainer:
         Returns the per-step log (``loss``, ``lr`` and whatever ``loss_fn`` reported), also written to
         ``output_dir/log.jsonl``.
         """
-        from pyterrier import tqdm
+        from tqdm.auto import tqdm  # what pt.tqdm is, without importing PyTerrier into training
 
         args = self.args
         if self.is_main:

@@ -78,9 +78,9 @@ def train_collection_tokenizer(
     """
     texts = collection_texts(dataset, fields=fields, limit=limit)
     if verbose:
-        import pyterrier as pt
+        from tqdm.auto import tqdm
 
-        texts = pt.tqdm(texts, desc=f"tokenizer {dataset}", unit="doc")
+        texts = tqdm(texts, desc=f"tokenizer {dataset}", unit="doc")
     tokenizer = train_wordpiece(texts, vocab_size=vocab_size, lowercase=lowercase, min_frequency=min_frequency)
     if path is not None:
         os.makedirs(path, exist_ok=True)
