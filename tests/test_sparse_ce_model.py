@@ -15,9 +15,9 @@ from pyterrier_tite.modeling import (
     SparseCrossEncoderBatch,
     SparseCrossEncoderConfig,
 )
-from pyterrier_tite.modeling.sparse_attention import KeyGroup, band_apply, band_scores, grouped_attention
+from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
 from pyterrier_tite.modeling.sparse_ce import FLAGS
-from pyterrier_tite.ops import window_attention_reference
+from pyterrier_tite.ops import unwindow_matmul, window_attention_reference, window_matmul
 
 ATOL = 1e-5
 
@@ -327,10 +327,10 @@ def test_band_ops_match_definition_and_have_gradients():
         inside = (idx >= 0) & (idx < length)
         gathered_k = F.pad(k, (0, 0, window, window))[:, :, idx + window]  # [1, 2, L, 2w+1, d]
         expected = (q[..., None, :] * gathered_k).sum(-1) * inside
-        torch.testing.assert_close(band_scores(q, k, window), expected)
+        torch.testing.assert_close(window_matmul(q, k, window, backend="torch"), expected)
         p = torch.randn(1, 2, length, 2 * window + 1, dtype=torch.float64) * inside
         gathered_v = F.pad(v, (0, 0, window, window))[:, :, idx + window]
-        torch.testing.assert_close(band_apply(p, v, window), (p[..., None] * gathered_v).sum(-2))
+        torch.testing.assert_close(unwindow_matmul(p, v, window, backend="torch"), (p[..., None] * gathered_v).sum(-2))
     q, k, v = (torch.randn(1, 1, 9, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     lengths = torch.tensor([7])
     assert torch.autograd.gradcheck(lambda q, k, v: grouped_attention(q, k, v, 2, lengths), (q, k, v), fast_mode=True)

@@ -252,3 +252,16 @@ def test_group_needs_index_when_rows_differ():
     q = torch.randn(2, 1, 3, 2)
     with pytest.raises(ValueError, match="index"):
         window_attention(q, q, q, 1, groups=[KeyGroup(torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))])
+
+
+def test_attention_dropout_is_unbiased_and_only_in_the_torch_backend():
+    """Training's attention dropout (the kernels have none): outputs differ per draw, their mean is the output."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 12, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    lengths = torch.tensor([10])
+    plain = window_attention(q, k, v, 2, lengths)
+    torch.manual_seed(0)
+    draws = torch.stack([window_attention(q, k, v, 2, lengths, dropout=0.3) for _ in range(200)])
+    assert not torch.equal(draws[0], draws[1])
+    torch.testing.assert_close(draws.mean(0), plain, atol=0.1, rtol=0)
+    assert (draws[:, :, :, 10:] == 0).all()  # padding rows stay zero
