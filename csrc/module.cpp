@@ -9,14 +9,6 @@
 
 namespace {
 
-bool built_with_cuda() {
-#ifdef TITE_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 bool built_with_openmp() {
 #ifdef _OPENMP
   return true;
@@ -29,6 +21,5 @@ bool built_with_openmp() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "pyterrier_tite compiled kernels (registered as torch.ops.tite.*)";
-  m.def("built_with_cuda", &built_with_cuda, "True when the CUDA kernels were compiled in");
   m.def("built_with_openmp", &built_with_openmp, "True when the CPU kernels use OpenMP");
 }
