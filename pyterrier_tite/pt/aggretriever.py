@@ -17,7 +17,15 @@ from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
 
 class Aggretriever(DenseBiEncoder):
-    """Dense retrieval with Aggretriever vectors over any MLM checkpoint; ``encoder`` is the torch module."""
+    """Dense retrieval with Aggretriever vectors (aggregated MLM term weights + projected [CLS]) over any MLM
+    checkpoint; ``encoder`` is the torch module.
+
+    Example::
+
+        agg = t.Aggretriever.from_pretrained('castorini/aggretriever-cocondenser')   # pyserini / dhr layouts too
+        agg >> pyterrier_dr.FlexIndex('vaswani.agg')                                 # index, then retrieve with
+        agg.query_encoder() >> pyterrier_dr.FlexIndex('vaswani.agg').np_retriever()
+    """
 
     def __init__(
         self,

@@ -53,7 +53,14 @@ def model_format(folder: str) -> str:
 
 def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     """The transformer for a model name (shipped start point, folder or hub id): a reranker, a dense bi-encoder
-    (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE. Keyword arguments go to its ``from_pretrained``."""
+    (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE. Keyword arguments go to its ``from_pretrained``.
+
+    Example::
+
+        sce = t.load('webis/sparse-cross-encoder-4-512')     # -> SparseCE
+        minilm = t.load('minilm', batch_size=64)              # -> BertBiEncoder
+        same = pt.Artifact.load('runs/my-model')              # a saved folder, through the entry points
+    """
     import importlib
 
     name = resolve(os.fspath(name))

@@ -22,7 +22,13 @@ SETTINGS = ("query_max_length", "doc_max_length", "query_marker", "doc_marker")
 class BertBiEncoder(DenseBiEncoder):
     """Queries cut to ``query_max_length`` and documents to ``doc_max_length`` tokens; ``query_marker`` /
     ``doc_marker`` (e.g. ``[QUE]`` / ``[DOC]``) are prepended as single tokens after [CLS] (new tokens start from
-    their name's word pieces)."""
+    their name's word pieces).
+
+    Example::
+
+        minilm = t.BertBiEncoder.from_pretrained(resolve('minilm'))   # mean pooling + cosine, from modules.json
+        pipeline = t.bm25('vaswani') % 50 >> t.datasets.get_dataset('vaswani').text_loader() >> minilm.scorer()
+    """
 
     def __init__(
         self,

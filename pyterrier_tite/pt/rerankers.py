@@ -245,7 +245,13 @@ class SparseCE(CrossEncoderReranker):
 class MonoCE(CrossEncoderReranker):
     """Standard (full attention) cross-encoder over ``[CLS] q [SEP] d [SEP]``: monoBERT / monoELECTRA with the "cls"
     head (the backbone's own ``*ForSequenceClassification`` head; ``cross-encoder/ms-marco-MiniLM-L-6-v2`` loads
-    unchanged), or "mean" / "celi" heads on its last layer. Backbones of BERT or ELECTRA type."""
+    unchanged), or "mean" / "celi" heads on its last layer. Backbones of BERT or ELECTRA type.
+
+    Example::
+
+        mono = t.MonoCE('cross-encoder/ms-marco-MiniLM-L-6-v2')
+        t.trec_dl_bm25('2019') >> mono
+    """
 
     def __init__(
         self,
@@ -272,7 +278,13 @@ class MonoCE(CrossEncoderReranker):
 class CELI(CrossEncoderReranker):
     """CELI: [CLS] score + late interaction over projected token vectors (``token_dim`` = D_tok), on a standard
     BERT / ELECTRA cross-encoder (``sparse=False``) or a sparse one (``sparse=True`` with ``w`` / ``symmetric`` /
-    flags as in :class:`SparseCE`)."""
+    flags as in :class:`SparseCE`).
+
+    Example::
+
+        celi = t.CELI(resolve('minilm'), sparse=True, w=4, token_dim=32)   # new heads: train it first
+        t.trec_dl_bm25('2019') >> celi
+    """
 
     def __init__(
         self,

@@ -28,6 +28,13 @@ class TITE(DenseBiEncoder):
 
     ``normalize``: L2-normalise the vectors (Lightning IR ``cosine`` similarity or normalisation), so that the dot
     product a FlexIndex retrieves with is the checkpoint's cosine score.
+
+    Example::
+
+        tite = t.TITE.from_pretrained('webis/tite-2-late-msmarco')
+        index = pyterrier_dr.FlexIndex('vaswani.flex')
+        (tite >> index).index(t.datasets.get_dataset('vaswani').get_corpus_iter())
+        retriever = tite.query_encoder() >> index.np_retriever()
     """
 
     def __init__(
