@@ -42,10 +42,12 @@ def local_checkpoint(path_or_id: str | os.PathLike) -> str:
     """The local folder of a checkpoint: a folder as given, or a hub id (``org/name``) resolved through the Hugging
     Face cache (downloaded when online; ``HF_HUB_OFFLINE=1`` uses the cache only).
 
-    A path that does not exist and cannot be a hub id raises ``FileNotFoundError`` at once (no hub retries)."""
+    A path that does not exist and cannot be a hub id raises ``FileNotFoundError`` at once (no hub retries); a
+    ``config.json`` or ``pt_meta.json`` that is not a JSON object raises ``ValueError`` naming the file, whichever
+    loader reads it (transformers would raise an ``OSError``, some layouts would ignore the file)."""
     name = os.fspath(path_or_id)
     if os.path.isdir(name):
-        return name
+        return _readable(name)
     if os.path.exists(name):
         raise NotADirectoryError(f"{name} is a file; expected a checkpoint folder or a hub id (org/name)")
     if not _HUB_ID.match(name) or name.startswith((".", "/", "~")):
@@ -54,7 +56,7 @@ def local_checkpoint(path_or_id: str | os.PathLike) -> str:
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        return snapshot_download(name, allow_patterns=CHECKPOINT_PATTERNS)
+        return _readable(snapshot_download(name, allow_patterns=CHECKPOINT_PATTERNS))
     except LocalEntryNotFoundError as exc:
         raise FileNotFoundError(
             f"{name!r} is neither a local folder nor in the Hugging Face cache, and the hub cannot be reached "
@@ -64,12 +66,20 @@ def local_checkpoint(path_or_id: str | os.PathLike) -> str:
         raise FileNotFoundError(f"no local folder {name!r} and no hub repository of that name") from exc
 
 
+def _readable(folder: str) -> str:
+    """``folder`` once its JSON settings files (those present) parse as JSON objects."""
+    for name in ("config.json", PT_META):
+        if os.path.isfile(os.path.join(folder, name)):
+            read_json(os.path.join(folder, name))
+    return folder
+
+
 def read_json(file: str | os.PathLike) -> dict:
     """A JSON object from ``file``; a malformed file raises ``ValueError`` naming the file."""
     try:
         with open(file, encoding="utf-8") as f:
             value = json.load(f)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{file} is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise ValueError(f"{file} must hold a JSON object, got {type(value).__name__}")

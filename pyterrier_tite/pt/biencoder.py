@@ -2,9 +2,11 @@
 
 A :class:`DenseBiEncoder` wraps a torch :class:`~pyterrier_tite.modeling.biencoder.TextEncoder` (texts -> vectors,
 the part training uses) and adds the PyTerrier side: length-sorted float32 encoding, a query encoder, a doc encoder
-with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes without DataFrames) and a scorer, each
+with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes without DataFrames, all or nothing and
+with checked docnos: :class:`FlexIndexing`) and a scorer, each
 
-- refusing missing text (None / NaN in ``query`` or the text field) by qid / docno (``pt/validation.py``),
+- refusing missing text (None / NaN in ``query`` or the text field) by qid / docno, and a qid that carries two
+  query texts (``pt/validation.py``),
 - comparing equal (``__eq__`` / ``__hash__``) to another built from the same checkpoint with the same settings, so
   ``pt.Experiment(..., plan='tree')`` shares their common prefixes,
 - showing ``pt.tqdm`` progress bars when ``verbose``.
@@ -12,6 +14,7 @@ with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes witho
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 
@@ -26,10 +29,108 @@ from pyterrier_tite.convert.checkpoint import write_pt_meta
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import checked_text, text_column
+from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, text_column
 
 
-class DenseBiEncoder(NamedSchematic, pyterrier_dr.BiEncoder):
+class FlexIndexing(pt.Compose):
+    """``encoder >> pyterrier_dr.FlexIndex(path)`` (or ``>> index.indexer(mode='overwrite')``), made by ``>>`` on a
+    dense bi-encoder or its doc encoder: a pipeline whose ``index(docs)`` builds the FlexIndex all or nothing.
+
+    pyterrier_dr's own indexer (0.8) writes straight into ``path``: a corpus or encoder error leaves a folder that
+    ``FlexIndex.built()`` calls built (``vecs.f4`` and ``docnos.npids``, no ``pt_meta.json``), duplicate docnos are
+    stored twice (both returned by retrieval), integer docnos fail inside npids (``AttributeError``), an empty corpus
+    fails with ``struct.error`` and a single document with ``ZeroDivisionError`` (npids cannot store a block of one
+    id). Here the documents are checked first (:func:`~pyterrier_tite.pt.index_build.checked_corpus`: single-token
+    ``str`` docnos, each once, text present), an empty corpus is refused, and the index (FlexIndex's files:
+    ``vecs.f4``, ``docnos.npids``, ``pt_meta.json`` last) is written in a hidden sibling of ``path`` that is renamed
+    into place when complete; an existing ``path`` is replaced only in mode ``'overwrite'``."""
+
+    def index(self, iter: pt.model.IterDict, batch_size: int | None = None):
+        from pyterrier_dr.flex.core import FlexIndexer, IndexingMode
+
+        from pyterrier_tite.pt.index_build import atomic_build, checked_corpus
+
+        encoder, target = self._transformers
+        index = target._index if isinstance(target, FlexIndexer) else target
+        overwrite = isinstance(target, FlexIndexer) and target.mode == IndexingMode.overwrite
+        if index.index_path.exists() and not overwrite:
+            raise FileExistsError(
+                f"{index.index_path} already exists; index into a new path or use index.indexer(mode='overwrite')"
+            )
+        docnos: list[str] = []
+
+        def documents():
+            for doc in checked_corpus(iter, [encoder.text_field]):
+                docnos.append(doc["docno"])
+                yield doc
+
+        docs = peekable(documents())
+        if not docs:
+            raise ValueError("the corpus is empty: nothing to index")
+        if index.verbose:
+            docs = pt.tqdm(docs, desc="indexing", unit="doc")
+        with atomic_build(index.index_path, overwrite) as staging:
+            staging.mkdir()
+            dim = None
+            with open(staging / "vecs.f4", "wb") as vecs:
+                for record in encoder.transform_iter(docs):
+                    vector = np.asarray(record["doc_vec"], dtype=np.float32)
+                    if vector.ndim != 1 or vector.shape[0] != (dim or vector.shape[0]):
+                        raise ValueError(f"doc_vec of docno {record['docno']!r} has shape {vector.shape}, not ({dim},)")
+                    dim = vector.shape[0]
+                    vecs.write(vector.tobytes())
+            if (staging / "vecs.f4").stat().st_size != 4 * dim * len(docnos):
+                raise RuntimeError(f"{encoder!r} did not return one doc_vec per document")
+            write_docnos(staging / "docnos.npids", docnos)
+            meta = {"type": index.ARTIFACT_TYPE, "format": index.ARTIFACT_FORMAT, "vec_size": dim}
+            with open(staging / "pt_meta.json", "w") as f:
+                json.dump({**meta, "doc_count": len(docnos)}, f)
+        index._meta = index._docnos = index._dvecs = None  # an overwritten index must be read afresh
+        index._cache = {}
+        return index
+
+
+def write_docnos(file, docnos: list[str]) -> None:
+    """A FlexIndex's ``docnos.npids``, written by npids. npids stores each block of ids without their common prefix,
+    so a block of one id (a 1-document corpus, or a last id whose form differs from the ids before it) gets
+    zero-width rows that it cannot read (``ZeroDivisionError``); such a store is written again as one block that
+    keeps the whole ids."""
+    from npids import Lookup
+
+    try:
+        Lookup.build(docnos, file, return_self=False)
+        return
+    except ZeroDivisionError:
+        os.remove(file)
+    from npids.builder import FwdLookupBuilder, InvLookupBuilder
+    from npids.codecs.fwd_fixedbytes import FwdFixedBytes
+
+    class WholeIds(FwdFixedBytes):
+        def seed(self, id) -> bool:
+            super().seed(id)
+            self.prefix = b""
+            return True
+
+    builder = FwdLookupBuilder(file, min_block=len(docnos) + 1)  # one block, written on close
+    builder.formats = builder.seeded_formats = {WholeIds.NAME: WholeIds()}
+    for docno in docnos:
+        builder.add(docno)
+    builder.close()
+    InvLookupBuilder.build(file)
+
+
+class _IndexesAtomically:
+    """``self >> pyterrier_dr.FlexIndex(...)`` gives a :class:`FlexIndexing` (all-or-nothing builds)."""
+
+    def __rshift__(self, right):
+        from pyterrier_dr.flex.core import FlexIndexer
+
+        if isinstance(right, (pyterrier_dr.FlexIndex, FlexIndexer)):
+            return FlexIndexing(self, right)
+        return super().__rshift__(right)
+
+
+class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder):
     """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
 
     ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
@@ -176,6 +277,7 @@ class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
             v.query_frame(extra_columns=["query"])
             v.columns(includes=["query"])
         texts = text_column(inp, "query", "qid")
+        one_query_per_qid(inp)  # a retriever would rank both queries' results under the one qid
         first_row: dict[str, int] = {}
         rows = [first_row.setdefault(t, len(first_row)) for t in texts]
         progress = "Encoding Queries" if self.verbose else None
@@ -189,7 +291,7 @@ class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
         return hash((type(self), self.bi_encoder_model.eq_key()))
 
 
-class DenseDocEncoder(NamedSchematic, pyterrier_dr.BiDocEncoder):
+class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEncoder):
     """``docno, text`` -> ``+ doc_vec``; ``transform_iter`` encodes a stream of records chunk by chunk."""
 
     leave_bars = True  # False: progress bars vanish when done (one call per chunk of a longer stream)

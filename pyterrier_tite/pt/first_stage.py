@@ -12,7 +12,7 @@ from pyterrier_pisa import PisaIndex
 
 from pyterrier_tite import datasets
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index
+from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index, pisa_derived_files
 from pyterrier_tite.pt.validation import CheckedQueries
 from pyterrier_tite.text import text_fields
 
@@ -65,7 +65,7 @@ def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
     if datasets.irds_id(dataset).startswith("msmarco-passage/"):
         pisa_index(dataset)  # raises the explanatory error
     index = pisa_index(dataset, **index_args)
-    with native_output_silenced():  # the first retriever compresses the index and logs it
+    with pisa_derived_files(index.path), native_output_silenced():  # the first retriever compresses the index
         retriever = index.bm25(k1=k1, b=b, num_results=num_results)
     return CheckedQueries() >> retriever  # `% k` still fuses into PISA's retriever when the pipeline is compiled
 

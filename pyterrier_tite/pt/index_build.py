@@ -5,6 +5,7 @@ PISA's, would only print it), and an index is checked before an engine that abor
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,6 +76,21 @@ def build_pisa(
         guarded.raise_if_failed()
 
 
+def checked_corpus(corpus: Iterable[dict], fields: Sequence[str]) -> Iterator[dict]:
+    """The documents of an index build, checked: ``docno`` as a single-token ``str`` (integers accepted), each docno
+    once, every field of ``fields`` present and not missing (None/NaN refused by docno; NUL bytes become spaces)."""
+    seen: set[str] = set()
+    for doc in corpus:
+        docno = checked_id(doc.get("docno"), "docno")
+        if docno in seen:
+            raise ValueError(f"duplicate docno {docno!r} in the corpus")
+        seen.add(docno)
+        absent = [f for f in fields if f not in doc]
+        if absent:
+            raise KeyError(f"document {docno!r} lacks fields {absent}; available: {sorted(doc)}")
+        yield {**doc, "docno": docno, **{f: checked_text(doc[f], f, f"docno {docno!r}") for f in fields}}
+
+
 class GuardedCorpus:
     """A corpus iterator for an engine that consumes it in another thread: documents are validated (ids as ``str``,
     unique, single tokens; text fields present and not missing), and the first exception is kept for
@@ -86,17 +102,9 @@ class GuardedCorpus:
         self.count = 0
 
     def __iter__(self) -> Iterator[dict]:
-        seen: set[str] = set()
         try:
-            for doc in self.corpus:
-                docno = checked_id(doc.get("docno"), "docno")
-                if docno in seen:
-                    raise ValueError(f"duplicate docno {docno!r} in the corpus")
-                seen.add(docno)
-                absent = [f for f in self.fields if f not in doc]
-                if absent:
-                    raise KeyError(f"document {docno!r} lacks fields {absent}; available: {sorted(doc)}")
-                yield {**doc, "docno": docno, **{f: checked_text(doc[f], f, f"docno {docno!r}") for f in self.fields}}
+            for doc in checked_corpus(self.corpus, self.fields):
+                yield doc
                 self.count += 1
         except BaseException as exc:  # noqa: B036 - kept and re-raised in the caller's thread
             self.error = exc
@@ -131,6 +139,54 @@ def check_pisa_index(path: str | os.PathLike) -> None:
         lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
     if lines != num_docs:
         raise CorruptIndexError(f"PISA index {folder}: fwd.documents lists {lines} docnos for {num_docs} documents")
+    _check_payload_vector(folder / "fwd.doclex", num_docs)
+    _check_payload_vector(folder / "fwd.termlex")
+
+
+def _check_payload_vector(file: Path, count: int | None = None) -> None:
+    """PISA's lexicon files (a payload vector: ``[n: u64][n + 1 offsets: u64][payloads]``, the last offset being the
+    payload size) are whole and, given ``count``, hold ``count`` entries (PISA aborts without a message otherwise)."""
+    size = file.stat().st_size
+    header = np.fromfile(file, dtype=np.uint64, count=1)
+    entries = int(header[0]) if len(header) else -1
+    offsets_end = 8 * (entries + 2)
+    last = np.fromfile(file, dtype=np.uint64, count=1, offset=offsets_end - 8) if 0 <= offsets_end <= size else []
+    if not len(last) or offsets_end + int(last[0]) != size or (count is not None and entries != count):
+        expected = "" if count is None else f" of {count} entries"
+        problem = f"{file.name} is not a whole lexicon{expected}"
+        raise CorruptIndexError(f"PISA index {file.parent}: {problem}; rebuild the index")
+
+
+#: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``
+#: and the compressed index ``<that>.<encoding>``
+PISA_DERIVED = "*.bmw.*"
+#: the sizes of the derived files that were written completely (name -> bytes)
+PISA_DERIVED_RECORD = "pt_derived.json"
+
+
+@contextmanager
+def pisa_derived_files(path: str | os.PathLike) -> Iterator[None]:
+    """Wrap the opening of a PISA retriever. PISA writes its compressed index and block-max data in place when a
+    retriever first opens an index and reuses any file of that name later, so a process killed meanwhile leaves a
+    truncated file that every later run uses (a segfault, or silently no results). Derived files not recorded as
+    complete in ``pt_derived.json`` are removed before the block, so PISA writes them again; those present after the
+    block are recorded. An index folder we may not write is left as it is."""
+    folder = Path(path)
+    record = folder / PISA_DERIVED_RECORD
+    writable = os.access(folder, os.W_OK)
+    if writable:
+        try:
+            complete = json.loads(record.read_text()) if record.is_file() else {}
+        except ValueError:
+            complete = {}
+        for file in folder.glob(PISA_DERIVED):
+            if not isinstance(complete, dict) or complete.get(file.name) != file.stat().st_size:
+                file.unlink()
+    yield
+    if writable:
+        staged = record.with_name(f".{record.name}.{os.getpid()}")
+        staged.write_text(json.dumps({f.name: f.stat().st_size for f in sorted(folder.glob(PISA_DERIVED))}, indent=1))
+        os.replace(staged, record)
 
 
 def _expect_size(file: Path, size: int) -> None:

@@ -26,9 +26,9 @@ from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_json, write_pt_meta
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
-from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index
+from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index, pisa_derived_files
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import checked_text, text_column
+from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, text_column
 from pyterrier_tite.tokenization.splade import Role, SpladeInputs
 
 #: what ``pt_meta.json`` of a saved pair names: the sub-folder of each side
@@ -289,6 +289,7 @@ class SpladeQueryEncoder(_Stage):
             v.query_frame(extra_columns=["query"])
             v.columns(includes=["query"])  # result frames too (one encoding per distinct query)
         queries = text_column(inp, "query", "qid")
+        one_query_per_qid(inp)  # a retriever would rank both queries' results under the one qid
         unique = list(dict.fromkeys(queries))
         reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, self.verbose, role="query")
         by_query = dict(zip(unique, self.model.to_toks(reps), strict=True))
@@ -332,6 +333,7 @@ class SpladeScorer(_Stage):
             return inp.assign(score=pd.Series(dtype="float64"), rank=pd.Series(dtype="int64"))
         queries = text_column(inp, "query", "qid")
         texts = text_column(inp, field, "docno")
+        one_query_per_qid(inp)  # ranks would mix the two queries' documents
         unique = list(dict.fromkeys(queries))
         query_reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, False, role="query")
         query_index = {q: i for i, q in enumerate(unique)}
@@ -364,7 +366,7 @@ class SpladePisaRetriever(NamedSchematic, pt.Transformer):
         self.index = index
         self.num_results = num_results
         self.threads = threads
-        with native_output_silenced():  # the first retriever over an index compresses it, loudly
+        with pisa_derived_files(index.path), native_output_silenced():  # the first retriever compresses the index
             self.pisa = index.quantized(num_results=num_results, threads=threads, toks_scale=PISA_SCALE)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:

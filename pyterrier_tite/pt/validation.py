@@ -1,5 +1,6 @@
 """Input checks at the PyTerrier boundary, one rule per kind of column, the same in every transformer, index and
-command: ids become ``str`` and must be single tokens; a missing value (None / NaN) in a text or query column is a
+command: ids written into an index, a run file or PISA's query batch become ``str`` and must be single tokens (in
+other frames they pass through as given); a missing value (None / NaN) in a text or query column is a
 ``ValueError`` naming the column and the first offending id (never the words "None" / "nan"); an empty string is an
 empty text; one qid carrying two different query texts is refused (it would be scored against one of them)."""
 
@@ -44,7 +45,7 @@ def text_column(frame: pd.DataFrame, column: str, id_column: str) -> list[str]:
 
 def one_query_per_qid(frame: pd.DataFrame, query_column: str = "query") -> None:
     """Refuse a frame where a qid carries two different query texts (e.g. concatenated topic sets)."""
-    if frame.empty or query_column not in frame.columns:
+    if frame.empty or query_column not in frame.columns or "qid" not in frame.columns:
         return
     texts = frame.groupby(frame["qid"].astype(str), sort=False)[query_column].nunique(dropna=False)
     clashing = texts[texts > 1]
@@ -59,13 +60,15 @@ def one_query_per_qid(frame: pd.DataFrame, query_column: str = "query") -> None:
 
 class CheckedQueries(pt.Transformer):
     """Checks the ``query`` column before an engine sees it: qids become ``str``, a missing query is a ``ValueError``
-    naming its qid, NUL bytes become spaces (PISA would fail with an opaque ``SystemError``). Stateless, so all
+    naming its qid, so is a qid with two query texts, NUL bytes become spaces (PISA would fail with an opaque
+    ``SystemError``). Stateless, so all
     instances are equal and pipelines that start with one still share prefixes in ``pt.Experiment``."""
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         if "query" not in inp.columns or inp.empty:
             return inp
         queries = text_column(inp, "query", "qid")
+        one_query_per_qid(inp)  # PISA would return both queries' results under the one qid
         return inp.assign(qid=[checked_id(q, "qid") for q in inp["qid"]], query=queries)
 
     def __eq__(self, other) -> bool:
