@@ -227,10 +227,10 @@ def index_retriever(
         from pyterrier_pisa import PisaIndex
 
         from pyterrier_tite._native_output import native_output_silenced
-        from pyterrier_tite.pt.index_build import check_pisa_index
+        from pyterrier_tite.pt.index_build import check_pisa_index, pisa_derived_files
 
         check_pisa_index(path)
-        with native_output_silenced():
+        with pisa_derived_files(path), native_output_silenced():
             return PisaIndex(str(path), threads=threads).bm25(k1=0.9, b=0.4, num_results=k, threads=threads)
     if not model_name:
         raise ValueError(f"{path} does not name the model that built it ({INDEX_INFO} is missing): pass --model")

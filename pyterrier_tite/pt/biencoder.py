@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import pyterrier as pt
@@ -71,23 +72,36 @@ class FlexIndexing(pt.Compose):
             docs = pt.tqdm(docs, desc="indexing", unit="doc")
         with atomic_build(index.index_path, overwrite) as staging:
             staging.mkdir()
-            dim = None
-            with open(staging / "vecs.f4", "wb") as vecs:
-                for record in encoder.transform_iter(docs):
-                    vector = np.asarray(record["doc_vec"], dtype=np.float32)
-                    if vector.ndim != 1 or vector.shape[0] != (dim or vector.shape[0]):
-                        raise ValueError(f"doc_vec of docno {record['docno']!r} has shape {vector.shape}, not ({dim},)")
-                    dim = vector.shape[0]
-                    vecs.write(vector.tobytes())
-            if (staging / "vecs.f4").stat().st_size != 4 * dim * len(docnos):
+            pairs = ((r["docno"], r["doc_vec"]) for r in encoder.transform_iter(docs))
+            if write_flex_files(staging, pairs) != len(docnos):
                 raise RuntimeError(f"{encoder!r} did not return one doc_vec per document")
-            write_docnos(staging / "docnos.npids", docnos)
-            meta = {"type": index.ARTIFACT_TYPE, "format": index.ARTIFACT_FORMAT, "vec_size": dim}
-            with open(staging / "pt_meta.json", "w") as f:
-                json.dump({**meta, "doc_count": len(docnos)}, f)
         index._meta = index._docnos = index._dvecs = None  # an overwritten index must be read afresh
         index._cache = {}
         return index
+
+
+def write_flex_files(folder: Path, encoded: Iterable[tuple[str, np.ndarray]]) -> int:
+    """A FlexIndex's files in ``folder`` from ``(docno, vector)`` pairs (``vecs.f4``, ``docnos.npids``,
+    ``pt_meta.json`` last, as pyterrier_dr reads them); returns the number of documents written."""
+    from pyterrier_dr import FlexIndex
+
+    docnos: list[str] = []
+    dim = None
+    with open(folder / "vecs.f4", "wb") as vecs:
+        for docno, vec in encoded:
+            vector = np.asarray(vec, dtype=np.float32)
+            if vector.ndim != 1 or vector.shape[0] != (dim or vector.shape[0]):
+                raise ValueError(f"doc_vec of docno {docno!r} has shape {vector.shape}, not ({dim},)")
+            dim = vector.shape[0]
+            vecs.write(vector.tobytes())
+            docnos.append(docno)
+    if not docnos:
+        raise ValueError("the corpus is empty: nothing to index")
+    write_docnos(folder / "docnos.npids", docnos)
+    meta = {"type": FlexIndex.ARTIFACT_TYPE, "format": FlexIndex.ARTIFACT_FORMAT, "vec_size": dim}
+    with open(folder / "pt_meta.json", "w") as f:
+        json.dump({**meta, "doc_count": len(docnos)}, f)
+    return len(docnos)
 
 
 def write_docnos(file, docnos: list[str]) -> None:

@@ -140,17 +140,15 @@ def dense_encoder(model, batch_size: int | None = None) -> Callable[[list[str]],
 
 
 def write_flex_index(encoded: Iterable[tuple[str, np.ndarray]], path: str | os.PathLike, verbose: bool = False):
-    """A ``pyterrier_dr.FlexIndex`` at the new ``path`` from ``(docno, vector)`` pairs, written by FlexIndex's own
-    indexer (``pt_meta.json``, ``docnos.npids``, ``vecs.f4``); an empty stream is refused."""
-    import more_itertools
+    """A ``pyterrier_dr.FlexIndex`` at the new folder ``path`` from ``(docno, vector)`` pairs (any number of
+    documents from one; an empty stream is refused)."""
     from pyterrier_dr import FlexIndex
 
-    encoded = more_itertools.peekable(encoded)
-    if not encoded:
-        raise ValueError("the corpus is empty: nothing to index")
-    index = FlexIndex(str(path), verbose=verbose)
-    index.indexer(mode="create").index({"docno": d, "doc_vec": v} for d, v in encoded)
-    return index
+    from pyterrier_tite.pt.biencoder import write_flex_files
+
+    Path(path).mkdir(parents=True, exist_ok=False)
+    write_flex_files(Path(path), encoded)
+    return FlexIndex(str(path), verbose=verbose)
 
 
 def build_flex_index(
