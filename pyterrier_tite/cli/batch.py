@@ -138,7 +138,7 @@ def check_corpus_source(source: str) -> None:
 @input_errors("index")
 def run_index(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import build_index
-    from pyterrier_tite.pt.dense_index import refuse_existing
+    from pyterrier_tite.pt.index_build import refuse_existing
     from pyterrier_tite.training.loop import distributed_context
 
     apply_runtime_arguments(args)
@@ -166,7 +166,7 @@ def run_index(args: argparse.Namespace) -> int:
 @input_errors("retrieve")
 def run_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import index_info, index_retriever, retrieve
-    from pyterrier_tite.pt.dense_index import refuse_existing
+    from pyterrier_tite.pt.index_build import refuse_existing
     from pyterrier_tite.pt.inputs import load_topics
     from pyterrier_tite.pt.run_files import write_trec_run
 
@@ -193,7 +193,7 @@ def _system(model: str) -> str:
 @input_errors("rerank")
 def run_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import DocumentTexts, attach_queries, load_model, rerank, scorer_of, top_k
-    from pyterrier_tite.pt.dense_index import refuse_existing
+    from pyterrier_tite.pt.index_build import refuse_existing
     from pyterrier_tite.pt.inputs import load_topics
     from pyterrier_tite.pt.run_files import read_trec_run, write_trec_run
 

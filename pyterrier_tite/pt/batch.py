@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pyterrier as pt
 
-from pyterrier_tite.pt.dense_index import build_flex_index, checked_documents, encode_in_order, staged_build
+from pyterrier_tite.pt.dense_index import build_flex_index, checked_documents, encode_in_order
+from pyterrier_tite.pt.index_build import atomic_build
 from pyterrier_tite.pt.validation import checked_id, checked_text, one_query_per_qid
 
 #: the keyword of the lexical baseline (PISA BM25, no Java)
@@ -154,7 +155,7 @@ def build_index(
         info = (kind, recorded, corpus_name)
         _build_splade_sharded(model, counted, path, overwrite, threads, rank, world_size, label, batch_size, info)
         return kind
-    with staged_build(path, overwrite) as staging:
+    with atomic_build(path, overwrite) as staging:
         if kind == BM25:
             from pyterrier_tite.pt.first_stage import build_pisa_index
 
@@ -199,7 +200,7 @@ def _build_splade_sharded(model, corpus, path, overwrite, threads, rank, world_s
         return
     if not encoded:
         raise ValueError("the corpus is empty: nothing to index")
-    with staged_build(path, overwrite) as staging, native_output_silenced():
+    with atomic_build(path, overwrite) as staging, native_output_silenced():
         indexer = PisaIndex(str(staging), stemmer="none", threads=threads).toks_indexer(scale=PISA_SCALE)
         indexer.index({"docno": d, "toks": toks} for d, toks in encoded)
         kind, recorded, corpus_name = info

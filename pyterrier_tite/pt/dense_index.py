@@ -1,6 +1,6 @@
 """Index builds for the batch commands: all or nothing, optionally over several processes.
 
-- :func:`staged_build`: a build happens in a hidden sibling of the target that is renamed into place when it is
+- builds happen in a hidden sibling of the target renamed into place when complete (``index_build.atomic_build``),
   complete; ``overwrite`` swaps an existing target only then (an interrupted rebuild keeps the old index), and
   leftovers of builds whose process died (``kill -9``) are removed before a new build starts.
 - :func:`checked_documents`: a corpus stream with ids as single-token ``str``, unique, and text present.
@@ -13,87 +13,18 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from pyterrier_tite.pt.validation import checked_id, checked_text
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_builds(path: str | os.PathLike) -> list[Path]:
-    """Remove hidden ``.NAME.building-PID`` / ``.NAME.replaced-PID`` siblings of ``path`` whose process is gone
-    (a build killed without clean-up); returns what was removed. Builds of running processes are left alone."""
-    final = Path(path)
-    removed = []
-    if not final.parent.is_dir():
-        return removed
-    for sibling in final.parent.glob(f".{final.name}.*-*"):
-        kind, _, pid = sibling.name[len(final.name) + 2 :].rpartition("-")
-        if kind in ("building", "replaced") and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(sibling, ignore_errors=True)
-            removed.append(sibling)
-    return removed
-
-
-def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--overwrite") -> None:
-    """A clear error when ``path`` exists and may not be replaced."""
-    if os.path.lexists(path) and not overwrite:
-        raise FileExistsError(f"{path} already exists; pass {flag} to replace it (or choose another path)")
-
-
-@contextmanager
-def staged_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yields a fresh, not yet existing sibling path to build into; when the block succeeds it becomes ``path``
-    (an existing ``path`` is replaced only then, and only with ``overwrite``); when anything leaves the block
-    (an error, Ctrl-C) the partial build is removed and ``path`` is untouched."""
-    final = Path(path)
-    refuse_existing(final, overwrite)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_builds(final)
-    staging = final.with_name(f".{final.name}.building-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        yield staging
-        if not staging.exists():
-            raise RuntimeError(f"the build of {final} produced nothing")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    old = final.with_name(f".{final.name}.replaced-{os.getpid()}")
-    if os.path.lexists(final):
-        refuse_existing(final, overwrite)  # someone else created it meanwhile
-        os.rename(final, old)
-    os.rename(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
+from pyterrier_tite.pt.index_build import atomic_build, checked_corpus
 
 
 def checked_documents(corpus: Iterable[dict], text_field: str = "text") -> Iterator[dict]:
-    """``{docno, text}`` dicts with ids as single-token ``str`` (integers accepted), each docno once, and text
-    present (None/NaN refused by docno; an empty text is a document with no words)."""
-    seen: set[str] = set()
-    for number, doc in enumerate(corpus, 1):
-        if not isinstance(doc, dict) or "docno" not in doc:
-            raise ValueError(f"document {number} of the corpus has no docno")
-        docno = checked_id(doc["docno"], f"docno (document {number})")
-        if docno in seen:
-            raise ValueError(f"duplicate docno {docno!r} in the corpus (document {number})")
-        seen.add(docno)
-        if text_field not in doc:
-            raise KeyError(f"document {docno!r} has no {text_field!r} field; it has {sorted(doc)}")
-        yield {"docno": docno, "text": checked_text(doc[text_field], text_field, f"docno {docno!r}")}
+    """``{docno, text}`` dicts of a corpus checked by the one rule of index builds (:func:`checked_corpus`)."""
+    for doc in checked_corpus(corpus, [text_field]):
+        yield {"docno": doc["docno"], "text": doc[text_field]}
 
 
 def encode_in_order(
@@ -165,7 +96,7 @@ def build_flex_index(
     finalize: Callable[[Path], None] | None = None,
 ):
     """Encode ``corpus`` (``{docno, text}`` dicts) with a dense bi-encoder into a FlexIndex at ``path``, all or
-    nothing (see :func:`staged_build`). Sharded when ``world_size > 1``: every rank calls this with the same corpus;
+    nothing (``index_build.atomic_build``). Sharded when ``world_size > 1``: every rank calls this with the same corpus;
     rank 0 writes the index and returns it, the others return None. ``finalize(staging)`` adds files to the
     complete index before it is renamed into place."""
     docs = checked_documents(corpus)
@@ -178,7 +109,7 @@ def build_flex_index(
         for _ in encoded:  # takes part in every gather
             pass
         return None
-    with staged_build(path, overwrite) as staging:
+    with atomic_build(path, overwrite) as staging:
         write_flex_index(encoded, staging)
         if finalize is not None:
             finalize(staging)

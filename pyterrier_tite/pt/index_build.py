@@ -22,6 +22,37 @@ class CorruptIndexError(OSError):
     """An index folder that is incomplete or damaged (names the file)."""
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_builds(path: str | os.PathLike) -> list[Path]:
+    """Remove hidden ``.NAME.building-PID`` / ``.NAME.replaced-PID`` siblings of ``path`` whose process is gone
+    (a build killed without clean-up); returns what was removed. Builds of running processes are left alone."""
+    final = Path(path)
+    removed = []
+    if not final.parent.is_dir():
+        return removed
+    for sibling in final.parent.glob(f".{final.name}.*-*"):
+        kind, _, pid = sibling.name[len(final.name) + 2 :].rpartition("-")
+        if kind in ("building", "replaced") and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(sibling, ignore_errors=True)
+            removed.append(sibling)
+    return removed
+
+
+def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--overwrite") -> None:
+    """A clear error when ``path`` exists and may not be replaced."""
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass {flag} to replace it (or choose another path)")
+
+
 @contextmanager
 def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yields a fresh hidden sibling of ``path`` to build into; renames it to ``path`` when the block succeeds and
@@ -31,10 +62,13 @@ def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[P
     if final.exists() and not overwrite:
         raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
     final.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_builds(final)
     staging = final.with_name(f".{final.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
         yield staging
+        if not staging.exists():
+            raise RuntimeError(f"the build of {final} produced nothing")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -80,8 +114,10 @@ def checked_corpus(corpus: Iterable[dict], fields: Sequence[str]) -> Iterator[di
     """The documents of an index build, checked: ``docno`` as a single-token ``str`` (integers accepted), each docno
     once, every field of ``fields`` present and not missing (None/NaN refused by docno; NUL bytes become spaces)."""
     seen: set[str] = set()
-    for doc in corpus:
-        docno = checked_id(doc.get("docno"), "docno")
+    for number, doc in enumerate(corpus, 1):
+        if not isinstance(doc, dict) or "docno" not in doc:
+            raise ValueError(f"document {number} of the corpus has no docno (missing docno)")
+        docno = checked_id(doc["docno"], "docno")
         if docno in seen:
             raise ValueError(f"duplicate docno {docno!r} in the corpus")
         seen.add(docno)
