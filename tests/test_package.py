@@ -56,3 +56,11 @@ def test_demo_neural_systems_on_cranfield(irds_home, tite_cache):
 def test_demo_rejects_unknown_systems():
     with pytest.raises(ValueError, match="unknown demo systems"):
         run_demo("vaswani", systems=["bm25", "colbert"])
+
+
+def test_public_api_docstrings_carry_an_example():
+    import pyterrier_tite as t
+
+    names = ["SparseCE", "MonoCE", "CELI", "TITE", "BertBiEncoder", "Aggretriever", "Splade", "load", "bm25"]
+    missing = [n for n in names if "Example::" not in (getattr(t, n).__doc__ or "")]
+    assert not missing, f"no runnable example in the docstring of {missing}"

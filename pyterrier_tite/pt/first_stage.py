@@ -61,7 +61,13 @@ def build_pisa_index(
 
 
 def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args) -> pt.Transformer:
-    """BM25 over a collection's cached PISA index (built on first use). No Java anywhere."""
+    """BM25 over a collection's cached PISA index (built on first use). No Java anywhere.
+
+    Example::
+
+        ds = t.datasets.get_dataset('vaswani')
+        pt.Experiment([t.bm25('vaswani')], ds.get_topics(), ds.get_qrels(), ['nDCG@10'])
+    """
     if datasets.irds_id(dataset).startswith("msmarco-passage/"):
         pisa_index(dataset)  # raises the explanatory error
     index = pisa_index(dataset, **index_args)

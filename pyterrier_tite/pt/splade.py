@@ -58,6 +58,12 @@ class Splade(pt.Transformer):
     (``model_name``; the same encoder object for a model built in code) and settings, so ``pt.Experiment(...,
     plan='tree')`` shares pipeline prefixes between them. ``dtype``: float32, bfloat16 or float16 for inference
     (autocast; term weights stay float32); default bf16 on GPUs that support it, else fp32.
+
+    Example::
+
+        splade = t.Splade.from_pretrained('naver/splade-cocondenser-ensembledistil')
+        splade.indexer('vaswani.splade').index(t.datasets.get_dataset('vaswani').get_corpus_iter())
+        retriever = splade.retriever('vaswani.splade') % 10      # the cut reaches PISA
     """
 
     def __init__(
