@@ -99,3 +99,24 @@ def test_splade_bf16_agrees_with_fp32(irds_home):
         assert q.dtype == torch.float32
         scores[name] = (q @ d.T).ravel().numpy()
     assert_agree(scores["fp32"], scores["bf16"])
+
+
+def test_batch_commands_take_precision(tmp_path):
+    """``--precision`` on the batch commands reaches the model (a bf16 index differs from the fp32 one, slightly)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "docs.jsonl").write_text("".join(
+        f'{{"docno": "d{i}", "text": "plasma physics of hot stars number {i}"}}\n' for i in range(5)
+    ))  # fmt: skip
+    vectors = {}
+    for precision in ("fp32", "bf16"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pyterrier_tite", "index", "--model", "webis/tite-2-late-msmarco", "--dataset",
+             str(tmp_path / "docs.jsonl"), "--index", str(tmp_path / precision), "--precision", precision, "--quiet"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        vectors[precision] = np.fromfile(tmp_path / precision / "vecs.f4", dtype=np.float32)
+    assert not np.array_equal(vectors["fp32"], vectors["bf16"])
+    np.testing.assert_allclose(vectors["bf16"], vectors["fp32"], atol=0.1 * np.abs(vectors["fp32"]).max())

@@ -149,7 +149,7 @@ def run_index(args: argparse.Namespace) -> int:
     try:
         kind = build_index(
             args.model, corpus_documents(args.dataset), args.index, corpus_name=args.dataset, device=device,
-            batch_size=args.batch_size, threads=args.threads or 1, overwrite=args.overwrite,
+            batch_size=args.batch_size, precision=args.precision, threads=args.threads or 1, overwrite=args.overwrite,
             verbose=not args.quiet and rank == 0, rank=rank, world_size=world_size,
         )  # fmt: skip
     finally:
@@ -175,7 +175,8 @@ def run_retrieve(args: argparse.Namespace) -> int:
     refuse_existing(args.out, args.overwrite)
     topics = load_topics(args.topics)
     retriever = index_retriever(
-        args.index, args.model, args.k, device=args.device, batch_size=args.batch_size, threads=args.threads or 1
+        args.index, args.model, args.k, device=args.device, batch_size=args.batch_size,
+        precision=args.precision, threads=args.threads or 1
     )
     results = retrieve(retriever, topics, verbose=not args.quiet)
     model = args.model or index_info(args.index).get("model") or "bm25"
@@ -213,7 +214,7 @@ def run_rerank(args: argparse.Namespace) -> int:
         raise ValueError("--dataset (an ir_datasets id or a corpus file) is needed for the document texts")
     candidates = attach_queries(top_k(run, args.k), topics)
     texts = DocumentTexts(args.dataset, docnos=candidates["docno"])
-    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size)
+    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
     scored = rerank(scorer_of(model), candidates[["qid", "query", "docno"]], texts, verbose=not args.quiet)
     written = write_trec_run(scored, args.out, system=_system(args.model))
     print(f"{len(written)} re-ranked results for {written['qid'].nunique()} queries written to {args.out}")
@@ -226,7 +227,8 @@ def _first_stage(args: argparse.Namespace, topics):
 
     if os.path.isdir(args.first_stage):
         retriever = index_retriever(
-            args.first_stage, None, args.k, device=args.device, batch_size=args.batch_size, threads=args.threads or 1
+            args.first_stage, None, args.k, device=args.device, batch_size=args.batch_size,
+            precision=args.precision, threads=args.threads or 1,
         )
         return retrieve(retriever, topics, verbose=not args.quiet)
     if args.first_stage.lower() != "bm25":

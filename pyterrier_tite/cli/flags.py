@@ -75,13 +75,15 @@ def training_arguments(args: argparse.Namespace):
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser, batch_size: int | None = None) -> None:
-    """``--device``, ``--batch-size``, ``--threads`` and ``--quiet``: the flags of every batch command."""
+    """``--device``, ``--batch-size``, ``--threads``, ``--quiet`` and ``--precision``: the flags of every batch
+    command."""
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if any)")
     parser.add_argument(
         "--batch-size", type=int, default=batch_size, help="texts per model call (default: the model's own)"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads and PISA threads")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_precision_argument(parser)
 
 
 def apply_runtime_arguments(args: argparse.Namespace) -> None:

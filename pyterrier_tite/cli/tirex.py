@@ -57,7 +57,7 @@ def run_tirex_rerank(args: argparse.Namespace) -> int:
     candidates = top_k(read_rerank(source), args.k)
     if args.model.lower() == "bm25":
         raise ValueError("bm25 cannot re-rank a TIREx input; use a neural --model")
-    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size)
+    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
     scored = rerank(scorer_of(model), candidates[["qid", "query", "docno", "text"]], verbose=not args.quiet)
     metadata = {"task": "rerank", "model": args.model, "k": args.k, "input": str(source)}
     run_file = write_tirex_output(scored, target, system_name(args.model), metadata)
@@ -78,15 +78,16 @@ def run_tirex_retrieve(args: argparse.Namespace) -> int:
     source, target = _folders(args)
     topics = read_queries(source)  # read first: a missing file is reported before any indexing
     threads = args.threads or 1
-    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size)
+    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
     with tempfile.TemporaryDirectory(prefix="pyterrier-tite-tirex-") as scratch:
         index = os.path.join(scratch, "index")
         build_index(
             args.model, iter_documents(source), index, corpus_name=str(source), device=args.device,
-            batch_size=args.batch_size, threads=threads, verbose=not args.quiet, model=model,
+            batch_size=args.batch_size, precision=args.precision, threads=threads, verbose=not args.quiet, model=model,
         )  # fmt: skip
         retriever = index_retriever(
-            index, args.model, args.k, device=args.device, batch_size=args.batch_size, threads=threads, model=model
+            index, args.model, args.k, device=args.device, batch_size=args.batch_size,
+            precision=args.precision, threads=threads, model=model
         )
         results = retrieve(retriever, topics, verbose=not args.quiet)
     metadata = {"task": "retrieve", "model": args.model, "k": args.k, "input": str(source)}

@@ -36,9 +36,16 @@ def model_name_for_record(name: str) -> str:
     return os.path.abspath(name) if os.path.isdir(name) else name
 
 
-def load_model(name: str, device: str | None = None, batch_size: int | None = None, verbose: bool = False):
+def load_model(
+    name: str,
+    device: str | None = None,
+    batch_size: int | None = None,
+    verbose: bool = False,
+    precision: str | None = None,
+):
     """``(kind, transformer)`` for a model name: ``bm25`` -> ``("bm25", None)``; anything else through
-    :func:`pyterrier_tite.load` (shipped name, folder or hub id)."""
+    :func:`pyterrier_tite.load` (shipped name, folder or hub id); ``precision`` (fp32 / bf16 / fp16) is its
+    ``dtype`` (default: the device's)."""
     if name.lower() == BM25:
         return BM25, None
     from pyterrier_tite.pt.artifacts import load
@@ -48,6 +55,8 @@ def load_model(name: str, device: str | None = None, batch_size: int | None = No
         kwargs["device"] = device
     if batch_size:
         kwargs["batch_size"] = batch_size
+    if precision:
+        kwargs["dtype"] = precision
     try:
         model = load(name, **kwargs)
     except OSError as exc:  # hub id not cached offline, missing folder, ...
@@ -119,6 +128,7 @@ def build_index(
     corpus_name: str | None = None,
     device: str | None = None,
     batch_size: int | None = None,
+    precision: str | None = None,
     threads: int = 1,
     overwrite: bool = False,
     verbose: bool = True,
@@ -130,7 +140,7 @@ def build_index(
     FlexIndex, SPLADE and ``bm25`` into PISA. Returns the kind. With ``world_size > 1`` every rank calls this with
     the same corpus, each encodes its share and rank 0 writes the index (BM25 is built by rank 0 alone)."""
     if model is None:
-        kind, model = load_model(model_name, device=device, batch_size=batch_size)
+        kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
     else:
         kind = BM25 if model_name.lower() == BM25 else model_kind(model)
     recorded = model_name_for_record(model_name)
@@ -214,6 +224,7 @@ def index_retriever(
     *,
     device: str | None = None,
     batch_size: int | None = None,
+    precision: str | None = None,
     threads: int = 1,
     model=None,
 ) -> pt.Transformer:
@@ -236,7 +247,7 @@ def index_retriever(
     if not model_name:
         raise ValueError(f"{path} does not name the model that built it ({INDEX_INFO} is missing): pass --model")
     if model is None:
-        loaded_kind, model = load_model(model_name, device=device, batch_size=batch_size)
+        loaded_kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
     else:
         loaded_kind = model_kind(model)
     if loaded_kind != kind:
