@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pyterrier as pt
+import pyterrier_alpha as pta
 import pytest
 from pyterrier.measures import AP, nDCG
 
@@ -71,6 +72,9 @@ def test_bm25_queries_are_checked_and_the_cut_still_fuses(irds_home, tite_cache)
     assert retriever(pd.DataFrame({"qid": [7], "query": ["plasma\0 physics"]}))["qid"].iloc[0] == "7"  # NUL: a space
     with pytest.raises(ValueError, match="missing query .* qid '3'"):
         retriever(pd.DataFrame({"qid": ["3"], "query": [None]}))
+    with pytest.raises(pta.validate.InputValidationError, match="query"):
+        retriever(pd.DataFrame({"qid": ["3"]}))
+    assert retriever(pd.DataFrame({"qid": [], "query": []})).empty
     cut = (retriever % 10).compile()  # the cut reaches PISA: it asks for 10 results, not 1000 then cuts
     assert "10," in repr(cut) and "1000" not in repr(cut)
     assert len(cut.search("plasma")) == 10

@@ -27,6 +27,25 @@ def _open_text(path: str):
     return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
 
 
+def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
+    """The records of a ``.jsonl(.gz)`` file; a line that is not JSON is an error naming the file and line."""
+    with _open_text(os.fspath(path)) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}, line {number}: not JSON ({exc})") from exc
+
+
+def field(record: dict, names: tuple[str, ...], path: str | os.PathLike) -> object:
+    """The first of ``names`` present in ``record`` (alternative spellings such as docno / doc_id)."""
+    for name in names:
+        if name in record:
+            return record[name]
+    raise ValueError(f"{path}: a record lacks {' / '.join(names)} (it has {sorted(record)})")
+
+
 def _stem(path: str) -> str:
     return path[: -len(".gz")] if path.endswith(".gz") else path
 
@@ -56,20 +75,24 @@ def iter_corpus(source: str) -> Iterator[dict]:
 
 def _iter_corpus_file(path: str) -> Iterator[dict]:
     kind = _stem(path).rsplit(".", 1)[-1]
-    with _open_text(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            if kind == "jsonl":
-                record = json.loads(line)
-                raw_id = record.get("docno", record.get("doc_id"))
-                text = _doc_text(record, path)
-            elif kind == "tsv":
-                raw_id, _, text = line.rstrip("\n").partition("\t")
-            else:
-                raise ValueError(f"{path}: corpus files are .jsonl(.gz) or .tsv(.gz)")
-            docno = checked_id(raw_id, f"docno (line {number} of {path})")
-            yield {"docno": docno, "text": checked_text(text, "text", f"docno {docno!r}")}
+    for number, (raw_id, text) in enumerate(_corpus_records(path, kind), 1):
+        docno = checked_id(raw_id, f"docno (record {number} of {path})")
+        yield {"docno": docno, "text": checked_text(text, "text", f"docno {docno!r}")}
+
+
+def _corpus_records(path: str, kind: str) -> Iterator[tuple[object, object]]:
+    """``(docno, text)`` per document of a ``.jsonl`` or ``.tsv`` corpus file."""
+    if kind == "jsonl":
+        for record in read_jsonl(path):
+            yield field(record, ("docno", "doc_id"), path), _doc_text(record, path)
+    elif kind == "tsv":
+        with _open_text(path) as f:
+            for line in f:
+                if line.strip():
+                    raw_id, _, text = line.rstrip("\n").partition("\t")
+                    yield raw_id, text
+    else:
+        raise ValueError(f"{path}: corpus files are .jsonl(.gz) or .tsv(.gz)")
 
 
 def load_topics(source: str) -> pd.DataFrame:
@@ -91,15 +114,17 @@ def _topics_file(path: str) -> pd.DataFrame:
 
     kind = _stem(path).rsplit(".", 1)[-1]
     if kind == "jsonl":
-        with _open_text(path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
-        rows = [(checked_id(r.get("qid", r.get("query_id")), "qid"), r.get("query", r.get("text"))) for r in records]
+        rows = [
+            (checked_id(field(r, ("qid", "query_id"), path), "qid"), field(r, ("query", "text"), path))
+            for r in read_jsonl(path)
+        ]
         return pd.DataFrame(rows, columns=["qid", "query"])
     if kind == "tsv":
         frame = pd.read_csv(path, sep="\t", header=None, names=["qid", "query"], dtype=str, keep_default_na=False)
         return frame.assign(qid=[checked_id(q, "qid") for q in frame["qid"]])
     if kind == "xml":
-        return pt.io.read_topics(path, format="trecxml", tags=["query"])
+        topics = pt.io.read_topics(path, format="trecxml", tags=["query"])
+        return topics.assign(qid=topics["qid"].astype(str))[["qid", "query"]]
     return pt.io.read_topics(path, format="trec")
 
 

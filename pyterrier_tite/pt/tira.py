@@ -9,7 +9,6 @@ The output is ``run.txt`` (``qid Q0 docno rank score system``) and ``ir-metadata
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import platform
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pyterrier_tite.pt.inputs import field, iter_corpus, load_topics, read_jsonl
 from pyterrier_tite.pt.run_files import write_trec_run
 from pyterrier_tite.pt.validation import checked_id, checked_text
 
@@ -38,24 +38,6 @@ def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
     return next((folder / n for n in names if (folder / n).is_file()), None)
 
 
-def _jsonl(file: Path) -> Iterator[dict]:
-    opener = gzip.open if file.name.endswith(".gz") else open
-    with opener(file, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{file}, line {number}: not JSON ({exc})") from exc
-
-
-def _field(record: dict, names: tuple[str, ...], file: Path) -> object:
-    for name in names:
-        if name in record:
-            return record[name]
-    raise ValueError(f"{file}: a record lacks {' / '.join(names)} (it has {sorted(record)})")
-
-
 def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
     """The re-ranking input as a result frame ``qid, query, docno, text, score, rank`` (ids as str)."""
     folder = Path(folder)
@@ -63,14 +45,14 @@ def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
     if file is None:
         raise FileNotFoundError(f"{folder} has no rerank.jsonl(.gz): not a TIREx re-ranking input")
     rows = []
-    for r in _jsonl(file):
-        qid, docno = checked_id(_field(r, ("qid",), file), "qid"), checked_id(_field(r, ("docno",), file), "docno")
+    for r in read_jsonl(file):
+        qid, docno = checked_id(field(r, ("qid",), file), "qid"), checked_id(field(r, ("docno",), file), "docno")
         rows.append(
             {
                 "qid": qid,
-                "query": checked_text(_field(r, ("query",), file), "query", f"qid {qid!r}"),
+                "query": checked_text(field(r, ("query",), file), "query", f"qid {qid!r}"),
                 "docno": docno,
-                "text": checked_text(_field(r, ("text",), file), "text", f"docno {docno!r}"),
+                "text": checked_text(field(r, ("text",), file), "text", f"docno {docno!r}"),
                 "score": float(r.get("score", 0.0) or 0.0),
                 "rank": int(r.get("rank", 0) or 0),
             }
@@ -79,32 +61,22 @@ def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
 
 
 def iter_documents(folder: str | os.PathLike) -> Iterator[dict]:
-    """The full-rank corpus as ``{docno, text}`` dicts (for indexing)."""
+    """The full-rank corpus as ``{docno, text}`` dicts (for indexing), read by the corpus-file rules of
+    :func:`~pyterrier_tite.pt.inputs.iter_corpus`."""
     folder = Path(folder)
     file = _first_file(folder, ("documents.jsonl.gz", "documents.jsonl", "corpus.jsonl.gz", "corpus.jsonl"))
     if file is None:
         raise FileNotFoundError(f"{folder} has no documents.jsonl(.gz) or corpus.jsonl.gz")
-    for r in _jsonl(file):
-        docno = checked_id(_field(r, ("docno", "doc_id"), file), "docno")
-        yield {"docno": docno, "text": checked_text(_field(r, ("text", "default_text"), file), "text", docno)}
+    yield from iter_corpus(str(file))
 
 
 def read_queries(folder: str | os.PathLike) -> pd.DataFrame:
     """The topics as ``qid, query``: ``queries.jsonl`` or, failing that, ``queries.xml`` (TREC topic XML)."""
     folder = Path(folder)
-    file = _first_file(folder, ("queries.jsonl",))
-    if file is not None:
-        rows = []
-        for r in _jsonl(file):
-            qid = checked_id(_field(r, ("qid", "query_id"), file), "qid")
-            rows.append((qid, checked_text(_field(r, ("query", "text"), file), "query", f"qid {qid!r}")))
-        return pd.DataFrame(rows, columns=["qid", "query"])
-    if (folder / "queries.xml").is_file():
-        import pyterrier as pt
-
-        topics = pt.io.read_topics(str(folder / "queries.xml"), format="trecxml", tags=["query"])
-        return topics.assign(qid=topics["qid"].astype(str))[["qid", "query"]]
-    raise FileNotFoundError(f"{folder} has no queries.jsonl or queries.xml")
+    file = _first_file(folder, ("queries.jsonl", "queries.xml"))
+    if file is None:
+        raise FileNotFoundError(f"{folder} has no queries.jsonl or queries.xml")
+    return load_topics(str(file))
 
 
 def write_tirex_output(results: pd.DataFrame, folder: str | os.PathLike, system: str, metadata: dict) -> Path:

@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 import pyterrier as pt
+import pyterrier_alpha as pta
 
 
 def missing_value(value) -> bool:
@@ -65,7 +66,8 @@ class CheckedQueries(pt.Transformer):
     instances are equal and pipelines that start with one still share prefixes in ``pt.Experiment``."""
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        if "query" not in inp.columns or inp.empty:
+        pta.validate.query_frame(inp, extra_columns=["query"])  # names a missing qid / query column
+        if inp.empty:
             return inp
         queries = text_column(inp, "query", "qid")
         one_query_per_qid(inp)  # PISA would return both queries' results under the one qid
