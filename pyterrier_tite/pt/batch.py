@@ -169,7 +169,7 @@ def build_index(
         if kind == BM25:
             from pyterrier_tite.pt.first_stage import build_pisa_index
 
-            build_pisa_index(checked_documents(counted), str(staging), ["text"], threads=threads, progress=label)
+            build_pisa_index(counted, str(staging), ["text"], threads=threads, progress=label)  # checks the docs
         else:
             _build_splade(model, counted, staging, threads, label)
         write_index_info(staging, kind, recorded, corpus_name, counted.count)
@@ -177,8 +177,8 @@ def build_index(
 
 
 def _build_splade(model, corpus: Iterable[dict], staging: Path, threads: int, label: str | None) -> None:
-    """SPLADE into PISA with the model's own indexer (itself all or nothing, PISA silenced)."""
-    docs = checked_documents(corpus)
+    """SPLADE into PISA with the model's own indexer (itself all or nothing, PISA silenced, documents checked)."""
+    docs = corpus
     if label:
         docs = pt.tqdm(docs, desc=label, unit="doc")
     model.indexer(str(staging), threads=threads, verbose=False).index(docs)
