@@ -1,0 +1,134 @@
+"""``pyterrier-tite distill-tite``: TITE as a drop-in accelerator of an existing bi-encoder.
+
+The recipe: insert pooling into the teacher's own BERT (``TITE.from_bert``: same tokenizer, lengths and cosine, no
+markers), then train it to reproduce the teacher's vectors on unlabelled text of the mirrored collections
+(:mod:`pyterrier_tite.training.vector_distillation`), and end with one ``pt.Experiment`` per collection: BM25, the
+teacher, the undistilled start and the distilled TITE, with a paired t-test against the teacher. A rerun resumes
+the training and reuses the cached teacher vectors and indexes.
+
+    pyterrier-tite distill-tite --output-dir runs/distill/minilm-tite
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.start_points import resolve
+
+DEFAULT_EVALUATION = "scifact,vaswani,cranfield-graded,dl19,dl20"
+
+
+def _names(value: str) -> list[str]:
+    return [] if value.strip().lower() in ("", "none") else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    from pyterrier_tite.training.distillation_texts import DEFAULT_COLLECTIONS, DEFAULT_QUERY_SETS
+
+    parser = commands.add_parser(
+        "distill-tite",
+        help="distil a bi-encoder (default all-MiniLM-L6-v2) into a TITE made from its own weights",
+        description="Distil a bi-encoder into a faster TITE made from its own BERT, on unlabelled text, then "
+        "compare both with BM25 in pt.Experiment tables. Example: pyterrier-tite distill-tite --output-dir "
+        "runs/distill/minilm-tite",
+    )
+    parser.add_argument("--teacher", default="minilm", help="'minilm' or a sentence-transformers / BERT folder")
+    parser.add_argument("--pooling-layers", type=int, default=5, help="layers that pool (5 of MiniLM's 6: ~2.6x)")
+    parser.add_argument("--kernel", type=int, default=2, help="kernel = stride of the pooling layers")
+    parser.add_argument("--arrangement", choices=["late", "staggered"], default="late")
+    parser.add_argument("--collections", default=",".join(DEFAULT_COLLECTIONS), help="documents (comma list)")
+    parser.add_argument("--queries", default=",".join(DEFAULT_QUERY_SETS), help="training-split query sets")
+    parser.add_argument("--no-pseudo-queries", action="store_true", help="no Inverse-Cloze pseudo-queries")
+    parser.add_argument("--max-docs", type=int, default=None, help="documents per collection (seeded sample)")
+    parser.add_argument("--max-queries", type=int, default=None, help="queries per query set (seeded sample)")
+    parser.add_argument("--cosine-weight", type=float, default=1.0)
+    parser.add_argument("--kl-weight", type=float, default=1.0)
+    parser.add_argument("--temperature", type=float, default=0.05, help="of the in-batch similarity KL")
+    parser.add_argument("--teacher-batch-size", type=int, default=64)
+    parser.add_argument(
+        "--evaluate", default=DEFAULT_EVALUATION, help=f"collections of the final tables ('none': skip; default "
+        f"{DEFAULT_EVALUATION})",
+    )  # fmt: skip
+    add_training_arguments(parser, learning_rate=1e-4, max_steps=2000, warmup_steps=100, batch_size=32)
+    parser.set_defaults(func=run_distill_tite)
+
+
+def recipe_precision(args: argparse.Namespace) -> str:
+    """``--precision``, else bf16 where the hardware computes it natively (GPU or CPU), else fp32."""
+    from pyterrier_tite.devices import cpu_has_native_bf16, default_precision
+
+    if args.precision:
+        return args.precision
+    gpu_default = default_precision(None)
+    return "bf16" if gpu_default == "bf16" or cpu_has_native_bf16() else gpu_default
+
+
+def build_teacher(args: argparse.Namespace, **kwargs):
+    """The teacher bi-encoder (its folder's pooling, normalisation and lengths); markers are refused."""
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+
+    teacher = BertBiEncoder.from_pretrained(resolve(args.teacher), **kwargs)
+    if teacher.query_marker or teacher.doc_marker:
+        raise SystemExit("a teacher with marker tokens is not supported: its TITE would need the same markers")
+    return teacher
+
+
+def build_student(args: argparse.Namespace, teacher, **kwargs):
+    """A TITE from the teacher's BERT with the teacher's inputs (no markers, same lengths) and similarity."""
+    from pyterrier_tite.pt.tite import TITE
+
+    longest = max(teacher.query_max_length, teacher.doc_max_length)
+    structure = {"kernel": args.kernel, "arrangement": args.arrangement, "num_pooling_layers": args.pooling_layers,
+                 "max_length": longest}  # fmt: skip
+    return TITE.from_bert(
+        resolve(args.teacher), structure, query_marker=None, doc_marker=None, normalize=teacher.normalize,
+        query_max_length=teacher.query_max_length, doc_max_length=teacher.doc_max_length, **kwargs,
+    )  # fmt: skip
+
+
+def run_distill_tite(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from pyterrier_tite.pt.dense_experiment import dense_experiment
+    from pyterrier_tite.pt.tite import TITE
+    from pyterrier_tite.training.distillation_texts import collect_distillation_texts
+    from pyterrier_tite.training.vector_distillation import DistillationWeights, distill_vectors, teacher_vectors
+
+    targs = training_arguments(args)
+    targs.precision = recipe_precision(args)
+    teacher = build_teacher(args, batch_size=args.teacher_batch_size)
+    student = build_student(args, teacher)
+    data = collect_distillation_texts(
+        _names(args.collections), _names(args.queries), pseudo_queries=not args.no_pseudo_queries,
+        max_docs=args.max_docs, max_queries=args.max_queries, seed=args.seed,
+    )  # fmt: skip
+    print(f"{len(data)} texts ({data.roles.count('doc')} documents) in {len(data.groups)} groups; "
+          f"precision {targs.precision}")  # fmt: skip
+    targets = teacher_vectors(
+        teacher.text_encoder, data, os.path.join(args.output_dir, "teacher-vectors"),
+        batch_size=args.teacher_batch_size, precision=targs.precision, verbose=not args.quiet,
+    )  # fmt: skip
+    weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
+    log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
+                          batch_size=args.batch_size, weights=weights, resume=not args.no_resume)  # fmt: skip
+    if log:
+        print(f"distilled {len(log)} steps; last loss {log[-1]['loss']:.4f} -> {args.output_dir}")
+    collections = _names(args.evaluate)
+    if not collections:
+        return 0
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(targs.precision, "float32")
+    teacher = build_teacher(args, batch_size=64, dtype=dtype)
+    teacher_name = f"teacher ({os.path.basename(os.path.normpath(args.teacher))})"
+    models = {
+        teacher_name: teacher,
+        "TITE, not distilled": build_student(args, teacher, batch_size=64, dtype=dtype),
+        "TITE, distilled": TITE.from_pretrained(args.output_dir, batch_size=64, dtype=dtype),
+    }
+    table = dense_experiment(models, collections, os.path.join(args.output_dir, "eval"), baseline=teacher_name,
+                             verbose=not args.quiet)  # fmt: skip
+    table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        print(table.to_string(index=False))
+    return 0

