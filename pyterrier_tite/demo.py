@@ -6,7 +6,13 @@ the package's extras (no hub access needed):
 - ``minilm``: BM25's top ``rerank_depth`` re-scored by the all-MiniLM-L6-v2 bi-encoder (mean pooling, cosine), the
   rest of the BM25 ranking kept below them.
 
-Indexes are built once and cached (``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``).
+``models_dir``: every model folder in it (saved by a training command or recipe, e.g. ``distill-tite``) becomes one
+more row, so a user who trained a model sees it beside BM25: dense bi-encoders retrieve from their own FlexIndex
+(re-rank BM25's top 100 on TREC DL), SPLADE from its own PISA index, cross-encoders re-rank BM25's top
+``rerank_depth``.
+
+Indexes are built once and cached (``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``), keyed by the model
+folder and its weights' modification time (``dense_experiment.model_key``), so a retrained model is indexed again.
 """
 
 from __future__ import annotations
@@ -56,8 +62,53 @@ def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
     return head ^ first
 
 
-def run_demo(dataset: str = "vaswani", systems: Sequence[str] = SYSTEMS, rerank_depth: int = 50) -> pd.DataFrame:
-    """Index (once, cached) and evaluate ``systems`` on ``dataset``; returns the experiment table."""
+def model_folders(models_dir: str) -> list[str]:
+    """The model folders directly inside ``models_dir`` (those with a ``pt_meta.json``), sorted by name."""
+    if not os.path.isdir(models_dir):
+        raise FileNotFoundError(f"--models {models_dir!r} is not a folder")
+    found = [os.path.join(models_dir, n) for n in sorted(os.listdir(models_dir))]
+    return [f for f in found if os.path.isfile(os.path.join(f, "pt_meta.json"))]
+
+
+def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Transformer:
+    """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
+    from pyterrier_tite.pt.artifacts import load, model_format
+    from pyterrier_tite.pt.dense_experiment import RERANKED, dense_pipeline, model_key
+
+    kind = model_format(folder)
+    model = load(folder, verbose=False) if kind != "splade" else load(folder)
+    name = os.path.basename(os.path.normpath(folder))
+    if kind in ("tite", "bert-biencoder", "aggretriever"):
+        return dense_pipeline(model, name, dataset, cache_dir("demo-dense"), verbose=True)
+    if kind == "splade":
+        path = cache_dir(
+            "splade",
+            model_key(name, os.path.realpath(folder))
+            + "."
+            + re.sub(r"[^A-Za-z0-9._-]+", "__", datasets.irds_id(dataset)),
+        )
+        if not os.path.exists(os.path.join(path, "pt_meta.json")):
+            fields = text_fields(datasets.irds_id(dataset))
+            corpus = datasets.get_dataset(dataset).get_corpus_iter(verbose=False)
+            model.indexer(path, overwrite=True).index({**doc, "text": document_text(doc, fields)} for doc in corpus)
+        return model.retriever(path)
+    if dataset in RERANKED:
+        from pyterrier_tite.pt.first_stage import trec_dl_bm25
+
+        return trec_dl_bm25(RERANKED[dataset]) >> model
+    first = bm25(dataset)
+    text = pt.text.get_text(datasets.get_dataset(dataset), text_fields(datasets.irds_id(dataset)))
+    return (first % rerank_depth >> text >> pt.apply.generic(join_text_columns) >> model) ^ first
+
+
+def run_demo(
+    dataset: str = "vaswani",
+    systems: Sequence[str] = SYSTEMS,
+    rerank_depth: int = 50,
+    models_dir: str | None = None,
+) -> pd.DataFrame:
+    """Index (once, cached) and evaluate ``systems`` (and the models in ``models_dir``) on ``dataset``; returns the
+    experiment table."""
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown demo systems {unknown}; choose from {list(SYSTEMS)}")
@@ -71,6 +122,10 @@ def run_demo(dataset: str = "vaswani", systems: Sequence[str] = SYSTEMS, rerank_
         ),
     }
     chosen = [build[name] for name in SYSTEMS if name in systems]
+    for folder in model_folders(models_dir) if models_dir else []:
+        chosen.append(
+            (os.path.basename(os.path.normpath(folder)), lambda f=folder: trained_system(f, dataset, rerank_depth))
+        )
     pipelines = [make() for _, make in chosen]
     return pt.Experiment(
         pipelines, ds.get_topics(), ds.get_qrels(), MEASURES, names=[name for name, _ in chosen], round=4

@@ -12,6 +12,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--systems", default="bm25,splade,minilm", help="comma-separated subset of bm25, splade, minilm (default: all)"
     )
     demo.add_argument("--rerank-depth", type=int, default=50, help="BM25 results re-scored by MiniLM (default 50)")
+    demo.add_argument(
+        "--models", default=None, help="a folder of trained model folders (e.g. runs/distill): one more row each"
+    )
     demo.set_defaults(func=run_demo)
 
     backends = commands.add_parser("backends", help="list the kernel backends available on this machine")
@@ -24,7 +27,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from pyterrier_tite.demo import run_demo as experiment
 
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
-    table = experiment(args.dataset, systems=systems, rerank_depth=args.rerank_depth)
+    table = experiment(args.dataset, systems=systems, rerank_depth=args.rerank_depth, models_dir=args.models)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(f"\n{args.dataset}:\n{table.to_string(index=False)}")
     return 0

@@ -2,8 +2,9 @@
 the collections with all their documents, re-ranking of the provided BM25 top-100 on TREC DL (whose mirrored
 passages are only those candidates), with BM25 as a reference row and a paired t-test against a baseline model.
 
-Indexes live under ``index_root/<model name>/<dataset>.flex`` and are built once (all or nothing), so a second
-run of the same comparison only encodes queries.
+Indexes live under ``index_root/<model key>/<dataset>.flex`` and are built once (all or nothing), so a second
+run of the same comparison only encodes queries; the key names the model and changes with its checkpoint (source
+and weights' modification time), so a retrained model is indexed again.
 """
 
 from __future__ import annotations
@@ -29,15 +30,31 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "__", text)
 
 
+def model_key(name: str, source: object) -> str:
+    """``name`` + a hash of what a model was loaded from (``source``: its resolved folder, or any repr-able
+    description) and, for a folder, its weight files' modification times: the folder name of its cached indexes,
+    new whenever the checkpoint is rewritten."""
+    import glob
+    import hashlib
+
+    stamp = repr(source)
+    if isinstance(source, str) and os.path.isdir(source):
+        weights = sorted(glob.glob(os.path.join(source, "*.safetensors")) + glob.glob(os.path.join(source, "*.bin")))
+        stamp += "".join(f"{w}:{os.path.getmtime(w)}" for w in weights)
+    return f"{_slug(name)}-{hashlib.sha256(stamp.encode()).hexdigest()[:10]}"
+
+
 def dense_pipeline(model: DenseBiEncoder, name: str, dataset: str, index_root: str, verbose: bool = True):
-    """``model`` as a ranker on ``dataset``: query encoder >> its FlexIndex (built on first use), or BM25 top-100
-    >> its scorer on TREC DL."""
+    """``model`` as a ranker on ``dataset``: query encoder >> its FlexIndex (built on first use, under
+    :func:`model_key`), or BM25 top-100 >> its scorer on TREC DL."""
     import pyterrier_dr
 
     if dataset in RERANKED:
         return trec_dl_bm25(RERANKED[dataset]) >> model.scorer()
     dataset_id = datasets.irds_id(dataset)
-    index = pyterrier_dr.FlexIndex(os.path.join(index_root, _slug(name), _slug(dataset_id) + ".flex"))
+    index = pyterrier_dr.FlexIndex(
+        os.path.join(index_root, model_key(name, model.source or id(model)), _slug(dataset_id) + ".flex")
+    )
     if not index.built():
         fields = text_fields(dataset_id)
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=verbose)

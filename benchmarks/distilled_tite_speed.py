@@ -1,0 +1,98 @@
+"""Encoding speed of a distilled TITE against the bi-encoder it replaces (``pyterrier-tite distill-tite``), measured
+in one run: the ratio a user sees when swapping the teacher for its TITE in an indexing or query pipeline.
+
+Both models go through their full PyTerrier-side path (``encode_docs`` / ``encode_queries``: tokenisation, forward,
+pooling) on the same real texts (half scifact documents, half DL passages; scifact / DL queries), each under its own
+length limits and the chosen dtype, round-robin for ``--rounds`` rounds, keeping each model's fastest round. The
+student defaults to the recipe's structure built from the teacher (speed does not depend on the weights); pass
+``--student`` for a trained folder.
+
+    python benchmarks/distilled_tite_speed.py --threads 2 --docs 512 --queries 512 --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def cpu_flags() -> str:
+    """The CPU's vector / matrix features relevant to bf16 (from /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    return ",".join(w for w in wanted if w in flags) or "none of avx2/avx512/amx"
+
+
+def timed(encode, texts: list[str], batch_size: int) -> float:
+    began = time.perf_counter()
+    with torch.inference_mode():
+        encode(texts, batch_size)
+    return time.perf_counter() - began
+
+
+def main(argv=None) -> int:
+    from encode_throughput import load_texts
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from pyterrier_tite.devices import autocast
+    from pyterrier_tite.pt.tite import TITE
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--teacher", default="minilm")
+    p.add_argument("--student", default=None, help="a distilled TITE folder (default: the recipe's structure)")
+    p.add_argument("--pooling-layers", type=int, default=5)
+    p.add_argument("--kernel", type=int, default=2)
+    p.add_argument("--arrangement", default="late")
+    p.add_argument("--docs", type=int, default=512)
+    p.add_argument("--queries", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    teacher = build_teacher(args, device="cpu")
+    student = (
+        TITE.from_pretrained(args.student, device="cpu") if args.student else build_student(args, teacher, device="cpu")
+    )
+    docs, queries = load_texts(args.docs, args.queries, args.seed)
+    models = {"teacher": teacher.text_encoder, "TITE": student.text_encoder}
+    best: dict[tuple[str, str], float] = {}
+    precision = {"bfloat16": "bf16", "float16": "fp16"}.get(args.dtype, "fp32")
+    for _ in range(args.rounds):
+        for name, encoder in models.items():
+            for role, texts, encode in (
+                ("docs", docs, encoder.encode_docs),
+                ("queries", queries, encoder.encode_queries),
+            ):
+                with autocast("cpu", precision):
+                    seconds = timed(encode, texts, args.batch_size)
+                best[(name, role)] = min(best.get((name, role), float("inf")), seconds)
+    structure = student.model.config.kernel_sizes
+    print(f"# teacher {args.teacher}, TITE {args.student or 'recipe structure'} (kernels {structure}); "
+          f"{args.dtype}, {args.threads} threads, CPU flags {cpu_flags()}; {len(docs)} docs, {len(queries)} queries, "
+          f"batch {args.batch_size}, best of {args.rounds} rounds")  # fmt: skip
+    print("| model | docs/s | x teacher | queries/s | x teacher |")
+    print("|---|---|---|---|---|")
+    for name in models:
+        cells = []
+        for role, count in (("docs", len(docs)), ("queries", len(queries))):
+            rate = count / best[(name, role)]
+            cells += [f"{rate:,.1f}", f"{best[('teacher', role)] / best[(name, role)]:.2f}"]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
