@@ -64,3 +64,36 @@ def test_public_api_docstrings_carry_an_example():
     names = ["SparseCE", "MonoCE", "CELI", "TITE", "BertBiEncoder", "Aggretriever", "Splade", "load", "bm25"]
     missing = [n for n in names if "Example::" not in (getattr(t, n).__doc__ or "")]
     assert not missing, f"no runnable example in the docstring of {missing}"
+
+
+@pytest.mark.slow
+def test_demo_adds_a_row_per_trained_model_folder(irds_home, tite_cache, tmp_path):
+    """``--models DIR``: each saved model becomes a row (dense: own FlexIndex; SPLADE: own PISA index; cross-encoder:
+    BM25 re-ranked); a retrained folder is indexed again instead of reusing the old model's index."""
+    import os
+    import warnings
+
+    from _hub import require_fixtures
+
+    import pyterrier_tite as t
+    from pyterrier_tite.demo import trained_system
+
+    require_fixtures()
+    models = tmp_path / "models"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MonoCE on a sparse checkpoint: its new head warns
+        t.TITE.from_pretrained("webis/tite-2-late-msmarco").save_pretrained(str(models / "a-tite"))
+        t.MonoCE("webis/sparse-cross-encoder-4-4096").save_pretrained(str(models / "b-monoce"))
+        t.Splade.from_pretrained("naver/splade-cocondenser-ensembledistil").save_pretrained(str(models / "c-splade"))
+    (models / "not-a-model").mkdir()
+    table = run_demo("cranfield", systems=["bm25"], rerank_depth=10, models_dir=str(models)).set_index("name")
+    assert list(table.index) == ["BM25 (PISA, k1=0.9, b=0.4)", "a-tite", "b-monoce", "c-splade"]
+    assert table.loc["b-monoce", "R@100"] == pytest.approx(table.iloc[0]["R@100"], abs=1e-9)  # top 10 re-ordered
+    assert all(0 <= v <= 1 for v in table["nDCG@10"])
+    dense = os.path.join(tite_cache, "demo-dense")
+    before = set(os.listdir(dense))
+    os.utime(models / "a-tite" / "model.safetensors", (1, 1))  # "retrained"
+    trained_system(str(models / "a-tite"), "cranfield")  # builds its index
+    assert len(set(os.listdir(dense)) - before) == 1
+    with pytest.raises(FileNotFoundError, match="not a folder"):
+        run_demo("cranfield", systems=["bm25"], models_dir=str(tmp_path / "missing"))
