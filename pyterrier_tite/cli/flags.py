@@ -53,14 +53,23 @@ def precision_of(args: argparse.Namespace) -> str:
     return args.precision or default_precision(getattr(args, "device", None))
 
 
+def quiet_progress(args: argparse.Namespace) -> None:
+    """``--quiet`` also silences transformers' own bars (loading and writing weights), not just ours."""
+    if getattr(args, "quiet", False):
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+
+
 def training_arguments(args: argparse.Namespace):
-    """``TrainingArguments`` from the parsed flags (and ``--threads`` applied to torch)."""
+    """``TrainingArguments`` from the parsed flags (and ``--threads`` / ``--quiet`` applied to torch / transformers)."""
     import torch
 
     from pyterrier_tite.training.loop import TrainingArguments
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    quiet_progress(args)
     return TrainingArguments(
         output_dir=args.output_dir,
         max_steps=args.max_steps,
@@ -87,7 +96,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, batch_size: int | Non
 
 
 def apply_runtime_arguments(args: argparse.Namespace) -> None:
-    """Apply ``--threads`` to torch and check ``--batch-size`` / ``--threads``."""
+    """Apply ``--threads`` to torch and ``--quiet`` to transformers; check ``--batch-size`` / ``--threads``."""
     for flag in ("batch_size", "threads"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
@@ -96,3 +105,4 @@ def apply_runtime_arguments(args: argparse.Namespace) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+    quiet_progress(args)
