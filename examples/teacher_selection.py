@@ -33,27 +33,10 @@ def rescorers(args) -> dict:
     return out
 
 
-def normalised_sum(*frames):
-    """Per query, each frame's scores min-max scaled to [0, 1], then summed (a missing document counts 0).
-    (``pyterrier_alpha.fusion.PerQueryMaxMinScore`` would do the scaling, but in pyterrier-alpha 0.16.5 it fails on
-    import: ``from .validate import validate``.)"""
-    import pyterrier as pt
-
-    scaled = []
-    for frame in frames:
-        frame = frame[["qid", "query", "docno", "score"]].copy()
-        grouped = frame.groupby("qid")["score"]
-        low, high = grouped.transform("min"), grouped.transform("max")
-        frame["score"] = ((frame["score"] - low) / (high - low).where(high > low, 1.0)).fillna(0.0)
-        scaled.append(frame)
-    import pandas as pd
-
-    merged = pd.concat(scaled).groupby(["qid", "query", "docno"], as_index=False)["score"].sum()
-    return pt.model.add_ranks(merged)
-
-
 def fusions(frames: dict) -> dict:
     from pyterrier_alpha.fusion import rr_fusion
+
+    from pyterrier_tite.pt.fusion import normalised_sum
 
     bm25, minilm, splade = frames["BM25"], frames["MiniLM bi-encoder"], frames["SPLADE 2-layer"]
     return {

@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "pyterrier_tite.cli.sparse",
     "pyterrier_tite.cli.tite",
     "pyterrier_tite.cli.distill",
+    "pyterrier_tite.cli.distill_rerankers",
     "pyterrier_tite.cli.evaluate",
     "pyterrier_tite.cli.batch",
     "pyterrier_tite.cli.tirex",

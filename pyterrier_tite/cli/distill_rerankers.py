@@ -1,0 +1,199 @@
+"""``pyterrier-tite distill-rerankers``: cross-encoders (MonoCE, SparseCE with any window, CELI) trained from one start
+point with the same data, steps and seeds, taught by the offline teacher, and compared in one table.
+
+The recipe: training queries (MS MARCO dev/small, optionally Inverse-Cloze pseudo-queries ``ict:<collection>``) with
+BM25 candidates, scored by :class:`~pyterrier_tite.pt.offline_teacher.OfflineTeacher` (norm-sum of all-MiniLM-L6-v2 and
+the shipped 2-layer SPLADE); every model variant x seed is trained with MarginMSE against those scores
+(:mod:`pyterrier_tite.training.reranker_distillation`) into ``<output-dir>/<variant>/seed-<seed>``; finally every
+variant re-ranks BM25 on each evaluation collection (:func:`~pyterrier_tite.pt.rerank_experiment.rerank_experiment`:
+mean ± std over seeds, paired t-tests). A rerun skips finished models, resumes unfinished ones and reuses the teacher's
+document vectors.
+
+    pyterrier-tite distill-rerankers --models mono,sparse-w4 --seeds 1,2,3 --output-dir runs/rerankers
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from pyterrier_tite.cli.distill import _names, recipe_precision
+from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+
+DEFAULT_MODELS = "mono,sparse-w4"
+DEFAULT_SOURCES = "msmarco-passage/dev/small"  # training queries (reranker_distillation.DEFAULT_SOURCES)
+DEFAULT_EVALUATION = "dl19,dl20,scifact,vaswani,cranfield,cisi,cacm"
+_VARIANT = re.compile(r"^(mono|sparse-w(\d+|inf)|celi-mono|celi-w(\d+|inf))$")
+
+
+def parse_variant(name: str) -> dict:
+    """``mono`` | ``sparse-w<k|inf>`` | ``celi-mono`` | ``celi-w<k|inf>`` -> the reranker's class and settings."""
+    match = _VARIANT.match(name)
+    if not match:
+        raise ValueError(f"unknown model {name!r}: expected mono, sparse-w<k|inf>, celi-mono or celi-w<k|inf>")
+    window = match.group(2) or match.group(3)
+    w = None if window == "inf" else (int(window) if window else None)
+    if name == "mono":
+        return {"kind": "MonoCE"}
+    if name == "celi-mono":
+        return {"kind": "CELI", "sparse": False}
+    if name.startswith("celi-"):
+        return {"kind": "CELI", "sparse": True, "w": w}
+    return {"kind": "SparseCE", "w": w}
+
+
+def comparisons(variants: list[str]) -> dict[str, list[str]]:
+    """What each variant is tested against: BM25; a windowed SparseCE also against full attention (``sparse-winf``);
+    CELI against the same backbone's [CLS] model (``celi-mono`` vs ``mono``, ``celi-w<k>`` vs ``sparse-w<k>``)."""
+    out = {}
+    for v in variants:
+        against = ["BM25"]
+        if v.startswith("sparse-w") and v != "sparse-winf" and "sparse-winf" in variants:
+            against.append("sparse-winf")
+        if v.startswith("celi-"):
+            base = "mono" if v == "celi-mono" else "sparse-" + v[len("celi-") :]
+            if base in variants:
+                against.append(base)
+        out[v] = against
+    return out
+
+
+def build_variant(name: str, start: str, **kwargs):
+    """A new reranker of the variant from ``start`` (fresh heads: seed torch first; the fresh-weights warning is
+    silenced, since the recipe trains them next)."""
+    import warnings
+
+    from pyterrier_tite.pt.rerankers import CELI, MonoCE, SparseCE
+
+    spec = parse_variant(name)
+    kind = spec.pop("kind")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*new weights.*train before use")
+        if kind == "MonoCE":
+            return MonoCE(start, head="cls", **kwargs)
+        if kind == "SparseCE":
+            return SparseCE(start, head="cls", **spec, **kwargs)
+        return CELI(start, **spec, **kwargs)
+
+
+def finished_steps(folder: str) -> int:
+    """Optimizer steps a model folder's log records (0 when it holds no saved model)."""
+    log = os.path.join(folder, "log.jsonl")
+    if not (os.path.exists(os.path.join(folder, "model.safetensors")) and os.path.exists(log)):
+        return 0
+    with open(log) as f:
+        return sum(1 for line in f if line.strip())
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "distill-rerankers",
+        help="train cross-encoders (MonoCE / SparseCE w / CELI) from an offline teacher, several seeds, one table",
+        description="Train cross-encoder variants with the same data, steps and seeds from an offline teacher "
+        "(norm-sum of MiniLM and SPLADE), then compare them re-ranking BM25. Example: pyterrier-tite "
+        "distill-rerankers --models mono,sparse-w4 --seeds 1,2,3 --output-dir runs/rerankers",
+    )
+    parser.add_argument("--start", default="minilm", help="start point of every model ('minilm' or a BERT folder)")
+    parser.add_argument(
+        "--models",
+        default=DEFAULT_MODELS,
+        help=f"comma list of mono, sparse-w<k|inf>, celi-mono, celi-w<k|inf> (default {DEFAULT_MODELS})",
+    )
+    parser.add_argument("--seeds", default="42", help="comma list of seeds (one model per variant and seed)")
+    parser.add_argument(
+        "--sources", default=DEFAULT_SOURCES, help="training queries: msmarco-passage/dev/small and/or ict:<collection>"
+    )
+    parser.add_argument("--depth", type=int, default=30, help="BM25 candidates per training query")
+    parser.add_argument("--max-queries", type=int, default=None, help="training queries per source (seeded sample)")
+    parser.add_argument("--positives", type=int, default=3, help="the teacher's top-k that a group's positive is from")
+    parser.add_argument("--negatives", type=int, default=7)
+    parser.add_argument("--queries-per-batch", type=int, default=4)
+    parser.add_argument("--score-batch-size", type=int, default=64, help="pairs per forward pass when evaluating")
+    parser.add_argument(
+        "--evaluate",
+        default=DEFAULT_EVALUATION,
+        help=f"collections of the final table ('none': skip; default {DEFAULT_EVALUATION})",
+    )
+    parser.add_argument("--eval-depth", type=int, default=100, help="BM25 candidates re-ranked per test query")
+    parser.add_argument("--no-teacher-row", action="store_true", help="leave the teacher out of the final table")
+    add_training_arguments(parser, learning_rate=3e-5, max_steps=600, warmup_steps=50, batch_size=None)
+    parser.set_defaults(func=run_distill_rerankers)
+
+
+def run_distill_rerankers(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import pandas as pd
+
+    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+    from pyterrier_tite.pt.rerank_experiment import rerank_experiment
+    from pyterrier_tite.pt.rerankers import CrossEncoderReranker
+    from pyterrier_tite.start_points import resolve
+    from pyterrier_tite.training.loop import seed_everything
+    from pyterrier_tite.training.reranker_distillation import teacher_frame, teacher_labels, training_candidates
+    from pyterrier_tite.training.rerankers import train_reranker
+
+    variants = _names(args.models)
+    for v in variants:
+        parse_variant(v)  # refuse a typo before any work
+    try:
+        seeds = [int(s) for s in _names(args.seeds)]
+    except ValueError as exc:
+        raise SystemExit(f"--seeds takes integers: {exc}") from exc
+    base = training_arguments(args)
+    base.precision = recipe_precision(args)
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(base.precision, "float32")
+    start = resolve(args.start)
+    teacher = OfflineTeacher.default(
+        os.path.join(args.output_dir, "teacher-cache"), dtype=dtype, verbose=not args.quiet
+    )
+    todo = [
+        (v, s)
+        for v in variants
+        for s in seeds
+        if finished_steps(os.path.join(args.output_dir, v, f"seed-{s}")) < args.max_steps
+    ]
+    if todo:
+        pool = training_candidates(_names(args.sources), args.depth, args.max_queries, seed=42)
+        scored = teacher(pool)
+        qrels, scores = teacher_labels(scored, args.positives), teacher_frame(scored)
+        print(f"{pool['qid'].nunique()} training queries, {len(pool)} candidates; precision {base.precision}")
+    for variant, seed in todo:
+        folder = os.path.join(args.output_dir, variant, f"seed-{seed}")
+        print(f"training {variant}, seed {seed} -> {folder}")
+        seed_everything(seed)  # the fresh head starts from the seed
+        reranker = build_variant(variant, start)
+        targs = dataclasses.replace(base, output_dir=folder, seed=seed)
+        train_reranker(
+            reranker,
+            pool,
+            qrels,
+            targs,
+            loss="margin_mse",
+            negatives=args.negatives,
+            queries_per_batch=args.queries_per_batch,
+            teacher=scores,
+            resume=not args.no_resume,
+        )
+    collections = _names(args.evaluate)
+    if not collections:
+        return 0
+    systems = {
+        v: [
+            CrossEncoderReranker.from_pretrained(
+                os.path.join(args.output_dir, v, f"seed-{s}"), batch_size=args.score_batch_size, dtype=dtype
+            )
+            for s in seeds
+        ]
+        for v in variants
+    }
+    against = comparisons(variants)
+    if not args.no_teacher_row:
+        systems = {"teacher": [teacher], **systems}
+        against["teacher"] = ["BM25"]
+    table = rerank_experiment(systems, collections, depth=args.eval_depth, comparisons=against)
+    table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
+        print(table.to_string(index=False))
+    return 0

@@ -1,0 +1,214 @@
+"""The cross-encoder distillation recipe: the offline teacher (norm-sum of a dense and a SPLADE model, documents
+encoded once and cached), the training data drawn from it, the seed-aggregated comparison table and the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from pyterrier_tite.cli.distill_rerankers import comparisons, finished_steps, parse_variant
+from pyterrier_tite.pt.fusion import min_max_per_query, normalised_sum
+from pyterrier_tite.pt.rerank_experiment import summarise
+from pyterrier_tite.training.reranker_distillation import teacher_labels
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TEXTS = [
+    "The Manhattan Project produced the first nuclear weapons during World War II.",
+    "Photosynthesis converts light energy into chemical energy in plants.",
+    "Nuclear fission releases energy by splitting heavy atomic nuclei.",
+    "The French Revolution began in 1789 with the storming of the Bastille.",
+]
+
+
+# ------------------------------------------------------------------------------------------------------------ fusion
+def test_min_max_per_query_scales_each_query_alone():
+    frame = pd.DataFrame({"qid": ["a", "a", "a", "b", "b"], "score": [1.0, 3.0, 2.0, 5.0, 5.0]})
+    assert min_max_per_query(frame).tolist() == [0.0, 1.0, 0.5, 0.0, 0.0]  # a constant query gets 0
+
+
+def test_normalised_sum_counts_a_missing_document_as_zero():
+    a = pd.DataFrame({"qid": "q", "query": "x", "docno": ["d1", "d2", "d3"], "score": [10.0, 0.0, 5.0]})
+    b = pd.DataFrame({"qid": "q", "query": "x", "docno": ["d1", "d2"], "score": [-1.0, 1.0]})
+    fused = normalised_sum(a, b).set_index("docno")
+    assert fused.loc["d1", "score"] == 1.0 and fused.loc["d2", "score"] == 1.0 and fused.loc["d3", "score"] == 0.5
+    assert fused.loc["d3", "rank"] == 2
+
+
+def test_teacher_labels_mark_the_top_k_whatever_the_row_order():
+    scored = pd.DataFrame({"qid": ["q"] * 5 + ["r"] * 2, "docno": list("abcde") + ["x", "y"],
+                           "score": [0.1, 0.9, 0.5, 0.9, 0.0, 1.0, 2.0]})  # fmt: skip
+    labels = teacher_labels(scored, positives=2)
+    shuffled = teacher_labels(scored.sample(frac=1.0, random_state=3), positives=2)
+    top = set(labels[labels["label"] == 1][["qid", "docno"]].itertuples(index=False, name=None))
+    assert top == {("q", "b"), ("q", "d"), ("r", "x"), ("r", "y")}
+    assert top == set(shuffled[shuffled["label"] == 1][["qid", "docno"]].itertuples(index=False, name=None))
+    with pytest.raises(ValueError, match="positives"):
+        teacher_labels(scored, positives=0)
+
+
+# ------------------------------------------------------------------------------------------------------------ teacher
+@pytest.fixture(scope="module")
+def teacher_models():
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.pt.splade import Splade
+    from pyterrier_tite.start_points import resolve
+
+    return BertBiEncoder.from_pretrained(resolve("minilm"), batch_size=8), Splade.from_pretrained(resolve("splade-2l"))
+
+
+def _frame() -> pd.DataFrame:
+    rows = [("q1", "atomic bomb history", i) for i in range(4)]
+    rows += [("q2", "how do plants make energy", i) for i in (1, 3)]
+    return pd.DataFrame(
+        {"qid": [r[0] for r in rows], "query": [r[1] for r in rows], "docno": [f"d{r[2]}" for r in rows],
+         "text": [TEXTS[r[2]] for r in rows]}
+    )  # fmt: skip
+
+
+def test_teacher_components_are_the_models_own_scores(teacher_models):
+    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+
+    dense, splade = teacher_models
+    frame = _frame()
+    dense_scores, sparse_scores = OfflineTeacher(dense, splade, verbose=False).components(frame)
+    expected_dense = dense.scorer()(frame).set_index(["qid", "docno"])["score"]
+    expected_sparse = splade.scorer()(frame).set_index(["qid", "docno"])["score"]
+    keys = list(zip(frame["qid"], frame["docno"], strict=True))
+    np.testing.assert_allclose(dense_scores, expected_dense.loc[keys].to_numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sparse_scores, expected_sparse.loc[keys].to_numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_teacher_is_the_normalised_sum_and_ranks_the_relevant_text_first(teacher_models):
+    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+
+    dense, splade = teacher_models
+    frame = _frame()
+    teacher = OfflineTeacher(dense, splade, verbose=False)
+    scored = teacher(frame)
+    dense_scores, sparse_scores = teacher.components(frame)
+    expected = normalised_sum(frame.assign(score=dense_scores), frame.assign(score=sparse_scores))
+    merged = scored.merge(expected, on=["qid", "docno"], suffixes=("", "_expected"))
+    np.testing.assert_allclose(merged["score"], merged["score_expected"], atol=1e-12)
+    best = scored.sort_values("score", ascending=False).groupby("qid").head(1).set_index("qid")["docno"]
+    assert best["q1"] in ("d0", "d2") and best["q2"] == "d1"
+
+
+def test_teacher_encodes_each_document_once_and_reuses_its_cache(teacher_models, tmp_path, monkeypatch):
+    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+
+    dense, splade = teacher_models
+    frame = _frame()
+    encoded = []
+    original = dense.encode
+
+    def counting(texts, role, *args, **kwargs):
+        if role == "doc":
+            encoded.extend(texts)
+        return original(texts, role, *args, **kwargs)
+
+    monkeypatch.setattr(dense, "encode", counting)
+    first = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)(frame)
+    assert sorted(encoded) == sorted(TEXTS)  # 6 rows, 4 distinct documents
+    encoded.clear()
+    second = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)(frame)
+    assert encoded == []
+    pd.testing.assert_frame_equal(first, second)
+    meta = tmp_path / "models.json"
+    saved = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**saved, "dense": "another model"}))
+    with pytest.raises(ValueError, match="other models"):
+        OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)
+
+
+# ------------------------------------------------------------------------------------------------------------ table
+def test_summarise_averages_seeds_and_tests_seed_averaged_queries():
+    values = pd.DataFrame(
+        [[0.5, 0.4, 0.3, 0.2], [0.6, 0.6, 0.4, 0.3], [0.4, 0.5, 0.2, 0.4], [0.5, 0.4, 0.3, 0.2]],
+        index=["BM25", "m #0", "m #1", "copy #0"], columns=["1", "2", "3", "4"],
+    )  # fmt: skip
+    systems = {"BM25": ["BM25"], "m": ["m #0", "m #1"], "copy": ["copy #0"]}
+    rows = {(r["name"], r["vs"]): r for r in summarise(values, systems, {"m": ["BM25"], "copy": ["BM25"]})}
+    m = rows[("m", "BM25")]
+    seed_means = [values.loc["m #0"].mean(), values.loc["m #1"].mean()]
+    assert m["seeds"] == 2 and m["mean"] == pytest.approx(np.mean(seed_means))
+    assert m["std"] == pytest.approx(np.std(seed_means, ddof=1))
+    averaged = values.loc[["m #0", "m #1"]].mean(axis=0)
+    assert m["p"] == pytest.approx(stats.ttest_rel(averaged, values.loc["BM25"]).pvalue)
+    assert m["delta"] == pytest.approx(averaged.mean() - values.loc["BM25"].mean())
+    assert rows[("copy", "BM25")]["p"] == 1.0 and np.isnan(rows[("BM25", None)]["std"])
+    with pytest.raises(ValueError, match="not one of"):
+        summarise(values, systems, {"m": ["teacher"]})
+
+
+# ------------------------------------------------------------------------------------------------------------ command
+def test_variants_and_their_comparisons():
+    assert parse_variant("mono") == {"kind": "MonoCE"}
+    assert parse_variant("sparse-w4") == {"kind": "SparseCE", "w": 4}
+    assert parse_variant("sparse-winf") == {"kind": "SparseCE", "w": None}
+    assert parse_variant("celi-w0") == {"kind": "CELI", "sparse": True, "w": 0}
+    assert parse_variant("celi-mono") == {"kind": "CELI", "sparse": False}
+    for bad in ("sparse", "sparse-w", "celi", "mono4", "Sparse-w4"):
+        with pytest.raises(ValueError, match="unknown model"):
+            parse_variant(bad)
+    against = comparisons(["mono", "sparse-w4", "sparse-winf", "celi-mono", "celi-w4", "celi-w16"])
+    assert against["sparse-w4"] == ["BM25", "sparse-winf"] and against["sparse-winf"] == ["BM25"]
+    assert against["celi-mono"] == ["BM25", "mono"] and against["celi-w4"] == ["BM25", "sparse-w4"]
+    assert against["celi-w16"] == ["BM25"]  # no sparse-w16 trained: nothing to pair it with
+
+
+def test_finished_steps_counts_only_a_saved_model(tmp_path):
+    assert finished_steps(str(tmp_path)) == 0
+    (tmp_path / "log.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    assert finished_steps(str(tmp_path)) == 0  # interrupted before the model was written
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert finished_steps(str(tmp_path)) == 2
+
+
+def test_command_refuses_an_unknown_model_before_any_work(tmp_path):
+    from pyterrier_tite.cli import main
+
+    with pytest.raises(ValueError, match="unknown model 'sparse-x4'"):
+        main(["distill-rerankers", "--models", "mono,sparse-x4", "--output-dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
+def test_training_candidates_of_pseudo_queries(irds_home, tite_cache):
+    from pyterrier_tite.training.reranker_distillation import training_candidates
+
+    pool = training_candidates(["ict:cranfield"], depth=5, max_queries=6, seed=1)
+    assert pool["qid"].str.startswith("ict:cranfield/ict-").all()
+    assert pool.groupby("qid").size().max() <= 5 and pool["qid"].nunique() >= 5
+    assert pool["text"].str.len().gt(0).all() and (pool["source"] == "ict:cranfield").all()
+    # each pseudo-query is a sentence of its own document, which BM25 finds among the candidates
+    own = pool.apply(lambda r: r["qid"].endswith("-" + r["docno"]), axis=1)
+    assert own.groupby(pool["qid"]).any().mean() >= 0.8
+    with pytest.raises(ValueError, match="unknown source"):
+        training_candidates(["msmarco-passage/train"], depth=5, max_queries=2)
+
+
+@pytest.mark.slow
+def test_distill_rerankers_end_to_end(irds_home, tite_cache, tmp_path):
+    """Two tiny steps from MS MARCO dev queries over the mirrored passages, then the table on a few DL19 queries."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "pyterrier_tite", "distill-rerankers", "--output-dir", str(out), "--models",
+           "sparse-w4", "--max-queries", "6", "--depth", "8", "--max-steps", "2", "--warmup-steps", "1",
+           "--evaluate", "dl19", "--eval-depth", "5", "--threads", "1", "--quiet", "--precision", "fp32"]  # fmt: skip
+    env = {**os.environ, "PYTERRIER_TITE_HOME": tite_cache}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert finished_steps(str(out / "sparse-w4" / "seed-42")) == 2
+    table = pd.read_csv(out / "results.csv")
+    assert set(table["name"]) == {"BM25", "teacher", "sparse-w4"}
+    assert (table["dataset"] == "dl19").all() and table["nDCG@10"].between(0, 1).all()
+    # a rerun finds the model finished: no training, same table
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert again.returncode == 0 and "training sparse-w4" not in again.stdout
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), table)
