@@ -181,9 +181,10 @@ def test_command_refuses_an_unknown_model_before_any_work(tmp_path):
 
 
 def test_training_candidates_of_pseudo_queries(irds_home, tite_cache):
+    from pyterrier_tite.pt.first_stage import training_bm25
     from pyterrier_tite.training.reranker_distillation import training_candidates
 
-    pool = training_candidates(["ict:cranfield"], depth=5, max_queries=6, seed=1)
+    pool = training_candidates(["ict:cranfield"], training_bm25, depth=5, max_queries=6, seed=1)
     assert pool["qid"].str.startswith("ict:cranfield/ict-").all()
     assert pool.groupby("qid").size().max() <= 5 and pool["qid"].nunique() >= 5
     assert pool["text"].str.len().gt(0).all() and (pool["source"] == "ict:cranfield").all()
@@ -191,7 +192,7 @@ def test_training_candidates_of_pseudo_queries(irds_home, tite_cache):
     own = pool.apply(lambda r: r["qid"].endswith("-" + r["docno"]), axis=1)
     assert own.groupby(pool["qid"]).any().mean() >= 0.8
     with pytest.raises(ValueError, match="unknown source"):
-        training_candidates(["msmarco-passage/train"], depth=5, max_queries=2)
+        training_candidates(["msmarco-passage/train"], training_bm25, depth=5, max_queries=2)
 
 
 @pytest.mark.slow

@@ -126,6 +126,7 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
+    from pyterrier_tite.pt.first_stage import training_bm25
     from pyterrier_tite.pt.offline_teacher import OfflineTeacher
     from pyterrier_tite.pt.rerank_experiment import rerank_experiment
     from pyterrier_tite.pt.rerankers import CrossEncoderReranker
@@ -155,7 +156,7 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
         if finished_steps(os.path.join(args.output_dir, v, f"seed-{s}")) < args.max_steps
     ]
     if todo:
-        pool = training_candidates(_names(args.sources), args.depth, args.max_queries, seed=42)
+        pool = training_candidates(_names(args.sources), training_bm25, args.depth, args.max_queries, seed=42)
         scored = teacher(pool)
         qrels, scores = teacher_labels(scored, args.positives), teacher_frame(scored)
         print(f"{pool['qid'].nunique()} training queries, {len(pool)} candidates; precision {base.precision}")

@@ -76,6 +76,31 @@ def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
     return CheckedQueries() >> retriever  # `% k` still fuses into PISA's retriever when the pipeline is compiled
 
 
+#: every msmarco-passage ID holds the same 9,658 mirrored passages (the BM25 top-100 of DL19 and DL20)
+MIRRORED_PASSAGES = "msmarco-passage/trec-dl-2019/judged"
+
+
+def mirrored_passages_bm25(num_results: int = 1000, k1: float = 0.9, b: float = 0.4) -> pt.Transformer:
+    """BM25 over the 9,658 mirrored MS MARCO passages, for drawing *training* candidates only (e.g. for MS MARCO
+    dev queries): retrieval on this partial collection is no evaluation, which is why :func:`bm25` refuses it."""
+    path = cache_dir("pisa", "msmarco-passage-mirrored-9658.text")
+    if not os.path.exists(path):
+        corpus = datasets.get_dataset(MIRRORED_PASSAGES).get_corpus_iter(verbose=False)
+        build_pisa_index(corpus, path, ["text"], progress="indexing the mirrored MS MARCO passages")
+    check_pisa_index(path)
+    index = PisaIndex(path, text_field="text")
+    with pisa_derived_files(index.path), native_output_silenced():
+        retriever = index.bm25(k1=k1, b=b, num_results=num_results)
+    return CheckedQueries() >> retriever
+
+
+def training_bm25(collection: str, depth: int) -> pt.Transformer:
+    """BM25 top-``depth`` over a collection for training candidates: the mirrored passages for an MS MARCO ID."""
+    if datasets.irds_id(collection).startswith("msmarco-passage/"):
+        return mirrored_passages_bm25(num_results=depth)
+    return bm25(collection, num_results=depth)
+
+
 def trec_dl_bm25(year: str = "2019", text: bool = True) -> pt.Transformer:
     """The provided BM25 top-100 run of TREC DL 2019/2020 as a first stage: ``dl19 >> reranker`` works."""
     if str(year) not in TREC_DL:
@@ -106,4 +131,3 @@ class RunRetriever(pt.Transformer):
 
     def __repr__(self) -> str:
         return f"RunRetriever({self.name!r})"
-

@@ -16,43 +16,28 @@ group pairs one of the teacher's top ``positives`` candidates with negatives sam
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-import pyterrier as pt
 
-from pyterrier_tite.pt.first_stage import build_pisa_index, cache_dir
 from pyterrier_tite.training.pseudo_queries import cloze_pair
 from pyterrier_tite.training.splade_data import doc_texts
 
 MSMARCO_QUERIES = "msmarco-passage/dev/small"
 #: the mirrored MS MARCO passages (every msmarco-passage ID holds the same 9,658)
-MSMARCO_PASSAGES = "msmarco-passage/trec-dl-2019/judged"
+MSMARCO_PASSAGES = "msmarco-passage/trec-dl-2019/judged"  # = pt.first_stage.MIRRORED_PASSAGES
 DEFAULT_SOURCES = (MSMARCO_QUERIES,)
 
 
-def mirrored_passages_bm25(depth: int) -> pt.Transformer:
-    """BM25 over the 9,658 mirrored MS MARCO passages, for *training* candidates only: retrieval on this partial
-    collection is not an evaluation (``pyterrier_tite.bm25`` refuses it), but it gives topical candidates to rank."""
-    import os
+#: ``retriever_for(collection, depth)``: a first stage (``qid, query`` -> ``qid, docno, rank``) over a collection
+RetrieverFor = Callable[[str, int], Callable[[pd.DataFrame], pd.DataFrame]]
 
-    from pyterrier_pisa import PisaIndex
 
+def source_queries(source: str, max_queries: int | None, seed: int) -> tuple[pd.DataFrame, str]:
+    """``(topics, collection)`` of one source: its queries (a seeded sample of ``max_queries``) and the collection
+    their candidates come from."""
     from pyterrier_tite import datasets
-
-    path = cache_dir("pisa", "msmarco-passage-mirrored-9658.text")
-    if not os.path.exists(path):
-        corpus = datasets.get_dataset(MSMARCO_PASSAGES).get_corpus_iter(verbose=False)
-        build_pisa_index(corpus, path, ["text"], progress="indexing the mirrored MS MARCO passages")
-    return PisaIndex(path, text_field="text").bm25(k1=0.9, b=0.4, num_results=depth)
-
-
-def source_queries(source: str, max_queries: int | None, seed: int) -> tuple[pd.DataFrame, str, pt.Transformer]:
-    """``(topics, collection, bm25_factory)`` of one source: its queries (a seeded sample of ``max_queries``), the
-    collection their candidates come from, and a function ``depth -> BM25 retriever`` over it."""
-    from pyterrier_tite import datasets
-    from pyterrier_tite.pt.first_stage import bm25
 
     rng = random.Random(seed)
     if source.startswith("ict:"):
@@ -66,31 +51,35 @@ def source_queries(source: str, max_queries: int | None, seed: int) -> tuple[pd.
             pair = cloze_pair(texts[docno], rng)
             if pair is not None:
                 rows.append({"qid": f"ict-{docno}", "query": pair[0]})
-        return (
-            pd.DataFrame(rows, columns=["qid", "query"]),
-            collection,
-            lambda depth: bm25(collection, num_results=depth),
-        )
+        return pd.DataFrame(rows, columns=["qid", "query"]), collection
     if source != MSMARCO_QUERIES:
         raise ValueError(f"unknown source {source!r}: expected {MSMARCO_QUERIES!r} or 'ict:<collection>'")
     topics = datasets.get_dataset(source).get_topics()[["qid", "query"]]
     if max_queries is not None and len(topics) > max_queries:
         topics = topics.iloc[sorted(rng.sample(range(len(topics)), max_queries))]
-    return topics.reset_index(drop=True), MSMARCO_PASSAGES, mirrored_passages_bm25
+    return topics.reset_index(drop=True), MSMARCO_PASSAGES
 
 
 def training_candidates(
-    sources: Sequence[str] = DEFAULT_SOURCES, depth: int = 30, max_queries: int | None = None, seed: int = 42
+    sources: Sequence[str],
+    retriever_for: RetrieverFor,
+    depth: int = 30,
+    max_queries: int | None = None,
+    seed: int = 42,
 ) -> pd.DataFrame:
-    """``qid, query, docno, text, rank, source`` for every training query of ``sources``: BM25's top-``depth``.
-    Each qid is prefixed with its source, so queries of different sources never share one."""
+    """``qid, query, docno, text, rank, source`` for every training query of ``sources``: the top-``depth`` of
+    ``retriever_for(collection, depth)`` (the command passes BM25; MS MARCO's over the mirrored passages). Each qid is
+    prefixed with its source, so queries of different sources never share one."""
+    for source in sources:  # refuse an unknown source before any retrieval
+        if not source.startswith("ict:") and source != MSMARCO_QUERIES:
+            raise ValueError(f"unknown source {source!r}: expected {MSMARCO_QUERIES!r} or 'ict:<collection>'")
     frames = []
     for source in sources:
-        topics, collection, retriever = source_queries(source, max_queries, seed)
+        topics, collection = source_queries(source, max_queries, seed)
         if len(topics) == 0:
             continue
         texts = doc_texts(collection)
-        run = retriever(depth)(topics.assign(query=topics["query"].map(_plain)))
+        run = retriever_for(collection, depth)(topics)
         run = run[run["rank"] < depth]
         original = dict(zip(topics["qid"].astype(str), topics["query"].astype(str), strict=True))
         run = run.assign(
@@ -103,13 +92,6 @@ def training_candidates(
     if not frames:
         raise ValueError(f"no training query in {list(sources)}")
     return pd.concat(frames, ignore_index=True)
-
-
-def _plain(query: str) -> str:
-    """Queries as BM25 through PISA takes them (punctuation would be parsed as query syntax)."""
-    import re
-
-    return re.sub(r"[^\w\s]", " ", str(query))
 
 
 def teacher_labels(scored: pd.DataFrame, positives: int = 3) -> pd.DataFrame:
