@@ -68,12 +68,20 @@ def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
     return head ^ first
 
 
-def model_folders(models_dir: str) -> list[str]:
-    """The model folders directly inside ``models_dir`` (those with a ``pt_meta.json``), sorted by name."""
+def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
+    """The model folders (those with a ``pt_meta.json``) inside ``models_dir``, up to ``max_depth`` levels down (a
+    recipe writes ``<variant>/seed-<seed>/``), sorted by path; nothing inside a model folder is searched."""
     if not os.path.isdir(models_dir):
         raise FileNotFoundError(f"--models {models_dir!r} is not a folder")
-    found = [os.path.join(models_dir, n) for n in sorted(os.listdir(models_dir))]
-    return [f for f in found if os.path.isfile(os.path.join(f, "pt_meta.json"))]
+    found = []
+    root_depth = os.path.normpath(models_dir).count(os.sep)
+    for folder, subfolders, files in os.walk(models_dir):
+        if "pt_meta.json" in files and os.path.normpath(folder) != os.path.normpath(models_dir):
+            found.append(folder)
+            subfolders.clear()
+        elif os.path.normpath(folder).count(os.sep) - root_depth >= max_depth:
+            subfolders.clear()
+    return sorted(found)
 
 
 def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Transformer:
@@ -119,9 +127,8 @@ def run_demo(
     }
     chosen = [build[name] for name in SYSTEMS if name in systems]
     for folder in model_folders(models_dir) if models_dir else []:
-        chosen.append(
-            (os.path.basename(os.path.normpath(folder)), lambda f=folder: trained_system(f, dataset, rerank_depth))
-        )
+        name = os.path.relpath(folder, models_dir)
+        chosen.append((name, lambda f=folder: trained_system(f, dataset, rerank_depth)))
     pipelines = [make() for _, make in chosen]
     return pt.Experiment(
         pipelines, ds.get_topics(), ds.get_qrels(), MEASURES, names=[name for name, _ in chosen], round=4

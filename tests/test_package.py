@@ -66,6 +66,22 @@ def test_public_api_docstrings_carry_an_example():
     assert not missing, f"no runnable example in the docstring of {missing}"
 
 
+def test_demo_finds_model_folders_of_a_recipe_but_not_inside_a_model(tmp_path):
+    """A recipe writes ``<variant>/seed-<seed>/``; a model's own sub-folders (checkpoint/) are never rows."""
+    import os
+
+    from pyterrier_tite.demo import model_folders
+
+    for folder in ("a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2", "rerankers/teacher-cache",
+                   "a-tite/checkpoint/model", "x/y/z/too-deep"):  # fmt: skip
+        (tmp_path / folder).mkdir(parents=True)
+    for folder in ("a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2", "a-tite/checkpoint/model",
+                   "x/y/z/too-deep"):  # fmt: skip
+        (tmp_path / folder / "pt_meta.json").write_text("{}")
+    found = [os.path.relpath(f, tmp_path) for f in model_folders(str(tmp_path))]
+    assert found == ["a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2"]
+
+
 @pytest.mark.slow
 def test_demo_adds_a_row_per_trained_model_folder(irds_home, tite_cache, tmp_path):
     """``--models DIR``: each saved model becomes a row (dense: own FlexIndex; SPLADE: own PISA index; cross-encoder:
