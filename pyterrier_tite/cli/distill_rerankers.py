@@ -117,7 +117,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--eval-depth", type=int, default=100, help="BM25 candidates re-ranked per test query")
     parser.add_argument("--no-teacher-row", action="store_true", help="leave the teacher out of the final table")
-    add_training_arguments(parser, learning_rate=3e-5, max_steps=600, warmup_steps=50, batch_size=None)
+    add_training_arguments(parser, learning_rate=2e-4, max_steps=600, warmup_steps=50, batch_size=None)
     parser.set_defaults(func=run_distill_rerankers)
 
 
