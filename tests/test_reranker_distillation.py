@@ -177,6 +177,9 @@ def test_command_refuses_an_unknown_model_before_any_work(tmp_path):
 
     with pytest.raises(ValueError, match="unknown model 'sparse-x4'"):
         main(["distill-rerankers", "--models", "mono,sparse-x4", "--output-dir", str(tmp_path)])
+    for flags in (["--seeds", "1,x"], ["--seeds", ""], ["--models", "none"]):
+        with pytest.raises(SystemExit):
+            main(["distill-rerankers", *flags, "--output-dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())
 
 

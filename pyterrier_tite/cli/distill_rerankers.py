@@ -142,6 +142,8 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
         seeds = [int(s) for s in _names(args.seeds)]
     except ValueError as exc:
         raise SystemExit(f"--seeds takes integers: {exc}") from exc
+    if not variants or not seeds:
+        raise SystemExit("--models and --seeds each need at least one entry")
     base = training_arguments(args)
     base.precision = recipe_precision(args)
     dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(base.precision, "float32")
