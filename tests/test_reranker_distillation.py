@@ -101,6 +101,16 @@ def test_teacher_is_the_normalised_sum_and_ranks_the_relevant_text_first(teacher
     assert best["q1"] in ("d0", "d2") and best["q2"] == "d1"
 
 
+def test_teacher_keeps_an_empty_frame_empty_and_names_a_missing_column(teacher_models):
+    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+
+    teacher = OfflineTeacher(*teacher_models, verbose=False)
+    empty = teacher(_frame().iloc[:0])
+    assert len(empty) == 0 and {"score", "rank"} <= set(empty.columns)
+    with pytest.raises(Exception, match="text"):
+        teacher(_frame().drop(columns=["text"]))
+
+
 def test_teacher_encodes_each_document_once_and_reuses_its_cache(teacher_models, tmp_path, monkeypatch):
     from pyterrier_tite.pt.offline_teacher import OfflineTeacher
 

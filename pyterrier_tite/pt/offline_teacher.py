@@ -94,35 +94,33 @@ class OfflineTeacher(pt.Transformer):
         with open(os.path.join(self.cache_dir, "models.json"), "w") as f:
             json.dump(self._models(), f)
 
-    def _sparse(self, texts: list[str], role: str) -> sp.csr_matrix:
+    def _sparse(self, texts: list[str], role: str, progress: str | None = None) -> sp.csr_matrix:
+        """SPLADE vectors as sparse rows, encoded 256 texts at a time (a dense ``[256, V]`` block at most)."""
         max_length = self.splade.query_max_length if role == "query" else self.splade.doc_max_length
+        starts = range(0, len(texts), 256)
         rows = [
             sp.csr_matrix(self.splade.encode(texts[i : i + 256], max_length, self.batch_size, False, role=role).numpy())
-            for i in range(0, len(texts), 256)
+            for i in (pt.tqdm(starts, desc=progress, unit="256 texts") if progress else starts)
         ]
         return sp.vstack(rows).tocsr() if rows else sp.csr_matrix((0, self.splade.encoder.vocab_size))
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
         """Rows of the cached vectors for ``texts``, encoding (and caching) the ones not seen before."""
-        missing = list(dict.fromkeys(k for k in map(text_key, texts) if k not in self._keys))
-        if missing:
-            by_key = {text_key(t): t for t in texts}
-            new_texts = [by_key[k] for k in missing]
+        keys = [text_key(t) for t in texts]
+        new = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._keys}
+        if new:
+            new_texts = list(new.values())
             if self.verbose:
                 print(f"teacher: encoding {len(new_texts)} new documents")
             dense = self.dense.encode(new_texts, "doc", progress="teacher dense" if self.verbose else None)
-            chunks = range(0, len(new_texts), 1024)
-            sparse = [
-                self._sparse(new_texts[i : i + 1024], "doc")
-                for i in (pt.tqdm(chunks, desc="teacher SPLADE", unit="1024 docs") if self.verbose else chunks)
-            ]
+            sparse = self._sparse(new_texts, "doc", progress="teacher SPLADE" if self.verbose else None)
             self._dense_docs = np.concatenate([self._dense_docs, dense])
-            self._sparse_docs = sp.vstack([self._sparse_docs, *sparse]).tocsr()
-            for k in missing:
+            self._sparse_docs = sp.vstack([self._sparse_docs, sparse]).tocsr()
+            for k in new:
                 self._keys[k] = len(self._keys)
             if self.cache_dir:
                 self._save_cache()
-        return np.array([self._keys[text_key(t)] for t in texts], dtype=np.int64)
+        return np.array([self._keys[k] for k in keys], dtype=np.int64)
 
     # -- scoring ------------------------------------------------------------------------------------------------
     def components(self, inp: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
