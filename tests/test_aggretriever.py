@@ -203,3 +203,23 @@ def test_flexindex_end_to_end(irds_home, tmp_path):
         assert group["rank"].tolist() == list(range(10))
         expected = np.sort(dvecs @ query_vecs[qid])[::-1][:10]
         assert group["score"].tolist() == pytest.approx(expected.tolist(), rel=1e-4)
+
+
+def test_cls_only_encoder_is_the_projected_cls_of_the_same_mlm(tiny, tmp_path):
+    """``agg_dim=0``, the paper's CLS baseline from the same start: the projected [CLS] of the MLM's encoder (head
+    skipped), equal to the [CLS] part of the full model with the same weights; saved and reloaded as such."""
+    full = tiny.encoder
+    cls_only = AggretrieverEncoder(full.mlm, agg_dim=0, cls_dim=8)
+    cls_only.cls_projection.load_state_dict(full.cls_projection.state_dict())
+    batch = tiny.tokenizer(TEXTS[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out, reference = cls_only(batch["input_ids"], batch["attention_mask"]), full(**batch)
+    assert out.agg.shape == (3, 0) and out.vector.shape == (3, 8) and cls_only.dim == 8
+    torch.testing.assert_close(out.vector, reference.cls, atol=1e-5, rtol=1e-4)
+    model = Aggretriever(cls_only, tiny.tokenizer)
+    model.save_pretrained(str(tmp_path / "cls"))
+    loaded = Aggretriever.from_pretrained(str(tmp_path / "cls"))
+    assert (loaded.encoder.agg_dim, loaded.encoder.cls_dim) == (0, 8)
+    np.testing.assert_allclose(loaded.encode_docs(TEXTS[:3]), model.encode_docs(TEXTS[:3]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="one of them > 0"):
+        AggretrieverEncoder(full.mlm, agg_dim=0, cls_dim=0)

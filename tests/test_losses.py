@@ -122,3 +122,12 @@ def test_losses_compute_in_float32_inside_autocast():
     for name, value in plain.items():
         assert mixed[name].dtype == torch.float32, name
         torch.testing.assert_close(mixed[name], value, rtol=1e-6, atol=1e-6, msg=name)
+
+
+def test_aggretriever_loss_without_agg_part_is_the_plain_cls_nll():
+    """The CLS baseline (``agg_dim`` 0) is trained with the NLL of its score once, not 1.5 times."""
+    torch.manual_seed(4)
+    qc, dc = torch.randn(2, 3), torch.randn(4, 3)
+    terms = aggretriever_loss(qc, qc[:, :0], dc, dc[:, :0])
+    assert set(terms) == {"nll", "loss"}
+    torch.testing.assert_close(terms["loss"], contrastive_loss(qc, dc))

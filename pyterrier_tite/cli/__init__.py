@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "pyterrier_tite.cli.tite",
     "pyterrier_tite.cli.distill",
     "pyterrier_tite.cli.distill_rerankers",
+    "pyterrier_tite.cli.aggretriever_vs_cls",
     "pyterrier_tite.cli.evaluate",
     "pyterrier_tite.cli.batch",
     "pyterrier_tite.cli.tirex",

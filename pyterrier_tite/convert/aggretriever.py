@@ -165,7 +165,7 @@ def _settings(read: _Read, source: str, explicit: dict) -> dict:
         if key in read.fixed and read.fixed[key] != value:
             raise ValueError(f"{source} was trained with {key}={read.fixed[key]}, not {value}")
     settings = {**read.defaults, **given, **read.fixed}
-    if read.castorini:
+    if read.castorini and settings["agg_dim"]:  # agg_dim 0 ([CLS] only) aggregates nothing
         settings.update(term_weight_relu=False, vocab_offset=castorini_offset(2 * settings["agg_dim"]))
     return settings
 
@@ -262,7 +262,7 @@ def load_aggretriever(
 
 def _check_vocabulary(encoder: AggretrieverEncoder, source: str) -> None:
     """castorini's fixed offset only fits some vocabularies (the reference fails on the others): say so at load."""
-    if encoder.vocab_offset is None:
+    if encoder.vocab_offset is None or encoder.agg_dim == 0:
         return
     vocab, width = int(encoder.mlm.config.vocab_size), 2 * encoder.agg_dim
     if (vocab - encoder.vocab_offset) % width:

@@ -107,6 +107,9 @@ class AggretrieverOutput:
 class AggretrieverEncoder(nn.Module):
     """Any ``AutoModelForMaskedLM`` plus the two small heads of Aggretriever (term weight, [CLS] projection).
 
+    ``cls_dim=0`` keeps only ``agg*`` (dhr's checkpoints without pooler); ``agg_dim=0`` keeps only the projected [CLS]:
+    the paper's CLS baseline from the same start, which never runs the MLM head (so it costs a plain encoder).
+
     ``term_weight_relu`` and ``vocab_offset`` say how a checkpoint was trained (see the module docstring and
     :func:`_slices`); they are saved with the heads so a reloaded model computes exactly what was trained.
     """
@@ -120,8 +123,8 @@ class AggretrieverEncoder(nn.Module):
         vocab_offset: int | None = None,
     ):
         super().__init__()
-        if agg_dim <= 0 or cls_dim < 0:
-            raise ValueError(f"agg_dim must be > 0 and cls_dim >= 0, got {agg_dim} and {cls_dim}")
+        if agg_dim < 0 or cls_dim < 0 or agg_dim + cls_dim == 0:
+            raise ValueError(f"agg_dim and cls_dim must be >= 0, one of them > 0; got {agg_dim} and {cls_dim}")
         self.mlm = mlm
         self.agg_dim = agg_dim
         self.cls_dim = cls_dim
@@ -155,10 +158,18 @@ class AggretrieverEncoder(nn.Module):
         weights = self.term_weight(hidden)  # [B, L, 1]
         return out.logits, hidden, torch.relu(weights) if self.term_weight_relu else weights
 
+    def _hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None):
+        """Last hidden states of the MLM's encoder alone (its head skipped)."""
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._takes_token_types else {}
+        return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> AggretrieverOutput:
         """Token ids ``[B, L]`` (with [CLS] first) -> projected [CLS] and ``agg*``."""
+        if self.agg_dim == 0:
+            hidden = self._hidden(input_ids, attention_mask, token_type_ids)
+            return AggretrieverOutput(cls=self.cls_projection(hidden[:, 0]), agg=hidden.new_zeros(len(hidden), 0))
         logits, hidden, weights = self._run(input_ids, attention_mask, token_type_ids)
         if torch.is_grad_enabled():
             probabilities = torch.softmax(logits, dim=-1)

@@ -20,6 +20,7 @@ from pyterrier.measures import nDCG
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
 from pyterrier_tite.pt.first_stage import bm25, trec_dl_bm25
+from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise
 from pyterrier_tite.text import document_text, text_fields
 
 #: the TREC DL aliases whose mirrored passages are only the BM25 candidates: re-ranked, not retrieved
@@ -93,3 +94,38 @@ def dense_experiment(
         table.insert(0, "dataset", dataset)
         tables.append(table)
     return pd.concat(tables, ignore_index=True)
+
+
+def dense_seed_experiment(
+    systems: Mapping[str, Sequence[DenseBiEncoder]],
+    collections: Sequence[str],
+    index_root: str,
+    *,
+    comparisons: Mapping[str, Sequence[str]] | None = None,
+    measure=nDCG @ 10,
+    with_bm25: bool = True,
+    verbose: bool = True,
+) -> pd.DataFrame:
+    """Dense models trained with several seeds, side by side: rows ``dataset, name, seeds, <measure>, std, vs, delta,
+    p`` as in :func:`~pyterrier_tite.pt.rerank_experiment.rerank_experiment` (mean ± std over the seeds' means, paired
+    t-test over queries of the seed-averaged values against each name in ``comparisons[name]``; ``'BM25'`` is there
+    when ``with_bm25``). Each seed's model ranks through :func:`dense_pipeline` (its own cached FlexIndex)."""
+    comparisons = dict(comparisons or {})
+    tables = []
+    for dataset in collections:
+        ds = datasets.get_dataset(datasets.irds_id(dataset))
+        topics, qrels = ds.get_topics(), ds.get_qrels()
+        frames, runs = {}, {}
+        if with_bm25:
+            first = trec_dl_bm25(RERANKED[dataset], text=False) if dataset in RERANKED else bm25(dataset)
+            frames[BM25], runs[BM25] = first(topics), [BM25]
+        for name, models in systems.items():
+            runs[name] = []
+            for i, model in enumerate(models):
+                run_name = f"{name} #{i}"
+                frames[run_name] = dense_pipeline(model, run_name, dataset, index_root, verbose)(topics)
+                runs[name].append(run_name)
+        values = per_query(frames, topics, qrels, measure)
+        tables.append(pd.DataFrame(summarise(values, runs, comparisons)).assign(dataset=dataset))
+    table = pd.concat(tables, ignore_index=True).rename(columns={"mean": str(measure)})
+    return table[["dataset", "name", "seeds", str(measure), "std", "vs", "delta", "p"]]

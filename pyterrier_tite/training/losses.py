@@ -158,8 +158,13 @@ def aggretriever_loss(
 ) -> dict[str, torch.Tensor]:
     """Aggretriever's ``L + 0.5 L_agg + 0.5 L_[CLS]``: NLL of the full score and of each part's score alone.
 
-    The full score is ``cls . cls + agg . agg`` (dot product of the concatenations).
+    The full score is ``cls . cls + agg . agg`` (dot product of the concatenations). Without an ``agg`` part
+    (``agg_dim`` 0, the CLS baseline) it is the plain NLL of the [CLS] score, so the baseline is trained as in the
+    paper rather than with its [CLS] term counted 1.5 times.
     """
+    if query_agg.shape[-1] == 0:
+        nll = contrastive_loss(query_cls, doc_cls, in_batch)
+        return {"nll": nll, "loss": nll}
     terms = {
         "nll": contrastive_loss(torch.cat([query_cls, query_agg], -1), torch.cat([doc_cls, doc_agg], -1), in_batch),
         "nll_agg": agg_weight * contrastive_loss(query_agg, doc_agg, in_batch),

@@ -1,0 +1,75 @@
+"""The Aggretriever-vs-CLS recipe: its comparisons, its refusals, and the command end to end (two seeds of each model
+trained from the shipped 2-layer SPLADE's BERT, then dense retrieval with the seed-aggregated table)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from pyterrier_tite.cli import main
+from pyterrier_tite.cli.aggretriever_vs_cls import VARIANTS, comparisons
+from pyterrier_tite.cli.distill_rerankers import finished_steps
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def test_variants_differ_only_in_the_lexical_part():
+    assert VARIANTS["cls"]["cls_dim"] == VARIANTS["aggretriever"]["cls_dim"]
+    assert VARIANTS["cls"]["agg_dim"] == 0 < VARIANTS["aggretriever"]["agg_dim"]
+
+
+def test_comparisons():
+    assert comparisons(["aggretriever", "cls"]) == {"aggretriever": ["BM25", "cls"], "cls": ["BM25"]}
+    assert comparisons(["aggretriever"]) == {"aggretriever": ["BM25"]}
+
+
+def test_command_refuses_bad_lists_before_any_work(tmp_path):
+    for flags, message in ((["--models", "aggretriever,splade"], "unknown model"), (["--seeds", "1,x"], "integers"),
+                           (["--models", "none"], "at least one")):  # fmt: skip
+        with pytest.raises(SystemExit, match=message):
+            main(["aggretriever-vs-cls", *flags, "--output-dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_aggretriever_vs_cls_end_to_end(irds_home, tite_cache, tmp_path):
+    """Two seeds x two models, three steps each on a few vaswani queries, then cranfield retrieval: every seed's model
+    is in the table's mean, the paired test compares them, and a rerun trains nothing and reuses the indexes."""
+    from pyterrier.measures import nDCG
+
+    from pyterrier_tite.pt.aggretriever import Aggretriever
+    from pyterrier_tite.pt.dense_experiment import dense_experiment
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "pyterrier_tite", "aggretriever-vs-cls", "--output-dir", str(out), "--seeds", "1,2",
+           "--dataset", "vaswani", "--max-queries", "8", "--depth", "10", "--batch-size", "4", "--max-steps", "3",
+           "--warmup-steps", "1", "--doc-max-length", "32", "--query-max-length", "16", "--evaluate", "cranfield",
+           "--threads", "1", "--quiet", "--precision", "fp32"]  # fmt: skip
+    env = {**os.environ, "PYTERRIER_TITE_HOME": tite_cache}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for variant in VARIANTS:
+        for seed in (1, 2):
+            assert finished_steps(str(out / variant / f"seed-{seed}")) == 3
+    cls_model = Aggretriever.from_pretrained(str(out / "cls" / "seed-1"))
+    assert (cls_model.encoder.agg_dim, cls_model.encoder.cls_dim) == (0, 128)
+
+    table = pd.read_csv(out / "results.csv")
+    rows = {(r["name"], r["vs"] if isinstance(r["vs"], str) else None): r for r in table.to_dict("records")}
+    assert set(rows) == {("BM25", None), ("aggretriever", "BM25"), ("aggretriever", "cls"), ("cls", "BM25")}
+    assert (table["dataset"] == "cranfield").all() and rows["cls", "BM25"]["seeds"] == 2
+    agg, cls = rows["aggretriever", "cls"], rows["cls", "BM25"]
+    assert agg["delta"] == pytest.approx(agg["nDCG@10"] - cls["nDCG@10"], abs=1e-9) and 0 <= agg["p"] <= 1
+
+    # the mean over seeds is the mean of each seed model's own pt.Experiment figure
+    models = {f"cls{s}": Aggretriever.from_pretrained(str(out / "cls" / f"seed-{s}"), verbose=False) for s in (1, 2)}
+    own = dense_experiment(models, ["cranfield"], str(tmp_path / "own-indexes"), measures=[nDCG @ 10], with_bm25=False)
+    assert cls["nDCG@10"] == pytest.approx(own["nDCG@10"].mean(), abs=1e-4)
+
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert again.returncode == 0 and "training" not in again.stdout, again.stderr[-3000:]
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), table)
