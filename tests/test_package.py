@@ -67,17 +67,20 @@ def test_public_api_docstrings_carry_an_example():
 
 
 def test_demo_finds_model_folders_of_a_recipe_but_not_inside_a_model(tmp_path):
-    """A recipe writes ``<variant>/seed-<seed>/``; a model's own sub-folders (checkpoint/) are never rows."""
+    """A recipe writes ``<variant>/seed-<seed>/``; a model's own sub-folders (checkpoint/) and a recipe's cached
+    indexes (artifacts of another format) are never rows."""
     import os
 
     from pyterrier_tite.demo import model_folders
 
     for folder in ("a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2", "rerankers/teacher-cache",
-                   "a-tite/checkpoint/model", "x/y/z/too-deep"):  # fmt: skip
+                   "a-tite/checkpoint/model", "x/y/z/too-deep", "agg/indexes/cls-1a2b/scifact.flex"):  # fmt: skip
         (tmp_path / folder).mkdir(parents=True)
     for folder in ("a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2", "a-tite/checkpoint/model",
                    "x/y/z/too-deep"):  # fmt: skip
-        (tmp_path / folder / "pt_meta.json").write_text("{}")
+        (tmp_path / folder / "pt_meta.json").write_text('{"format": "cross-encoder"}')
+    flex_meta = '{"type": "dense_index", "format": "flex"}'
+    (tmp_path / "agg/indexes/cls-1a2b/scifact.flex/pt_meta.json").write_text(flex_meta)
     found = [os.path.relpath(f, tmp_path) for f in model_folders(str(tmp_path))]
     assert found == ["a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2"]
 
