@@ -34,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pyterrier_tite.cpu_allocator import keep_large_blocks
+
     args = build_parser().parse_args(argv)
+    keep_large_blocks()  # a command owns its process: large tensors reuse the heap (see cpu_allocator)
     return int(args.func(args) or 0)
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pyterrier_tite.cpu_allocator import keep_large_blocks
 from pyterrier_tite.devices import autocast, precision_dtype
 
 CHECKPOINT = "checkpoint"
@@ -266,6 +267,8 @@ class Trainer:
         from tqdm.auto import tqdm  # what pt.tqdm is, without importing PyTerrier into training
 
         args = self.args
+        if self.device.type == "cpu":
+            keep_large_blocks()  # each step's large tensors reuse the heap instead of fresh pages
         if self.is_main:
             os.makedirs(args.output_dir, exist_ok=True)
         resumed = resume and self.load_checkpoint()
