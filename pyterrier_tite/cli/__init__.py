@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "pyterrier_tite.cli.distill",
     "pyterrier_tite.cli.distill_rerankers",
     "pyterrier_tite.cli.aggretriever_vs_cls",
+    "pyterrier_tite.cli.splade_from_scratch",
     "pyterrier_tite.cli.evaluate",
     "pyterrier_tite.cli.batch",
     "pyterrier_tite.cli.tirex",
