@@ -12,7 +12,7 @@ import pytest
 
 from pyterrier_tite.cli import main
 from pyterrier_tite.cli.aggretriever_vs_cls import VARIANTS, comparisons
-from pyterrier_tite.cli.distill_rerankers import finished_steps
+from pyterrier_tite.cli.recipes import finished_steps
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

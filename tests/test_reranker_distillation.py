@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from pyterrier_tite.cli.distill_rerankers import comparisons, finished_steps, parse_variant
+from pyterrier_tite.cli.distill_rerankers import comparisons, parse_variant
+from pyterrier_tite.cli.recipes import finished_steps
 from pyterrier_tite.pt.fusion import min_max_per_query, normalised_sum
 from pyterrier_tite.pt.rerank_experiment import summarise
 from pyterrier_tite.training.reranker_distillation import teacher_labels

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from pyterrier_tite.cli.distill_rerankers import finished_steps
+from pyterrier_tite.cli.recipes import finished_steps
 
 
 @pytest.mark.slow

@@ -18,12 +18,18 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.distill import _names, recipe_precision
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.recipes import finished_steps, model_dtype, recipe_precision, variants_and_seeds
+from pyterrier_tite.cli.recipes import names as _names
 
 VARIANTS = {"aggretriever": {"agg_dim": 640, "cls_dim": 128}, "cls": {"agg_dim": 0, "cls_dim": 128}}
 DEFAULT_EVALUATION = "scifact,vaswani,cranfield"
 DATA_SEED = 42  # the training sample is the same for every model seed
+
+
+def check_variant(name: str) -> None:
+    if name not in VARIANTS:
+        raise SystemExit(f"unknown model {name!r}: expected {', '.join(VARIANTS)}")
 
 
 def comparisons(variants: list[str]) -> dict[str, list[str]]:
@@ -78,7 +84,6 @@ def run_aggretriever_vs_cls(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from pyterrier_tite.cli.distill_rerankers import finished_steps
     from pyterrier_tite.pt.aggretriever import Aggretriever
     from pyterrier_tite.pt.dense_experiment import dense_seed_experiment
     from pyterrier_tite.pt.first_stage import bm25
@@ -87,19 +92,10 @@ def run_aggretriever_vs_cls(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.loop import seed_everything
     from pyterrier_tite.training.splade_data import hard_negative_examples
 
-    variants = _names(args.models)
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise SystemExit(f"unknown model(s) {unknown}: expected {', '.join(VARIANTS)}")
-    try:
-        seeds = [int(s) for s in _names(args.seeds)]
-    except ValueError as exc:
-        raise SystemExit(f"--seeds takes integers: {exc}") from exc
-    if not variants or not seeds:
-        raise SystemExit("--models and --seeds each need at least one entry")
+    variants, seeds = variants_and_seeds(args.models, args.seeds, check_variant)
     base = training_arguments(args)
     base.precision = recipe_precision(args)
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(base.precision, "float32")
+    dtype = model_dtype(base.precision)
     start = resolve(args.start)
     folder = {(v, s): os.path.join(args.output_dir, v, f"seed-{s}") for v in variants for s in seeds}
     todo = [key for key, path in folder.items() if finished_steps(path) < args.max_steps]

@@ -15,13 +15,11 @@ import argparse
 import os
 
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.recipes import model_dtype, recipe_precision
+from pyterrier_tite.cli.recipes import names as _names
 from pyterrier_tite.start_points import resolve
 
 DEFAULT_EVALUATION = "scifact,vaswani,cranfield-graded,dl19,dl20"
-
-
-def _names(value: str) -> list[str]:
-    return [] if value.strip().lower() in ("", "none") else [v.strip() for v in value.split(",") if v.strip()]
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -53,16 +51,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add_training_arguments(parser, learning_rate=1e-4, max_steps=2000, warmup_steps=100, batch_size=32)
     parser.set_defaults(func=run_distill_tite)
-
-
-def recipe_precision(args: argparse.Namespace) -> str:
-    """``--precision``, else bf16 where the hardware computes it natively (GPU or CPU), else fp32."""
-    from pyterrier_tite.devices import cpu_has_native_bf16, default_precision
-
-    if args.precision:
-        return args.precision
-    gpu_default = default_precision(None)
-    return "bf16" if gpu_default == "bf16" or cpu_has_native_bf16() else gpu_default
 
 
 def build_teacher(args: argparse.Namespace, **kwargs):
@@ -118,7 +106,7 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     collections = _names(args.evaluate)
     if not collections:
         return 0
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(targs.precision, "float32")
+    dtype = model_dtype(targs.precision)
     teacher = build_teacher(args, batch_size=64, dtype=dtype)
     teacher_name = f"teacher ({os.path.basename(os.path.normpath(args.teacher))})"
     models = {

@@ -18,8 +18,9 @@ import argparse
 import os
 import re
 
-from pyterrier_tite.cli.distill import _names, recipe_precision
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.recipes import finished_steps, model_dtype, recipe_precision, variants_and_seeds
+from pyterrier_tite.cli.recipes import names as _names
 
 DEFAULT_MODELS = "mono,sparse-w4"
 DEFAULT_SOURCES = "msmarco-passage/dev/small"  # training queries (reranker_distillation.DEFAULT_SOURCES)
@@ -77,15 +78,6 @@ def build_variant(name: str, start: str, **kwargs):
         return CELI(start, **spec, **kwargs)
 
 
-def finished_steps(folder: str) -> int:
-    """Optimizer steps a model folder's log records (0 when it holds no saved model)."""
-    log = os.path.join(folder, "log.jsonl")
-    if not (os.path.exists(os.path.join(folder, "model.safetensors")) and os.path.exists(log)):
-        return 0
-    with open(log) as f:
-        return sum(1 for line in f if line.strip())
-
-
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "distill-rerankers",
@@ -135,18 +127,10 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.reranker_distillation import teacher_frame, teacher_labels, training_candidates
     from pyterrier_tite.training.rerankers import train_reranker
 
-    variants = _names(args.models)
-    for v in variants:
-        parse_variant(v)  # refuse a typo before any work
-    try:
-        seeds = [int(s) for s in _names(args.seeds)]
-    except ValueError as exc:
-        raise SystemExit(f"--seeds takes integers: {exc}") from exc
-    if not variants or not seeds:
-        raise SystemExit("--models and --seeds each need at least one entry")
+    variants, seeds = variants_and_seeds(args.models, args.seeds, parse_variant)
     base = training_arguments(args)
     base.precision = recipe_precision(args)
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(base.precision, "float32")
+    dtype = model_dtype(base.precision)
     start = resolve(args.start)
     teacher = OfflineTeacher.default(
         os.path.join(args.output_dir, "teacher-cache"), dtype=dtype, verbose=not args.quiet

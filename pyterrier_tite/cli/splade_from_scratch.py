@@ -17,8 +17,9 @@ import argparse
 import dataclasses
 import os
 
-from pyterrier_tite.cli.distill import _names, recipe_precision
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.recipes import finished_steps, recipe_precision
+from pyterrier_tite.cli.recipes import names as _names
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -133,8 +134,6 @@ def evaluate(folder: str, collections: list[str], index_root: str, verbose: bool
 
 def run_splade_from_scratch(args: argparse.Namespace) -> int:
     import pandas as pd
-
-    from pyterrier_tite.cli.distill_rerankers import finished_steps
 
     base = training_arguments(args)
     base.precision = recipe_precision(args)

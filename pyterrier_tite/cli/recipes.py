@@ -1,0 +1,53 @@
+"""What the recipe commands (``distill-tite``, ``distill-rerankers``, ``aggretriever-vs-cls``,
+``splade-from-scratch``) share: comma lists, the variants x seeds they train, their precision, and how a rerun
+tells a finished model folder from an unfinished one."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+
+def names(value: str) -> list[str]:
+    """A comma list (``''`` or ``'none'``: empty)."""
+    return [] if value.strip().lower() in ("", "none") else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def variants_and_seeds(models: str, seeds: str, check: Callable[[str], object]) -> tuple[list[str], list[int]]:
+    """``--models`` and ``--seeds`` parsed; ``check(variant)`` raises on an unknown one, so a typo is refused
+    before any work."""
+    variants = names(models)
+    for variant in variants:
+        check(variant)
+    try:
+        numbers = [int(s) for s in names(seeds)]
+    except ValueError as exc:
+        raise SystemExit(f"--seeds takes integers: {exc}") from exc
+    if not variants or not numbers:
+        raise SystemExit("--models and --seeds each need at least one entry")
+    return variants, numbers
+
+
+def recipe_precision(args: argparse.Namespace) -> str:
+    """``--precision``, else bf16 where the hardware computes it natively (GPU or CPU), else fp32."""
+    from pyterrier_tite.devices import cpu_has_native_bf16, default_precision
+
+    if args.precision:
+        return args.precision
+    gpu_default = default_precision(None)
+    return "bf16" if gpu_default == "bf16" or cpu_has_native_bf16() else gpu_default
+
+
+def model_dtype(precision: str) -> str:
+    """The model ``dtype`` that evaluates in a training precision."""
+    return {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+
+
+def finished_steps(folder: str) -> int:
+    """Optimizer steps a model folder's log records (0 when it holds no saved model)."""
+    log = os.path.join(folder, "log.jsonl")
+    if not (os.path.exists(os.path.join(folder, "model.safetensors")) and os.path.exists(log)):
+        return 0
+    with open(log) as f:
+        return sum(1 for line in f if line.strip())
