@@ -154,7 +154,11 @@ def test_summarise_averages_seeds_and_tests_seed_averaged_queries():
     averaged = values.loc[["m #0", "m #1"]].mean(axis=0)
     assert m["p"] == pytest.approx(stats.ttest_rel(averaged, values.loc["BM25"]).pvalue)
     assert m["delta"] == pytest.approx(averaged.mean() - values.loc["BM25"].mean())
-    assert rows[("copy", "BM25")]["p"] == 1.0 and np.isnan(rows[("BM25", None)]["std"])
+    differences = averaged - values.loc["BM25"]  # 95% t-interval of the mean difference, by hand
+    half = stats.t.ppf(0.975, 3) * differences.std(ddof=1) / 2
+    assert (m["ci_low"], m["ci_high"]) == pytest.approx((m["delta"] - half, m["delta"] + half))
+    copy = rows[("copy", "BM25")]
+    assert copy["p"] == 1.0 and copy["ci_low"] == copy["ci_high"] == 0.0 and np.isnan(rows[("BM25", None)]["std"])
     with pytest.raises(ValueError, match="not one of"):
         summarise(values, systems, {"m": ["teacher"]})
 

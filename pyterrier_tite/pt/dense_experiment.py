@@ -20,7 +20,7 @@ from pyterrier.measures import nDCG
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
 from pyterrier_tite.pt.first_stage import bm25, trec_dl_bm25
-from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise
+from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
 from pyterrier_tite.text import document_text, text_fields
 
 #: the TREC DL aliases whose mirrored passages are only the BM25 candidates: re-ranked, not retrieved
@@ -107,8 +107,9 @@ def dense_seed_experiment(
     verbose: bool = True,
 ) -> pd.DataFrame:
     """Dense models trained with several seeds, side by side: rows ``dataset, name, seeds, <measure>, std, vs, delta,
-    p`` as in :func:`~pyterrier_tite.pt.rerank_experiment.rerank_experiment` (mean ± std over the seeds' means, paired
-    t-test over queries of the seed-averaged values against each name in ``comparisons[name]``; ``'BM25'`` is there
+    ci_low, ci_high, p`` as in :func:`~pyterrier_tite.pt.rerank_experiment.rerank_experiment` (mean ± std over the
+    seeds' means, paired t-test and 95% interval of the difference over queries of the seed-averaged values against
+    each name in ``comparisons[name]``; ``'BM25'`` is there
     when ``with_bm25``). Each seed's model ranks through :func:`dense_pipeline` (its own cached FlexIndex)."""
     comparisons = dict(comparisons or {})
     tables = []
@@ -128,4 +129,4 @@ def dense_seed_experiment(
         values = per_query(frames, topics, qrels, measure)
         tables.append(pd.DataFrame(summarise(values, runs, comparisons)).assign(dataset=dataset))
     table = pd.concat(tables, ignore_index=True).rename(columns={"mean": str(measure)})
-    return table[["dataset", "name", "seeds", str(measure), "std", "vs", "delta", "p"]]
+    return table[table_columns(measure)]
