@@ -336,6 +336,34 @@ def test_band_ops_match_definition_and_have_gradients():
     assert torch.autograd.gradcheck(lambda q, k, v: grouped_attention(q, k, v, 2, lengths), (q, k, v), fast_mode=True)
 
 
+def test_full_attention_dense_path_equals_a_band_covering_the_segment_in_values_and_gradients(monkeypatch):
+    """w=None (training on CPU: one masked SDPA call) computes what the banded op computes with a window as wide as
+    each segment, gradients included, so w=4 vs w=inf compares attention patterns, not two implementations."""
+    import pyterrier_tite.modeling.sparse_ce as sparse_ce
+    from pyterrier_tite.ops import window_attention
+
+    def band_everywhere(q, k, v, window, lengths=None, groups=(), scale=None, dropout=0.0):
+        whole = max(q.shape[2] - 1, 0) if window is None else window
+        return window_attention(q, k, v, whole, lengths, list(groups), scale=scale, backend="torch", dropout=dropout)
+
+    results = []
+    for banded in (False, True):
+        if banded:
+            monkeypatch.setattr(sparse_ce, "grouped_attention", band_everywhere)
+        no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}  # train mode, deterministic
+        model = tiny(None, **RELEASED, **no_dropout).train()
+        queries, docs = sample_inputs()
+        logits = model(queries, docs).logits
+        logits.square().sum().backward()
+        results.append(
+            (logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        )
+    torch.testing.assert_close(results[0][0], results[1][0], atol=ATOL, rtol=0)
+    assert results[0][1].keys() == results[1][1].keys() and len(results[0][1]) > 0
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(grad, results[1][1][name], atol=1e-4, rtol=1e-4, msg=name)
+
+
 @pytest.mark.parametrize("window", [0, 1, 3], ids=["w0", "w1", "w3"])
 def test_fused_kernel_and_pure_torch_band_paths_agree_in_values_and_gradients(window, monkeypatch):
     """Inference / no-dropout training use the fused window_attention kernel; dropout training the torch path."""
