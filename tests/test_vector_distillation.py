@@ -171,3 +171,76 @@ def test_distill_tite_command_trains_saves_and_ends_with_experiment_tables(teach
     assert all(0.0 <= float(r["nDCG@10"]) <= 1.0 for r in rows)
     (distilled,) = [k for k in os.listdir(out / "eval") if k.startswith("TITE__distilled-")]
     assert os.path.isdir(out / "eval" / distilled / "local__cranfield-graded.flex")
+
+
+def test_layer_targets_pool_the_teacher_states_through_the_students_windows():
+    from pyterrier_tite.training.hidden_distillation import hidden_state_loss, pooled_teacher_targets
+
+    torch.manual_seed(0)
+    states = [torch.randn(2, 5, 3) for _ in range(3)]  # embeddings + 2 layers; texts of 5 and 3 tokens
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    cu = [torch.tensor([0, 5, 8], dtype=torch.int32), torch.tensor([0, 5, 8], dtype=torch.int32),
+          torch.tensor([0, 3, 5], dtype=torch.int32)]  # fmt: skip
+    layer1, layer2 = pooled_teacher_targets(states, mask, cu, kernels=[None, 2], strides=[None, 2])
+    torch.testing.assert_close(layer1, states[1][mask])  # layer 1 does not pool: the teacher's rows themselves
+    a, b = states[2][0], states[2][1]
+    by_hand = torch.stack([(a[0] + a[1]) / 2, (a[2] + a[3]) / 2, a[4], (b[0] + b[1]) / 2, b[2]])
+    torch.testing.assert_close(layer2, by_hand)  # the last window of each text averages what it has
+    assert float(hidden_state_loss([layer1, layer2], [layer1, layer2])) == 0.0
+    assert float(hidden_state_loss([layer1, layer2 + 1.0], [layer1, layer2])) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="own layers"):
+        pooled_teacher_targets(states[:2], mask, cu, kernels=[None, 2], strides=[None, 2])
+
+
+def test_layer_targets_equal_the_unpooled_students_states_and_the_layer_loss_trains_the_student_closer(teacher_folder, tmp_path):
+    import argparse
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from pyterrier_tite.training.hidden_distillation import (
+        encode_with_hidden_loss,
+        hidden_state_loss,
+        pooled_teacher_targets,
+    )
+
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=0)
+    teacher = build_teacher(flags, device="cpu")
+    unpooled = build_student(flags, teacher, device="cpu")  # the teacher's own BERT with one final global pooling
+    encoder = unpooled.text_encoder
+    batch = encoder.inputs(TEXTS.texts, "doc")
+    with torch.no_grad():
+        out = encoder.model(**batch, output_hidden_states=True)
+        theirs = teacher.text_encoder.model(**teacher.text_encoder.inputs(TEXTS.texts, "doc"),
+                                            output_hidden_states=True).hidden_states  # fmt: skip
+    config = encoder.model.config
+    targets = pooled_teacher_targets(theirs, batch["attention_mask"].bool(), out.hidden_cu_seqlens,
+                                     config.kernel_sizes, config.strides)  # fmt: skip
+    for ours, target in zip(out.hidden_states[1:4], targets[:3], strict=True):  # layers 1-3: the teacher's exactly
+        torch.testing.assert_close(ours, target, atol=1e-5, rtol=1e-5)
+    # the 4th pools globally inside its attention; its target is the mean of the teacher's last states
+    torch.testing.assert_close(targets[3], theirs[4].masked_fill(~batch["attention_mask"].bool()[..., None], 0).sum(1)
+                               / batch["attention_mask"].sum(1, keepdim=True))  # fmt: skip
+    assert float(hidden_state_loss(out.hidden_states[4:], targets[3:])) > 1e-3
+
+    flags.pooling_layers = 3
+    student = build_student(flags, teacher, device="cpu")
+    targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
+
+    def layer_loss() -> float:
+        with torch.no_grad():
+            return float(encode_with_hidden_loss(student.text_encoder, teacher.text_encoder, TEXTS.texts,
+                                                 TEXTS.roles)[1])  # fmt: skip
+
+    for module in student.text_encoder.model.modules():  # no dropout: the steps should show the loss, not its noise
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    before = layer_loss()
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=30, learning_rate=3e-3, warmup_steps=0,
+                             verbose=False)  # fmt: skip
+    weights = DistillationWeights(cosine=0.0, kl=0.0, hidden=1.0)  # the layer-wise loss alone
+    with pytest.raises(ValueError, match="needs the teacher"):
+        distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
+                        weights=weights)  # fmt: skip
+    log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
+                          weights=weights, teacher=teacher.text_encoder)  # fmt: skip
+    assert len(log) == 30 and log[0]["hidden"] > 0
+    assert layer_loss() < 0.8 * before

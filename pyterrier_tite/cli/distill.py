@@ -44,6 +44,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--cosine-weight", type=float, default=1.0)
     parser.add_argument("--kl-weight", type=float, default=1.0)
     parser.add_argument("--temperature", type=float, default=0.05, help="of the in-batch similarity KL")
+    parser.add_argument(
+        "--hidden-weight",
+        type=float,
+        default=0.0,
+        help="layer-wise loss against the teacher's pooled states (0: off; runs the teacher per step)",
+    )
     parser.add_argument("--teacher-batch-size", type=int, default=64)
     parser.add_argument(
         "--evaluate", default=DEFAULT_EVALUATION, help=f"collections of the final tables ('none': skip; default "
@@ -98,9 +104,10 @@ def run_distill_tite(args: argparse.Namespace) -> int:
         teacher.text_encoder, data, os.path.join(args.output_dir, "teacher-vectors"),
         batch_size=args.teacher_batch_size, precision=targs.precision, verbose=not args.quiet,
     )  # fmt: skip
-    weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
+    weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, args.hidden_weight)
     log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
-                          batch_size=args.batch_size, weights=weights, resume=not args.no_resume)  # fmt: skip
+                          batch_size=args.batch_size, weights=weights, resume=not args.no_resume,
+                          teacher=teacher.text_encoder if args.hidden_weight else None)  # fmt: skip
     if log:
         print(f"distilled {len(log)} steps; last loss {log[-1]['loss']:.4f} -> {args.output_dir}")
     collections = _names(args.evaluate)

@@ -88,7 +88,11 @@ class PooledEncoder(TextEncoder):
         self.normalize = normalize
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self.model(**batch).last_hidden_state
+        return self.pool(self.model(**batch).last_hidden_state, batch)
+
+    def pool(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The text vectors of the model's ``last_hidden_state`` for ``batch`` (split from ``forward`` so a caller that
+        runs the model itself, e.g. for its hidden states, pools exactly as ``encode`` does)."""
         if self.pooling == "mean":
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             vectors = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)

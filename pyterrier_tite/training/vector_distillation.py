@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from pyterrier_tite.devices import autocast
 from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.tokenization.biencoder import Role
+from pyterrier_tite.training.hidden_distillation import encode_with_hidden_loss
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 
 
@@ -65,6 +66,9 @@ class DistillationWeights:
     cosine: float = 1.0
     kl: float = 1.0
     temperature: float = 0.05
+    #: weight of the layer-wise loss (:mod:`~pyterrier_tite.training.hidden_distillation`); it needs the teacher
+    #: model in every step, so 0 (off) trains from the cached vectors alone
+    hidden: float = 0.0
 
 
 def relational_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -184,18 +188,31 @@ def distill_vectors(
     batch_size: int = 32,
     weights: DistillationWeights | None = None,
     resume: bool = True,
+    teacher: TextEncoder | None = None,
 ) -> list[dict[str, float]]:
     """Train ``student`` (its ``.model``) to reproduce ``targets`` (teacher vectors, one per text of ``data``);
-    ``batch_size`` counts groups. Saves with ``save(args.output_dir)``; returns the per-step log."""
+    ``batch_size`` counts groups. Saves with ``save(args.output_dir)``; returns the per-step log. ``teacher`` (the
+    model behind ``targets``) is needed only for ``weights.hidden > 0``: it runs in every step for the layer-wise
+    targets."""
     if targets.shape[0] != len(data):
         raise ValueError(f"{targets.shape[0]} teacher vectors for {len(data)} texts")
     if len(data.groups) < batch_size:
         raise ValueError(f"{len(data.groups)} text groups cannot fill one batch of {batch_size}")
     weights = weights or DistillationWeights()
+    if weights.hidden and teacher is None:
+        raise ValueError("the layer-wise loss (hidden weight > 0) needs the teacher model")
+    if teacher is not None:
+        teacher.eval()
 
     def loss_fn(module, batch: list[int], step: int):
-        vectors = encode_mixed(student, [data.texts[i] for i in batch], [data.roles[i] for i in batch], len(batch))
-        return vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights)
+        texts, roles = [data.texts[i] for i in batch], [data.roles[i] for i in batch]
+        if not weights.hidden:
+            vectors = encode_mixed(student, texts, roles, len(batch))
+            return vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights)
+        vectors, hidden = encode_with_hidden_loss(student, teacher, texts, roles)
+        loss, terms = vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights)
+        terms["hidden"] = float(hidden.detach()) * weights.hidden
+        return loss + weights.hidden * hidden, terms
 
     trainer = Trainer(student.model, group_batches(data.groups, batch_size, args.seed), loss_fn,
                       lambda module, path: save(path), args)  # fmt: skip
