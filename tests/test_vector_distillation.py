@@ -192,7 +192,7 @@ def test_layer_targets_pool_the_teacher_states_through_the_students_windows():
         pooled_teacher_targets(states[:2], mask, cu, kernels=[None, 2], strides=[None, 2])
 
 
-def test_layer_targets_equal_the_unpooled_students_states_and_the_layer_loss_trains_the_student_closer(teacher_folder, tmp_path):
+def test_layer_targets_match_an_unpooled_student_and_the_layer_loss_trains_it_closer(teacher_folder, tmp_path):
     import argparse
 
     from pyterrier_tite.cli.distill import build_student, build_teacher
