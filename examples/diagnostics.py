@@ -89,7 +89,7 @@ def tite_start(teacher_name: str, structures: list[str], docs: int, queries: int
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.tite import TITE
     from pyterrier_tite.start_points import resolve
-    from pyterrier_tite.training.hidden_distillation import pooled_teacher_targets
+    from pyterrier_tite.training.hidden_distillation import layer_targets
     from pyterrier_tite.training.splade_data import doc_texts as splade_doc_texts
 
     torch.set_num_threads(2)
@@ -111,13 +111,7 @@ def tite_start(teacher_name: str, structures: list[str], docs: int, queries: int
             s_docs, s_queries = student.encode_docs(doc_texts, 32), student.encode_queries(query_texts, 32)
             per_layer = []
             for start in range(0, len(doc_texts), 32):
-                batch = student.inputs(doc_texts[start : start + 32], "doc")
-                out = student.model(**batch, output_hidden_states=True)
-                theirs = teacher.model(**teacher.inputs(doc_texts[start : start + 32], "doc"),
-                                       output_hidden_states=True).hidden_states  # fmt: skip
-                config = student.model.config
-                targets = pooled_teacher_targets(theirs, batch["attention_mask"].bool(), out.hidden_cu_seqlens,
-                                                 config.kernel_sizes, config.strides)  # fmt: skip
+                _, out, targets = layer_targets(student, teacher, doc_texts[start : start + 32], "doc")
                 per_layer.append([F.cosine_similarity(a.float(), b.float()).mean() for a, b in
                                   zip(out.hidden_states[1:], targets, strict=True)])  # fmt: skip
         top_t = (F.normalize(t_queries, dim=-1) @ F.normalize(t_docs, dim=-1).T).topk(10).indices

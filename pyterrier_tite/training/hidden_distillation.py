@@ -66,13 +66,30 @@ def hidden_state_loss(student_states: Sequence[torch.Tensor], targets: Sequence[
     return torch.stack(errors).mean()
 
 
+def layer_targets(student: PooledEncoder, teacher: PooledEncoder, texts: Sequence[str], role: Role):
+    """``(student batch, student output with hidden states, per-layer targets)`` for ``texts`` in ``role``; the
+    student runs with gradients (if enabled), the teacher without."""
+    batch = {k: v.to(student.device) for k, v in student.inputs(texts, role).items()}
+    states = student.model(**batch, output_hidden_states=True)
+    with torch.no_grad():
+        teacher_batch = {k: v.to(teacher.device) for k, v in teacher.inputs(texts, role).items()}
+        mask = teacher_batch["attention_mask"].bool()
+        if not torch.equal(teacher_batch["input_ids"][mask], batch["input_ids"][batch["attention_mask"].bool()]):
+            raise ValueError("student and teacher tokenise these texts differently: no layer-wise targets")
+        teacher_states = teacher.model(**teacher_batch, output_hidden_states=True).hidden_states
+        config = student.model.config
+        targets = pooled_teacher_targets(
+            teacher_states, mask, states.hidden_cu_seqlens, config.kernel_sizes, config.strides
+        )
+    return batch, states, targets
+
+
 def encode_with_hidden_loss(
     student: PooledEncoder, teacher: PooledEncoder, texts: Sequence[str], roles: Sequence[Role]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The student's vectors of ``texts`` (input order, gradients on) and its layer-wise loss against the teacher
     (mean over texts). Both must tokenise identically: the student was made from the teacher with its tokenizer and
     lengths (``pyterrier-tite distill-tite`` builds it so)."""
-    config = student.model.config
     out: torch.Tensor | None = None
     total = None
     for role in ("query", "doc"):
@@ -80,18 +97,8 @@ def encode_with_hidden_loss(
         if not rows:
             continue
         chunk = [texts[i] for i in rows]
-        batch = {k: v.to(student.device) for k, v in student.inputs(chunk, role).items()}
-        states = student.model(**batch, output_hidden_states=True)
+        batch, states, targets = layer_targets(student, teacher, chunk, role)
         vectors = student.pool(states.last_hidden_state, batch)
-        with torch.no_grad():
-            teacher_batch = {k: v.to(teacher.device) for k, v in teacher.inputs(chunk, role).items()}
-            mask = teacher_batch["attention_mask"].bool()
-            if not torch.equal(teacher_batch["input_ids"][mask], batch["input_ids"][batch["attention_mask"].bool()]):
-                raise ValueError("student and teacher tokenise these texts differently: no layer-wise targets")
-            teacher_states = teacher.model(**teacher_batch, output_hidden_states=True).hidden_states
-            targets = pooled_teacher_targets(
-                teacher_states, mask, states.hidden_cu_seqlens, config.kernel_sizes, config.strides
-            )
         loss = hidden_state_loss(states.hidden_states[1:], targets) * len(rows)
         total = loss if total is None else total + loss
         if out is None:
