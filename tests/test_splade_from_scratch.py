@@ -1,16 +1,21 @@
 """The SPLADE-from-scratch recipe end to end on tiny settings: vocabulary + MLM+FLOPS pretraining + fine-tuning +
-PISA index, the BM25-vs-SPLADE table, and a rerun that skips finished stages."""
+PISA index, the BM25-vs-SPLADE table, a rerun that skips finished stages, and ``--seeds`` (fine-tuning seeds on the
+one pretraining, evaluated as one system)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
+from safetensors.torch import load_file
 
 from pyterrier_tite.cli.recipes import finished_steps
+from pyterrier_tite.cli.splade_from_scratch import fine_tuning_folders
 
 
 @pytest.mark.slow
@@ -40,3 +45,33 @@ def test_splade_from_scratch_end_to_end(irds_home, tite_cache, tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "pretraining on" not in again.stdout and "fine-tuning on" not in again.stdout
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), table)
+
+    # --seeds: the finished pretraining is reused; one fine-tuning per seed; one seed table (mean ± std, paired test)
+    seeds = subprocess.run([*cmd, "--seeds", "42,7"], capture_output=True, text=True, env=env, timeout=900)
+    assert seeds.returncode == 0, seeds.stderr[-3000:]
+    assert "pretraining on" not in seeds.stdout and seeds.stdout.count("fine-tuning on") == 2
+    same_seed = load_file(out / "splade-seed-42" / "model.safetensors")
+    for name, tensor in load_file(out / "splade" / "model.safetensors").items():  # --seeds 42 is the --seed 42 model
+        np.testing.assert_allclose(same_seed[name].numpy(), tensor.numpy(), rtol=0, atol=1e-6, err_msg=name)
+    other_seed = load_file(out / "splade-seed-7" / "model.safetensors")
+    assert any(not np.allclose(other_seed[k].numpy(), same_seed[k].numpy()) for k in same_seed)
+
+    table = pd.read_csv(out / "results.csv")
+    assert table["name"].tolist() == ["BM25", "SPLADE from scratch"] and table["seeds"].tolist() == [1, 2]
+    bm25, splade = table.iloc[0], table.iloc[1]
+    assert bm25["nDCG@10"] == pytest.approx(0.3276, abs=1e-4) and np.isnan(bm25["FLOPS"])
+    assert splade["vs"] == "BM25" and 0 <= splade["p"] <= 1 and splade["std"] >= 0
+    assert splade["ci_low"] <= splade["delta"] <= splade["ci_high"]
+    assert splade["delta"] == pytest.approx(splade["nDCG@10"] - bm25["nDCG@10"], abs=1e-9)
+    assert 0 <= splade["R@100"] <= 1 and splade["index MB"] > 0 and splade["postings/doc"] > 0
+
+
+def test_seeds_flag_names_one_folder_per_seed(tmp_path):
+    def folders(seeds):
+        return fine_tuning_folders(argparse.Namespace(output_dir=str(tmp_path), seed=42, seeds=seeds))
+
+    assert folders(None) == {42: str(tmp_path / "splade")}
+    assert folders("1, 2,1") == {1: str(tmp_path / "splade-seed-1"), 2: str(tmp_path / "splade-seed-2")}
+    for bad in ("1,x", "none"):
+        with pytest.raises(SystemExit):
+            folders(bad)

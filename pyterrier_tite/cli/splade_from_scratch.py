@@ -8,7 +8,12 @@ FLOPS on queries and documents (``<output-dir>/splade``); (3) a PISA index of th
 ``pt.Experiment`` per evaluation collection: BM25 and the model, nDCG@10 and R@100 with a paired t-test against BM25,
 plus the index size and the queries' FLOPS (``results.csv``).
 
+``--seeds 42,43,44`` fine-tunes the one pretrained model once per seed (``<output-dir>/splade-seed-<seed>``) and the
+table gives mean ± std over the seeds, with the paired t-test and 95% interval of the seed-averaged per-query values
+against BM25 (the seed table of the other recipes), so a seed study is one command.
+
     pyterrier-tite splade-from-scratch --output-dir runs/splade-scratch
+    pyterrier-tite splade-from-scratch --output-dir runs/splade-scratch --seeds 42,43,44
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--lambda-q", type=float, default=1e-2, help="FLOPS weight on queries (fine-tuning)")
     parser.add_argument("--lambda-d", type=float, default=1e-2, help="FLOPS weight on documents (fine-tuning)")
     parser.add_argument("--flops-warmup-steps", type=int, default=300, help="quadratic warm-up of the lambdas")
+    parser.add_argument(
+        "--seeds", default=None, help="comma list of fine-tuning seeds on the one pretraining (each into "
+        "<output-dir>/splade-seed-<seed>; the table gives mean ± std over them); default: one model, --seed",
+    )
     parser.add_argument(
         "--evaluate", default=None, help="collections of the final table (default: --dataset; 'none': skip)"
     )
@@ -99,6 +108,34 @@ def fine_tune(args: argparse.Namespace, targs, start: str) -> None:
     )  # fmt: skip
 
 
+MODEL_NAME = "SPLADE from scratch"
+
+
+def sparse_costs(model, index: str, topics) -> dict[str, float]:
+    """What a learned-sparse model costs on a collection: its PISA index's size, the expected FLOPS of ``topics``'
+    queries against it and the mean number of postings per document."""
+    from pyterrier_tite.pt.splade import expected_flops, pisa_document_frequencies
+
+    frequencies, num_docs = pisa_document_frequencies(index)
+    query_toks = model.query_encoder()(topics)["query_toks"]
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, files in os.walk(index) for f in files)
+    return {
+        "index MB": round(size / 2**20, 1),
+        "FLOPS": round(expected_flops(query_toks, frequencies, num_docs), 2),
+        "postings/doc": round(sum(frequencies.values()) / num_docs, 1),
+    }
+
+
+def _indexed_model(folder: str, dataset: str, index_root: str, verbose: bool):
+    """The model saved in ``folder`` and its cached PISA index over ``dataset``."""
+    from pyterrier_tite.demo import splade_index
+    from pyterrier_tite.pt.dense_experiment import model_key
+    from pyterrier_tite.pt.splade import Splade
+
+    model = Splade.from_pretrained(folder)
+    return model, splade_index(model, model_key("splade", os.path.realpath(folder)), dataset, verbose, root=index_root)
+
+
 def evaluate(folder: str, collections: list[str], index_root: str, verbose: bool = True):
     """Stage 3: one ``pt.Experiment`` per collection (BM25 vs the model, paired t-test), with index size and FLOPS."""
     import pandas as pd
@@ -106,50 +143,94 @@ def evaluate(folder: str, collections: list[str], index_root: str, verbose: bool
     from pyterrier.measures import R, nDCG
 
     from pyterrier_tite import datasets
-    from pyterrier_tite.demo import splade_index
-    from pyterrier_tite.pt.dense_experiment import model_key
     from pyterrier_tite.pt.first_stage import bm25
-    from pyterrier_tite.pt.splade import Splade, expected_flops, pisa_document_frequencies
 
-    model = Splade.from_pretrained(folder)
     tables = []
     for dataset in collections:
         ds = datasets.get_dataset(datasets.irds_id(dataset))
         topics = ds.get_topics()
-        index = splade_index(model, model_key("splade", os.path.realpath(folder)), dataset, verbose, root=index_root)
+        model, index = _indexed_model(folder, dataset, index_root, verbose)
         table = pt.Experiment(
             [bm25(dataset), model.retriever(index, num_results=1000)], topics, ds.get_qrels(), [nDCG @ 10, R @ 100],
-            names=["BM25", "SPLADE from scratch"], baseline=0, round=4,
+            names=["BM25", MODEL_NAME], baseline=0, round=4,
         )  # fmt: skip
-        frequencies, num_docs = pisa_document_frequencies(index)
-        query_toks = model.query_encoder()(topics)["query_toks"]
-        size = sum(os.path.getsize(os.path.join(r, f)) for r, _, files in os.walk(index) for f in files)
         table.insert(0, "dataset", dataset)
-        table["index MB"] = [None, round(size / 2**20, 1)]
-        table["FLOPS"] = [None, round(expected_flops(query_toks, frequencies, num_docs), 2)]
-        table["postings/doc"] = [None, round(sum(frequencies.values()) / num_docs, 1)]
+        for column, value in sparse_costs(model, index, topics).items():
+            table[column] = [None, value]
         tables.append(table)
     return pd.concat(tables, ignore_index=True)
+
+
+def evaluate_seeds(folders: list[str], collections: list[str], index_root: str, verbose: bool = True):
+    """Stage 3 for several fine-tuning seeds: per collection, BM25 and the seeds' models as one system; nDCG@10 mean
+    ± std over the seeds with the paired t-test and 95% interval against BM25 (``rerank_experiment.summarise``), and
+    the seeds' mean R@100, index size, FLOPS and postings per document."""
+    import numpy as np
+    import pandas as pd
+    from pyterrier.measures import R, nDCG
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.first_stage import bm25
+    from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
+
+    measure, tables = nDCG @ 10, []
+    for dataset in collections:
+        ds = datasets.get_dataset(datasets.irds_id(dataset))
+        topics, qrels = ds.get_topics(), ds.get_qrels()
+        frames, costs = {BM25: bm25(dataset)(topics)}, []
+        for i, folder in enumerate(folders):
+            model, index = _indexed_model(folder, dataset, index_root, verbose)
+            frames[f"{MODEL_NAME} #{i}"] = model.retriever(index, num_results=1000)(topics)
+            costs.append(sparse_costs(model, index, topics))
+        runs = {BM25: [BM25], MODEL_NAME: [name for name in frames if name != BM25]}
+        table = pd.DataFrame(summarise(per_query(frames, topics, qrels, measure), runs, {MODEL_NAME: [BM25]}))
+        recall = per_query(frames, topics, qrels, R @ 100).mean(axis=1)
+        table["R@100"] = [recall[BM25], recall[runs[MODEL_NAME]].mean()]
+        for column in costs[0]:
+            table[column] = [np.nan, float(np.mean([c[column] for c in costs]))]
+        tables.append(table.assign(dataset=dataset))
+    table = pd.concat(tables, ignore_index=True).rename(columns={"mean": str(measure)})
+    return table[table_columns(measure) + ["R@100", *costs[0]]]
+
+
+def fine_tuning_folders(args: argparse.Namespace) -> dict[int, str]:
+    """seed -> fine-tuning folder: ``<output-dir>/splade`` for the one ``--seed`` model, ``splade-seed-<seed>`` for
+    each of ``--seeds``."""
+    if args.seeds is None:
+        return {args.seed: os.path.join(args.output_dir, "splade")}
+    try:
+        seeds = [int(s) for s in _names(args.seeds)]
+    except ValueError as exc:
+        raise SystemExit(f"--seeds takes integers: {exc}") from exc
+    if not seeds:
+        raise SystemExit("--seeds needs at least one seed")
+    return {s: os.path.join(args.output_dir, f"splade-seed-{s}") for s in dict.fromkeys(seeds)}
 
 
 def run_splade_from_scratch(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    folders = fine_tuning_folders(args)  # a malformed --seeds is refused before any work
     base = training_arguments(args)
     base.precision = recipe_precision(args)
-    mlm, splade = os.path.join(args.output_dir, "mlm"), os.path.join(args.output_dir, "splade")
+    mlm = os.path.join(args.output_dir, "mlm")
     pretraining = dataclasses.replace(
         base, output_dir=mlm, max_steps=args.pretrain_steps, learning_rate=args.pretrain_lr,
         warmup_steps=args.pretrain_warmup_steps,
     )  # fmt: skip
     if finished_steps(mlm) < args.pretrain_steps:
         pretrain(args, pretraining, mlm)
-    if finished_steps(splade) < args.max_steps:
-        fine_tune(args, dataclasses.replace(base, output_dir=splade), mlm)
+    for seed, folder in folders.items():
+        if finished_steps(folder) < args.max_steps:
+            fine_tune(args, dataclasses.replace(base, output_dir=folder, seed=seed), mlm)
     collections = _names(args.evaluate if args.evaluate is not None else args.dataset)
     if not collections:
         return 0
-    table = evaluate(splade, collections, os.path.join(args.output_dir, "indexes"), verbose=not args.quiet)
+    index_root = os.path.join(args.output_dir, "indexes")
+    if args.seeds is None:
+        table = evaluate(folders[args.seed], collections, index_root, verbose=not args.quiet)
+    else:
+        table = evaluate_seeds(list(folders.values()), collections, index_root, verbose=not args.quiet)
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(table.to_string(index=False))
