@@ -1,7 +1,7 @@
 """Numbers behind the README's explanations of the training runs, each from saved artefacts:
 
     python examples/diagnostics.py log runs/tite/exp-dot/cls/log.jsonl --first 5 --last 5
-        mean of every logged loss term over the first and last N steps of a training log
+        mean of every logged loss term (and step seconds) over the first and last N steps, and the training minutes
     python examples/diagnostics.py teacher-margins runs/tite/scifact_train_minilmdot_teacher_n7.jsonl
         mean teacher margin (positive minus each negative) of a bi-encoder samples file
     python examples/diagnostics.py aggretriever-parts runs/scifact/agg-scratch-long --texts 3
@@ -28,7 +28,10 @@ def log_summary(path: str, first: int, last: int) -> dict:
     def mean(part):
         return {k: round(sum(r.get(k, 0.0) for r in part) / len(part), 3) for k in keys}
 
-    return {"steps": len(rows), f"first_{first}": mean(rows[:first]), f"last_{last}": mean(rows[-last:])}
+    summary = {"steps": len(rows), f"first_{first}": mean(rows[:first]), f"last_{last}": mean(rows[-last:])}
+    if all("seconds" in r for r in rows):  # step times (logs since they were recorded): the run's training time
+        summary["minutes"] = round(sum(r["seconds"] for r in rows) / 60, 2)
+    return summary
 
 
 def teacher_margins(path: str) -> dict:

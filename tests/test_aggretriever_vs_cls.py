@@ -63,6 +63,7 @@ def test_aggretriever_vs_cls_end_to_end(irds_home, tite_cache, tmp_path):
     assert set(rows) == {("BM25", None), ("aggretriever", "BM25"), ("aggretriever", "cls"), ("cls", "BM25")}
     assert (table["dataset"] == "cranfield").all() and rows["cls", "BM25"]["seeds"] == 2
     agg, cls = rows["aggretriever", "cls"], rows["cls", "BM25"]
+    assert agg["train min"] >= 0 and cls["train min"] >= 0 and pd.isna(rows["BM25", None]["train min"])
     assert agg["delta"] == pytest.approx(agg["nDCG@10"] - cls["nDCG@10"], abs=1e-9) and 0 <= agg["p"] <= 1
 
     # the mean over seeds is the mean of each seed model's own pt.Experiment figure

@@ -20,6 +20,9 @@ def test_log_summary_means_first_and_last_steps(diagnostics, tmp_path):
     path.write_text("".join(json.dumps({"step": i, "lr": 0.1, "loss": float(i)}) + "\n" for i in range(1, 7)))
     summary = diagnostics.log_summary(str(path), first=2, last=3)
     assert summary == {"steps": 6, "first_2": {"loss": 1.5}, "last_3": {"loss": 5.0}}
+    path.write_text("".join(json.dumps({"step": i, "loss": 1.0, "seconds": 3.0 * i}) + "\n" for i in range(1, 5)))
+    summary = diagnostics.log_summary(str(path), first=2, last=2)  # step times: their means, and the total
+    assert summary["last_2"] == {"loss": 1.0, "seconds": 10.5} and summary["minutes"] == 0.5
 
 
 def test_teacher_margins_are_positive_minus_each_negative(diagnostics, tmp_path):

@@ -4,6 +4,7 @@ encoded once and cached), the training data drawn from it, the seed-aggregated c
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from scipy import stats
 
 from pyterrier_tite.cli.distill_rerankers import comparisons, parse_variant
-from pyterrier_tite.cli.recipes import finished_steps
+from pyterrier_tite.cli.recipes import finished_steps, training_minutes
 from pyterrier_tite.pt.fusion import min_max_per_query, normalised_sum
 from pyterrier_tite.pt.rerank_experiment import summarise
 from pyterrier_tite.training.reranker_distillation import teacher_labels
@@ -187,6 +188,18 @@ def test_finished_steps_counts_only_a_saved_model(tmp_path):
     assert finished_steps(str(tmp_path)) == 2
 
 
+def test_training_minutes_average_the_seeds_and_refuse_a_partial_figure(tmp_path):
+    for seed, seconds in ((1, 30.0), (2, 90.0)):
+        (tmp_path / f"seed-{seed}").mkdir()
+        rows = [{"step": i + 1, "seconds": seconds / 3} for i in range(3)]
+        (tmp_path / f"seed-{seed}" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert training_minutes([str(tmp_path / "seed-1"), str(tmp_path / "seed-2")]) == 1.0  # (0.5 + 1.5) / 2
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "log.jsonl").write_text('{"step": 1}\n')  # written before step times were logged
+    assert math.isnan(training_minutes([str(tmp_path / "seed-1"), str(tmp_path / "old")]))
+    assert math.isnan(training_minutes([]))
+
+
 def test_command_refuses_an_unknown_model_before_any_work(tmp_path):
     from pyterrier_tite.cli import main
 
@@ -227,6 +240,9 @@ def test_distill_rerankers_end_to_end(irds_home, tite_cache, tmp_path):
     table = pd.read_csv(out / "results.csv")
     assert set(table["name"]) == {"BM25", "teacher", "sparse-w4"}
     assert (table["dataset"] == "dl19").all() and table["nDCG@10"].between(0, 1).all()
+    minutes = dict(zip(table["name"], table["train min"], strict=True))  # the trained model's time, no one else's
+    assert minutes["sparse-w4"] == training_minutes([str(out / "sparse-w4" / "seed-42")]) >= 0
+    assert math.isnan(minutes["BM25"]) and math.isnan(minutes["teacher"])
     # a rerun finds the model finished: no training, same table
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert again.returncode == 0 and "training sparse-w4" not in again.stdout

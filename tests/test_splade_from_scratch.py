@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from pyterrier_tite.cli.recipes import finished_steps
+from pyterrier_tite.cli.recipes import finished_steps, training_minutes
 from pyterrier_tite.cli.splade_from_scratch import fine_tuning_folders
 
 
@@ -39,6 +39,9 @@ def test_splade_from_scratch_end_to_end(irds_home, tite_cache, tmp_path):
     splade = table.iloc[1]
     assert 0 <= splade["nDCG@10"] <= 1 and 0 <= splade["nDCG@10 p-value"] <= 1
     assert splade["index MB"] > 0 and splade["FLOPS"] >= 0 and splade["postings/doc"] > 0
+    pretraining_and_fine_tuning = training_minutes([str(out / "mlm")]) + training_minutes([str(out / "splade")])
+    assert splade["train min"] == pytest.approx(pretraining_and_fine_tuning, rel=1e-9) and splade["train min"] > 0
+    assert np.isnan(table.iloc[0]["train min"])
     assert table.iloc[0]["nDCG@10"] == pytest.approx(0.3276, abs=1e-4)  # BM25 on cranfield (docs/results.md)
 
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)

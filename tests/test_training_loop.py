@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 
@@ -10,7 +11,7 @@ import torch
 from _torchrun import torchrun
 from torch import nn
 
-from pyterrier_tite.training.loop import Trainer, TrainingArguments, steps_for
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, steps_for, training_seconds
 
 TRUE_W = torch.tensor([[1.5, -2.0, 0.5]])
 
@@ -90,6 +91,27 @@ def test_resume_continues_the_same_run(tmp_path):
     for a, b in zip(straight.parameters(), resumed.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert [h["loss"] for h in resumed_history] == pytest.approx([h["loss"] for h in history])
+
+
+def test_log_records_step_times_and_their_sum_survives_a_resume(tmp_path):
+    """Every log row carries its step's wall time; a resumed run's training time sums all its steps, the steps
+    redone after the checkpoint counted once (their rows were dropped)."""
+
+    def crash_at_step_3(model, batch, step):
+        if step == 3:
+            raise KeyboardInterrupt
+        return mse(model, batch, step)
+
+    with pytest.raises(KeyboardInterrupt):  # checkpoint at step 2, rows of steps 1-3 written
+        run(tmp_path, "a", size=3, steps=6, loss_fn=crash_at_step_3, save_every=2)
+    run(tmp_path, "a", size=3, steps=6, save_every=2)  # resumes at step 2: step 3 is redone
+    rows = [json.loads(line) for line in open(tmp_path / "a" / "log.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6] and all(r["seconds"] > 0 for r in rows)
+    assert training_seconds(str(tmp_path / "a")) == pytest.approx(sum(r["seconds"] for r in rows))
+    assert training_seconds(str(tmp_path / "nothing")) is None
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "log.jsonl").write_text('{"step": 1, "seconds": 2.0}\n{"step": 2}\n')
+    assert training_seconds(str(tmp_path / "old")) is None  # a log from before step times: no partial sum
 
 
 @pytest.mark.parametrize(

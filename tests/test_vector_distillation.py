@@ -169,6 +169,8 @@ def test_distill_tite_command_trains_saves_and_ends_with_experiment_tables(teach
         for n in ("BM25", "teacher (bert)", "TITE, not distilled", "TITE, distilled")
     ]  # fmt: skip
     assert all(0.0 <= float(r["nDCG@10"]) <= 1.0 for r in rows)
+    minutes = {r["name"]: r["train min"] for r in rows}  # only the distilled student was trained here
+    assert float(minutes["TITE, distilled"]) >= 0 and minutes["TITE, not distilled"] == minutes["BM25"] == ""
     (distilled,) = [k for k in os.listdir(out / "eval") if k.startswith("TITE__distilled-")]
     assert os.path.isdir(out / "eval" / distilled / "local__cranfield-graded.flex")
 

@@ -19,7 +19,13 @@ import argparse
 import os
 
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import finished_steps, model_dtype, recipe_precision, variants_and_seeds
+from pyterrier_tite.cli.recipes import (
+    finished_steps,
+    model_dtype,
+    recipe_precision,
+    training_minutes,
+    variants_and_seeds,
+)
 from pyterrier_tite.cli.recipes import names as _names
 
 VARIANTS = {"aggretriever": {"agg_dim": 640, "cls_dim": 128}, "cls": {"agg_dim": 0, "cls_dim": 128}}
@@ -134,6 +140,7 @@ def run_aggretriever_vs_cls(args: argparse.Namespace) -> int:
     table = dense_seed_experiment(
         systems, collections, index_root, comparisons=comparisons(variants), verbose=not args.quiet
     )
+    table["train min"] = table["name"].map({v: training_minutes([folder[v, s] for s in seeds]) for v in variants})
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
         print(table.to_string(index=False))

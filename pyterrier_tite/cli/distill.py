@@ -15,7 +15,7 @@ import argparse
 import os
 
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import model_dtype, recipe_precision
+from pyterrier_tite.cli.recipes import model_dtype, recipe_precision, training_minutes
 from pyterrier_tite.cli.recipes import names as _names
 from pyterrier_tite.start_points import resolve
 
@@ -123,6 +123,7 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     }
     table = dense_experiment(models, collections, os.path.join(args.output_dir, "eval"), baseline=teacher_name,
                              verbose=not args.quiet)  # fmt: skip
+    table["train min"] = table["name"].map({"TITE, distilled": training_minutes([args.output_dir])})
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(table.to_string(index=False))

@@ -19,7 +19,13 @@ import os
 import re
 
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import finished_steps, model_dtype, recipe_precision, variants_and_seeds
+from pyterrier_tite.cli.recipes import (
+    finished_steps,
+    model_dtype,
+    recipe_precision,
+    training_minutes,
+    variants_and_seeds,
+)
 from pyterrier_tite.cli.recipes import names as _names
 
 DEFAULT_MODELS = "mono,sparse-w4"
@@ -180,6 +186,8 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
         systems = {"teacher": [teacher], **systems}
         against["teacher"] = ["BM25"]
     table = rerank_experiment(systems, collections, depth=args.eval_depth, comparisons=against)
+    minutes = {v: training_minutes([os.path.join(args.output_dir, v, f"seed-{s}") for s in seeds]) for v in variants}
+    table["train min"] = table["name"].map(minutes)
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
         print(table.to_string(index=False))

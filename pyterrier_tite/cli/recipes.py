@@ -1,12 +1,13 @@
 """What the recipe commands (``distill-tite``, ``distill-rerankers``, ``aggretriever-vs-cls``,
-``splade-from-scratch``) share: comma lists, the variants x seeds they train, their precision, and how a rerun
-tells a finished model folder from an unfinished one."""
+``splade-from-scratch``) share: comma lists, the variants x seeds they train, their precision, how a rerun
+tells a finished model folder from an unfinished one, and the training time their tables report."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 def names(value: str) -> list[str]:
@@ -51,3 +52,14 @@ def finished_steps(folder: str) -> int:
         return 0
     with open(log) as f:
         return sum(1 for line in f if line.strip())
+
+
+def training_minutes(folders: Sequence[str]) -> float:
+    """Mean wall-clock training minutes of model folders (each summed from its log, resumes included); NaN when a
+    folder's log does not record step times, so a table never shows a partial figure as the cost."""
+    from pyterrier_tite.training.loop import training_seconds
+
+    seconds = [training_seconds(folder) for folder in folders]
+    if not seconds or any(s is None for s in seconds):
+        return math.nan
+    return sum(seconds) / len(seconds) / 60

@@ -23,7 +23,7 @@ import dataclasses
 import os
 
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import finished_steps, recipe_precision
+from pyterrier_tite.cli.recipes import finished_steps, recipe_precision, training_minutes
 from pyterrier_tite.cli.recipes import names as _names
 
 
@@ -231,6 +231,10 @@ def run_splade_from_scratch(args: argparse.Namespace) -> int:
         table = evaluate(folders[args.seed], collections, index_root, verbose=not args.quiet)
     else:
         table = evaluate_seeds(list(folders.values()), collections, index_root, verbose=not args.quiet)
+    # one model's cost: the shared pretraining plus a fine-tuning (mean over the seeds)
+    table["train min"] = table["name"].map(
+        {MODEL_NAME: training_minutes([mlm]) + training_minutes(list(folders.values()))}
+    )
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(table.to_string(index=False))

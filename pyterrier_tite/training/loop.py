@@ -9,6 +9,9 @@ The loop knows nothing about models or losses. A caller gives it
 - ``save_fn(model, path)``: writes a loadable model folder (e.g. ``save_pretrained``); called for checkpoints and
   for the final model.
 
+Each log row also carries ``seconds``, the wall time of that optimizer step (data, forward, backward, update), so a
+run's training time is the sum over its log, a resumed run included (``training_seconds``).
+
 Data parallelism averages gradients with one all-reduce per optimizer step instead of wrapping the model in
 ``DistributedDataParallel``: the losses call model methods other than ``forward`` (query/doc encoders), which DDP's
 forward hooks would not see.
@@ -20,6 +23,7 @@ import json
 import math
 import os
 import random
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -281,6 +285,7 @@ class Trainer:
             total=args.max_steps, initial=self.step, desc="training", disable=not (args.verbose and self.is_main)
         )
         while self.step < args.max_steps:
+            started = time.perf_counter()
             totals: dict[str, float] = {}
             for _ in range(args.grad_accumulation):
                 with autocast(self.device, args.precision):
@@ -304,6 +309,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
             totals["step"] = self.step
+            totals["seconds"] = round(time.perf_counter() - started, 4)
             self.history.append(totals)
             if self.is_main:
                 with open(os.path.join(args.output_dir, "log.jsonl"), "a") as log:
@@ -356,6 +362,15 @@ def _split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
         loss, parts = output
         return loss, {k: float(v) for k, v in parts.items()}
     return output, {}
+
+
+def training_seconds(output_dir: str) -> float | None:
+    """Wall-clock seconds of the steps in ``output_dir/log.jsonl`` (the sum of their ``seconds``); None when there is
+    no log or a row lacks the field (a log written before it existed), since a partial sum would understate."""
+    rows = _read_log(os.path.join(output_dir, "log.jsonl"))
+    if not rows or any("seconds" not in row for row in rows):
+        return None
+    return float(sum(row["seconds"] for row in rows))
 
 
 def _read_log(path: str) -> list[dict[str, float]]:
