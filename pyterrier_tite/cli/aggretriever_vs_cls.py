@@ -23,6 +23,7 @@ from pyterrier_tite.cli.recipes import (
     finished_steps,
     model_dtype,
     recipe_precision,
+    seed_folders,
     training_minutes,
     variants_and_seeds,
 )
@@ -103,7 +104,7 @@ def run_aggretriever_vs_cls(args: argparse.Namespace) -> int:
     base.precision = recipe_precision(args)
     dtype = model_dtype(base.precision)
     start = resolve(args.start)
-    folder = {(v, s): os.path.join(args.output_dir, v, f"seed-{s}") for v in variants for s in seeds}
+    folder = seed_folders(args.output_dir, variants, seeds)
     todo = [key for key, path in folder.items() if finished_steps(path) < args.max_steps]
     if todo:
         retriever = bm25(args.dataset, num_results=args.depth)

@@ -23,6 +23,7 @@ from pyterrier_tite.cli.recipes import (
     finished_steps,
     model_dtype,
     recipe_precision,
+    seed_folders,
     training_minutes,
     variants_and_seeds,
 )
@@ -141,23 +142,18 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
     teacher = OfflineTeacher.default(
         os.path.join(args.output_dir, "teacher-cache"), dtype=dtype, verbose=not args.quiet
     )
-    todo = [
-        (v, s)
-        for v in variants
-        for s in seeds
-        if finished_steps(os.path.join(args.output_dir, v, f"seed-{s}")) < args.max_steps
-    ]
+    folder = seed_folders(args.output_dir, variants, seeds)
+    todo = [key for key, path in folder.items() if finished_steps(path) < args.max_steps]
     if todo:
         pool = training_candidates(_names(args.sources), training_bm25, args.depth, args.max_queries, seed=42)
         scored = teacher(pool)
         qrels, scores = teacher_labels(scored, args.positives), teacher_frame(scored)
         print(f"{pool['qid'].nunique()} training queries, {len(pool)} candidates; precision {base.precision}")
     for variant, seed in todo:
-        folder = os.path.join(args.output_dir, variant, f"seed-{seed}")
-        print(f"training {variant}, seed {seed} -> {folder}")
+        print(f"training {variant}, seed {seed} -> {folder[variant, seed]}")
         seed_everything(seed)  # the fresh head starts from the seed
         reranker = build_variant(variant, start)
-        targs = dataclasses.replace(base, output_dir=folder, seed=seed)
+        targs = dataclasses.replace(base, output_dir=folder[variant, seed], seed=seed)
         train_reranker(
             reranker,
             pool,
@@ -174,9 +170,7 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
         return 0
     systems = {
         v: [
-            CrossEncoderReranker.from_pretrained(
-                os.path.join(args.output_dir, v, f"seed-{s}"), batch_size=args.score_batch_size, dtype=dtype
-            )
+            CrossEncoderReranker.from_pretrained(folder[v, s], batch_size=args.score_batch_size, dtype=dtype)
             for s in seeds
         ]
         for v in variants
@@ -186,8 +180,7 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
         systems = {"teacher": [teacher], **systems}
         against["teacher"] = ["BM25"]
     table = rerank_experiment(systems, collections, depth=args.eval_depth, comparisons=against)
-    minutes = {v: training_minutes([os.path.join(args.output_dir, v, f"seed-{s}") for s in seeds]) for v in variants}
-    table["train min"] = table["name"].map(minutes)
+    table["train min"] = table["name"].map({v: training_minutes([folder[v, s] for s in seeds]) for v in variants})
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
         print(table.to_string(index=False))

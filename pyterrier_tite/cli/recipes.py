@@ -30,6 +30,11 @@ def variants_and_seeds(models: str, seeds: str, check: Callable[[str], object]) 
     return variants, numbers
 
 
+def seed_folders(output_dir: str, variants: list[str], seeds: list[int]) -> dict[tuple[str, int], str]:
+    """(variant, seed) -> the model folder a recipe trains it into: ``<output-dir>/<variant>/seed-<seed>``."""
+    return {(v, s): os.path.join(output_dir, v, f"seed-{s}") for v in variants for s in seeds}
+
+
 def recipe_precision(args: argparse.Namespace) -> str:
     """``--precision``, else bf16 where the hardware computes it natively (GPU or CPU), else fp32."""
     from pyterrier_tite.devices import cpu_has_native_bf16, default_precision
