@@ -178,6 +178,9 @@ def test_variants_and_their_comparisons():
     assert against["sparse-w4"] == ["BM25", "sparse-winf"] and against["sparse-winf"] == ["BM25"]
     assert against["celi-mono"] == ["BM25", "mono"] and against["celi-w4"] == ["BM25", "sparse-w4"]
     assert against["celi-w16"] == ["BM25"]  # no sparse-w16 trained: nothing to pair it with
+    sweep = comparisons(["sparse-w0", "sparse-w16", "sparse-w4", "mono"])  # no full attention: the widest window
+    assert sweep["sparse-w0"] == sweep["sparse-w4"] == ["BM25", "sparse-w16"] and sweep["sparse-w16"] == ["BM25"]
+    assert comparisons(["sparse-w4"]) == {"sparse-w4": ["BM25"]}
 
 
 def test_finished_steps_counts_only_a_saved_model(tmp_path):

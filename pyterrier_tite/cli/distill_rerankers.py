@@ -52,13 +52,21 @@ def parse_variant(name: str) -> dict:
 
 
 def comparisons(variants: list[str]) -> dict[str, list[str]]:
-    """What each variant is tested against: BM25; a windowed SparseCE also against full attention (``sparse-winf``);
-    CELI against the same backbone's [CLS] model (``celi-mono`` vs ``mono``, ``celi-w<k>`` vs ``sparse-w<k>``)."""
+    """What each variant is tested against: BM25; a windowed SparseCE also against the widest attention in the run
+    (full attention, ``sparse-winf``, when it is trained; so a window sweep pairs every window with it); CELI against
+    the same backbone's [CLS] model (``celi-mono`` vs ``mono``, ``celi-w<k>`` vs ``sparse-w<k>``)."""
+    sparse = [v for v in variants if v.startswith("sparse-w")]
+
+    def width(variant: str) -> float:
+        w = parse_variant(variant)["w"]
+        return float("inf") if w is None else w
+
+    widest = max(sparse, key=width, default=None)
     out = {}
     for v in variants:
         against = ["BM25"]
-        if v.startswith("sparse-w") and v != "sparse-winf" and "sparse-winf" in variants:
-            against.append("sparse-winf")
+        if v in sparse and v != widest:
+            against.append(widest)
         if v.startswith("celi-"):
             base = "mono" if v == "celi-mono" else "sparse-" + v[len("celi-") :]
             if base in variants:
