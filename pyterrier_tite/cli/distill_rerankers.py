@@ -178,7 +178,9 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
         return 0
     systems = {
         v: [
-            CrossEncoderReranker.from_pretrained(folder[v, s], batch_size=args.score_batch_size, dtype=dtype)
+            CrossEncoderReranker.from_pretrained(
+                folder[v, s], batch_size=args.score_batch_size, dtype=dtype, verbose=not args.quiet
+            )
             for s in seeds
         ]
         for v in variants
