@@ -214,6 +214,37 @@ def test_command_refuses_an_unknown_model_before_any_work(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_reference_dir_needs_the_same_models_trained_to_the_same_steps(tmp_path):
+    """--reference-dir compares a recipe change (e.g. other --sources) model by model, so every counterpart must exist
+    at exactly --max-steps; the check runs before any training, and a reference row is named after its folder."""
+    from pyterrier_tite.cli import main
+    from pyterrier_tite.cli.distill_rerankers import reference_folders, reference_names
+
+    ours, theirs = tmp_path / "ict", tmp_path / "msmarco"
+    for seed, steps in ((1, 4), (2, 3)):
+        folder = theirs / "sparse-w4" / f"seed-{seed}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"")
+        (folder / "log.jsonl").write_text('{"step": 1}\n' * steps)
+    with pytest.raises(SystemExit, match=r"seed-2 \(3 steps\)"):
+        reference_folders(str(theirs), str(ours), ["sparse-w4"], [1, 2], max_steps=4)
+    with pytest.raises(SystemExit, match=r"seed-1 \(0 steps\)"):  # a variant the reference never trained
+        reference_folders(str(theirs), str(ours), ["sparse-w4", "mono"], [1], max_steps=4)
+    with pytest.raises(SystemExit, match="another folder"):
+        reference_folders(str(theirs) + "/", str(theirs), ["sparse-w4"], [1], max_steps=4)
+    assert reference_folders(str(theirs), str(ours), ["sparse-w4"], [1], max_steps=4) == {
+        ("sparse-w4", 1): str(theirs / "sparse-w4" / "seed-1")
+    }
+    assert reference_names(["sparse-w4", "mono"], str(theirs) + "/") == {
+        "sparse-w4": "sparse-w4 @ msmarco",
+        "mono": "mono @ msmarco",
+    }
+    with pytest.raises(SystemExit, match="--max-steps 4"):
+        main(["distill-rerankers", "--models", "sparse-w4", "--seeds", "1,2", "--max-steps", "4",
+              "--output-dir", str(ours), "--reference-dir", str(theirs)])  # fmt: skip
+    assert not ours.exists()
+
+
 def test_training_candidates_of_pseudo_queries(irds_home, tite_cache):
     from pyterrier_tite.pt.first_stage import training_bm25
     from pyterrier_tite.training.reranker_distillation import training_candidates

@@ -75,6 +75,27 @@ def comparisons(variants: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def reference_folders(
+    reference_dir: str, output_dir: str, variants: list[str], seeds: list[int], max_steps: int
+) -> dict[tuple[str, int], str]:
+    """(variant, seed) -> its model folder in ``reference_dir``: the same variants and seeds trained there with
+    another recipe (e.g. other ``--sources``). Refused unless each one is trained to exactly ``max_steps``, since a
+    comparison at another step count would not isolate the recipe's difference."""
+    if os.path.realpath(reference_dir) == os.path.realpath(output_dir):
+        raise SystemExit("--reference-dir must be another folder than --output-dir")
+    folders = seed_folders(reference_dir, variants, seeds)
+    wrong = [f"{path} ({finished_steps(path)} steps)" for path in folders.values() if finished_steps(path) != max_steps]
+    if wrong:
+        raise SystemExit(f"--reference-dir needs every model trained to --max-steps {max_steps}: " + ", ".join(wrong))
+    return folders
+
+
+def reference_names(variants: list[str], reference_dir: str) -> dict[str, str]:
+    """variant -> the table row of its counterpart in ``reference_dir``: ``<variant> @ <folder name>``."""
+    label = os.path.basename(os.path.normpath(reference_dir))
+    return {v: f"{v} @ {label}" for v in variants}
+
+
 def build_variant(name: str, start: str, **kwargs):
     """A new reranker of the variant from ``start`` (fresh heads: seed torch first; the fresh-weights warning is
     silenced, since the recipe trains them next)."""
@@ -124,6 +145,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--eval-depth", type=int, default=100, help="BM25 candidates re-ranked per test query")
     parser.add_argument("--no-teacher-row", action="store_true", help="leave the teacher out of the final table")
+    parser.add_argument(
+        "--reference-dir",
+        default=None,
+        help="another --output-dir with the same models and seeds trained to the same steps on other data: each is "
+        "evaluated as '<variant> @ <folder name>' and paired with its counterpart",
+    )
     add_training_arguments(parser, learning_rate=2e-4, max_steps=600, warmup_steps=50, batch_size=None)
     parser.set_defaults(func=run_distill_rerankers)
 
@@ -143,6 +170,12 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.rerankers import train_reranker
 
     variants, seeds = variants_and_seeds(args.models, args.seeds, parse_variant)
+    folder = seed_folders(args.output_dir, variants, seeds)
+    reference = (
+        reference_folders(args.reference_dir, args.output_dir, variants, seeds, args.max_steps)
+        if args.reference_dir
+        else {}
+    )
     base = training_arguments(args)
     base.precision = recipe_precision(args)
     dtype = model_dtype(base.precision)
@@ -150,7 +183,6 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
     teacher = OfflineTeacher.default(
         os.path.join(args.output_dir, "teacher-cache"), dtype=dtype, verbose=not args.quiet
     )
-    folder = seed_folders(args.output_dir, variants, seeds)
     todo = [key for key, path in folder.items() if finished_steps(path) < args.max_steps]
     if todo:
         pool = training_candidates(_names(args.sources), training_bm25, args.depth, args.max_queries, seed=42)
@@ -186,11 +218,23 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
         for v in variants
     }
     against = comparisons(variants)
+    train_minutes = {v: training_minutes([folder[v, s] for s in seeds]) for v in variants}
+    if reference:
+        for v, name in reference_names(variants, args.reference_dir).items():
+            systems[name] = [
+                CrossEncoderReranker.from_pretrained(
+                    reference[v, s], batch_size=args.score_batch_size, dtype=dtype, verbose=not args.quiet
+                )
+                for s in seeds
+            ]
+            against[v].append(name)
+            against[name] = ["BM25"]
+            train_minutes[name] = training_minutes([reference[v, s] for s in seeds])
     if not args.no_teacher_row:
         systems = {"teacher": [teacher], **systems}
         against["teacher"] = ["BM25"]
     table = rerank_experiment(systems, collections, depth=args.eval_depth, comparisons=against)
-    table["train min"] = table["name"].map({v: training_minutes([folder[v, s] for s in seeds]) for v in variants})
+    table["train min"] = table["name"].map(train_minutes)
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
         print(table.to_string(index=False))
