@@ -84,7 +84,8 @@ def reference_folders(
     if os.path.realpath(reference_dir) == os.path.realpath(output_dir):
         raise SystemExit("--reference-dir must be another folder than --output-dir")
     folders = seed_folders(reference_dir, variants, seeds)
-    wrong = [f"{path} ({finished_steps(path)} steps)" for path in folders.values() if finished_steps(path) != max_steps]
+    steps = {path: finished_steps(path) for path in folders.values()}
+    wrong = [f"{path} ({n} steps)" for path, n in steps.items() if n != max_steps]
     if wrong:
         raise SystemExit(f"--reference-dir needs every model trained to --max-steps {max_steps}: " + ", ".join(wrong))
     return folders
@@ -208,33 +209,27 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
     collections = _names(args.evaluate)
     if not collections:
         return 0
-    systems = {
-        v: [
-            CrossEncoderReranker.from_pretrained(
-                folder[v, s], batch_size=args.score_batch_size, dtype=dtype, verbose=not args.quiet
-            )
-            for s in seeds
-        ]
-        for v in variants
-    }
+    model_folders = {v: [folder[v, s] for s in seeds] for v in variants}  # table row -> its model per seed
     against = comparisons(variants)
-    train_minutes = {v: training_minutes([folder[v, s] for s in seeds]) for v in variants}
     if reference:
         for v, name in reference_names(variants, args.reference_dir).items():
-            systems[name] = [
-                CrossEncoderReranker.from_pretrained(
-                    reference[v, s], batch_size=args.score_batch_size, dtype=dtype, verbose=not args.quiet
-                )
-                for s in seeds
-            ]
+            model_folders[name] = [reference[v, s] for s in seeds]
             against[v].append(name)
             against[name] = ["BM25"]
-            train_minutes[name] = training_minutes([reference[v, s] for s in seeds])
+    systems = {
+        name: [
+            CrossEncoderReranker.from_pretrained(
+                path, batch_size=args.score_batch_size, dtype=dtype, verbose=not args.quiet
+            )
+            for path in paths
+        ]
+        for name, paths in model_folders.items()
+    }
     if not args.no_teacher_row:
         systems = {"teacher": [teacher], **systems}
         against["teacher"] = ["BM25"]
     table = rerank_experiment(systems, collections, depth=args.eval_depth, comparisons=against)
-    table["train min"] = table["name"].map(train_minutes)
+    table["train min"] = table["name"].map({name: training_minutes(paths) for name, paths in model_folders.items()})
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
         print(table.to_string(index=False))
