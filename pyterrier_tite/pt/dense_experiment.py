@@ -10,7 +10,6 @@ and weights' modification time), so a retrained model is indexed again.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
@@ -20,29 +19,12 @@ from pyterrier.measures import nDCG
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
 from pyterrier_tite.pt.first_stage import bm25, trec_dl_bm25
+from pyterrier_tite.pt.model_keys import model_key, slug
 from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
 from pyterrier_tite.text import document_text, text_fields
 
 #: the TREC DL aliases whose mirrored passages are only the BM25 candidates: re-ranked, not retrieved
 RERANKED = {"dl19": "2019", "dl20": "2020", datasets.ALIASES["dl19"]: "2019", datasets.ALIASES["dl20"]: "2020"}
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "__", text)
-
-
-def model_key(name: str, source: object) -> str:
-    """``name`` + a hash of what a model was loaded from (``source``: its resolved folder, or any repr-able
-    description) and, for a folder, its weight files' modification times: the folder name of its cached indexes,
-    new whenever the checkpoint is rewritten."""
-    import glob
-    import hashlib
-
-    stamp = repr(source)
-    if isinstance(source, str) and os.path.isdir(source):
-        weights = sorted(glob.glob(os.path.join(source, "*.safetensors")) + glob.glob(os.path.join(source, "*.bin")))
-        stamp += "".join(f"{w}:{os.path.getmtime(w)}" for w in weights)
-    return f"{_slug(name)}-{hashlib.sha256(stamp.encode()).hexdigest()[:10]}"
 
 
 def dense_pipeline(model: DenseBiEncoder, name: str, dataset: str, index_root: str, verbose: bool = True):
@@ -54,7 +36,7 @@ def dense_pipeline(model: DenseBiEncoder, name: str, dataset: str, index_root: s
         return trec_dl_bm25(RERANKED[dataset]) >> model.scorer()
     dataset_id = datasets.irds_id(dataset)
     index = pyterrier_dr.FlexIndex(
-        os.path.join(index_root, model_key(name, model.source or id(model)), _slug(dataset_id) + ".flex")
+        os.path.join(index_root, model_key(name, model.source or id(model)), slug(dataset_id) + ".flex")
     )
     if not index.built():
         fields = text_fields(dataset_id)

@@ -18,6 +18,7 @@ from pyterrier.measures import nDCG
 from scipy import stats
 
 from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
+from pyterrier_tite.pt.score_cache import cached_scores
 
 BM25 = "BM25"
 
@@ -82,11 +83,14 @@ def rerank_experiment(
     comparisons: Mapping[str, Sequence[str]] | None = None,
     measure=nDCG @ 10,
     with_bm25: bool = True,
+    score_cache: str | None = None,
+    verbose: bool = False,
 ) -> pd.DataFrame:
     """One block of rows per collection: ``dataset, name, seeds, <measure>, std, vs, delta, ci_low, ci_high, p``.
 
     ``systems``: name -> its re-rankers (one per seed); ``comparisons``: name -> the names it is tested against
-    (``'BM25'`` is available when ``with_bm25``)."""
+    (``'BM25'`` is available when ``with_bm25``); ``score_cache``: a folder where re-rankers loaded from folders keep
+    their scores for the next evaluation (:mod:`~pyterrier_tite.pt.score_cache`; ``verbose`` reports its hits)."""
     comparisons = dict(comparisons or {})
     tables = []
     for dataset in collections:
@@ -98,7 +102,8 @@ def rerank_experiment(
             runs[name] = []
             for i, model in enumerate(models):
                 run_name = f"{name} #{i}"
-                frames[run_name] = model(first_stage).drop(columns=["text"])
+                with cached_scores(model, score_cache, dataset, verbose) as scorer:
+                    frames[run_name] = scorer(first_stage).drop(columns=["text"])
                 runs[name].append(run_name)
         values = per_query(frames, topics, qrels, measure)
         rows = summarise(values, runs, comparisons)
