@@ -4,6 +4,7 @@
 """
 
 from pyterrier_tite.ops._extension import backends, extension
+from pyterrier_tite.ops.dropout import Dropout, dropout, use_fast_dropout
 from pyterrier_tite.ops.pooling import packed_mean_pool, packed_mean_pool_reference, pooled_cu_seqlens, pooled_lengths
 from pyterrier_tite.ops.window_attention import (
     KeyGroup,
@@ -18,16 +19,19 @@ from pyterrier_tite.ops.window_attention import (
 )
 
 __all__ = [
+    "Dropout",
     "KeyGroup",
     "backends",
     "band_mask",
     "dense_attention_inputs",
+    "dropout",
     "extension",
     "packed_mean_pool",
     "packed_mean_pool_reference",
     "pooled_cu_seqlens",
     "pooled_lengths",
     "unwindow_matmul",
+    "use_fast_dropout",
     "unwindow_matmul_reference",
     "window_attention",
     "window_attention_reference",

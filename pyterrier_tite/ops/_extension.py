@@ -66,8 +66,9 @@ def backends() -> dict[str, list[str]]:
 
 
 def choose_backend(op: str, device: torch.device, requested: str | None) -> str:
-    """The backend to run ``op`` on ``device``: ``requested``, else $PYTERRIER_TITE_BACKEND, else the fastest."""
-    requested = requested or os.environ.get(_BACKEND_ENV) or None
+    """The backend to run ``op`` on ``device``: ``requested``, else $PYTERRIER_TITE_BACKEND_<OP> (e.g.
+    ``PYTERRIER_TITE_BACKEND_DROPOUT=torch``: one op alone), else $PYTERRIER_TITE_BACKEND, else the fastest."""
+    requested = requested or os.environ.get(f"{_BACKEND_ENV}_{op.upper()}") or os.environ.get(_BACKEND_ENV) or None
     candidates = [name for name, available in _REGISTRY[op] if available()]
     if requested is not None:
         if requested not in {name for name, _ in _REGISTRY[op]}:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from pyterrier_tite.ops._extension import choose_backend, has_csrc, has_triton, register_backends
+from pyterrier_tite.ops.dropout import dropout as dropout_op
 
 
 def _has_op(name: str) -> bool:
@@ -293,7 +294,7 @@ def _window_attention_torch(q, k, v, window, lengths, groups, scale, dropout: fl
     probs = torch.cat(scores, -1).masked_fill(~torch.cat(masks, -1), float("-inf")).softmax(-1)
     probs = probs * rows[:, None, :, None]
     if dropout:
-        probs = F.dropout(probs, dropout)
+        probs = dropout_op(probs, dropout)
     out = _unwindow_matmul_torch(probs[..., probs.shape[-1] - 2 * window - 1 :], v.to(acc), window)
     start = 0
     for g, values in zip(groups, group_values, strict=True):

@@ -9,6 +9,9 @@ The loop knows nothing about models or losses. A caller gives it
 - ``save_fn(model, path)``: writes a loadable model folder (e.g. ``save_pretrained``); called for checkpoints and
   for the final model.
 
+Plain ``nn.Dropout`` modules of the model are swapped for the counter-based CPU kernel
+(:mod:`pyterrier_tite.ops.dropout`: the same dropout, drawn several times faster on a CPU; other devices keep theirs).
+
 Each log row also carries ``seconds``, the wall time of that optimizer step (data, forward, backward, update), so a
 run's training time is the sum over its log, a resumed run included (``training_seconds``).
 
@@ -36,6 +39,7 @@ from torch import nn
 
 from pyterrier_tite.cpu_allocator import keep_large_blocks
 from pyterrier_tite.devices import autocast, precision_dtype
+from pyterrier_tite.ops.dropout import use_fast_dropout
 
 CHECKPOINT = "checkpoint"
 STATE_FILE = "trainer_state.pt"
@@ -149,6 +153,7 @@ class Trainer:
         args: TrainingArguments,
     ):
         self.model = model
+        use_fast_dropout(model)
         self.batches = batches
         self.loss_fn = loss_fn
         self.save_fn = save_fn
