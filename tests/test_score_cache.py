@@ -87,3 +87,19 @@ def test_weights_without_a_folder_are_scored_afresh(folder, tmp_path):
     with cached_scores(SparseCE(folder), None, "toy") as scorer:  # no cache folder given
         assert isinstance(scorer, SparseCE)
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_model_sees_the_rows_in_input_order_so_bf16_batches_are_the_same(folder, tmp_path, monkeypatch):
+    """The cache groups its misses by query text; handed back in input order, every batch is what direct scoring
+    would build, so a bf16 model's scores (which move by an ulp with the batch composition) are the same too."""
+    inp = frame().sort_values("query", ascending=False, kind="stable").reset_index(drop=True)
+    assert inp["query"].nunique() > 1  # in descending query order: the cache's grouping would reverse the queries
+    model = SparseCE(folder, batch_size=4, dtype="bfloat16")
+    seen = []
+    transform = SparseCE.transform
+    monkeypatch.setattr(SparseCE, "transform", lambda self, f: seen.append(f["docno"].tolist()) or transform(self, f))
+    direct = model(inp)
+    with cached_scores(model, str(tmp_path / "cache"), "toy") as scorer:
+        cached = scorer(inp)
+    assert seen[1] == seen[0] == inp["docno"].tolist()
+    assert scores(cached).loc[scores(direct).index].tolist() == scores(direct).tolist()

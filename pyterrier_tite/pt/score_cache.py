@@ -9,6 +9,10 @@ modification times and every setting the scores depend on (class, attention patt
 precision and batch size, which moves bf16 scores by padding). A retrained checkpoint therefore gets a new cache
 rather than old scores. A model whose weights are not a folder (built in memory, or given a tokenizer of its own)
 has no stable key and is scored afresh each time.
+
+The cache hands its misses to the model grouped by query text; the model gets them back in input order, so a frame
+scored through an empty cache gets exactly the scores it gets without one (a bf16 model's scores move by an ulp with
+the composition of its batches, which reorders ties and moved nDCG@10 by 1e-4 on TREC DL 2020).
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ def scores_key(model: pt.Transformer) -> str | None:
     return model_key(type(model).__name__, os.path.realpath(source), settings)
 
 
+class _InInputOrder(pt.Transformer):
+    """``model`` on its input rows sorted back into their original order (the cache's frame keeps the row
+    positions as its index)."""
+
+    def __init__(self, model: pt.Transformer):
+        self.model = model
+
+    def transform_inputs(self):
+        return self.model.transform_inputs()
+
+    def transform(self, inp):
+        return self.model(inp.sort_index(kind="stable"))
+
+
 @contextmanager
 def cached_scores(model: pt.Transformer, root: str | None, dataset: str, verbose: bool = False):
     """``model`` behind its on-disk score cache for ``dataset`` under ``root`` (``model`` itself when ``root`` is
@@ -45,5 +63,5 @@ def cached_scores(model: pt.Transformer, root: str | None, dataset: str, verbose
 
     path = os.path.join(root, key, slug(str(dataset)))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with ScorerCache(path, model, verbose=verbose) as cache:
+    with ScorerCache(path, _InInputOrder(model), verbose=verbose) as cache:
         yield cache
