@@ -7,7 +7,8 @@ Scores live in a ``pyterrier_caching.ScorerCache`` (keyed by query text and docn
 (:func:`~pyterrier_tite.pt.model_keys.model_key`) made of the folder the weights were loaded from, their files'
 modification times and every setting the scores depend on (class, attention pattern, head, input caps, text column,
 precision and batch size, which moves bf16 scores by padding). A retrained checkpoint therefore gets a new cache
-rather than old scores. A model whose weights are not a folder (built in memory, or given a tokenizer of its own)
+rather than old scores; a change of the package's own scoring code is not part of the key (delete the cache after
+upgrading). A model whose weights are not a folder (built in memory, or given a tokenizer of its own)
 has no stable key and is scored afresh each time.
 
 The cache hands its misses to the model grouped by query text; the model gets them back in input order, so a frame
