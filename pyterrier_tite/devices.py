@@ -1,17 +1,20 @@
 """Where models run by default (the GPU when there is one, else the CPU) and in which precision.
 
 Precision names: ``fp32`` (float32 everywhere), ``bf16`` / ``fp16`` (autocast: matrix products in the low precision,
-softmax statistics, norms, losses and scores in float32). Defaults: bf16 on GPUs that support it, fp32 elsewhere,
-including CPUs with native bf16 (AVX-512 BF16 or AMX), where ``bf16`` is faster but opt-in: pass
-``dtype=torch.bfloat16`` to a model or ``--precision bf16`` to a command (see ``cpu_has_native_bf16``).
+softmax statistics, norms, losses and score heads in float32, see :func:`in_dtype`). Defaults: bf16 on GPUs that
+support it, fp32 elsewhere, including CPUs with native bf16 (AVX-512 BF16 or AMX), where ``bf16`` is faster but
+opt-in: pass ``dtype=torch.bfloat16`` to a model or ``--precision bf16`` to a command (see ``cpu_has_native_bf16``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -78,3 +81,41 @@ def autocast(device: str | torch.device, precision: str | torch.dtype | None) ->
     device_type = torch.device(device).type
     with torch.autocast(device_type, dtype=dtype) if dtype is not None else nullcontext():
         yield
+
+
+def as_dtype(value: T, dtype: torch.dtype) -> T:
+    """A floating-point tensor in ``dtype``; anything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+        return value.to(dtype)
+    return value
+
+
+def as_float32(value: T) -> T:
+    """A floating-point tensor in float32; anything else unchanged."""
+    return as_dtype(value, torch.float32)
+
+
+@contextmanager
+def autocast_off(device: str | torch.device) -> Iterator[None]:
+    """Leave an enclosing autocast region: operations inside run in their inputs' dtype."""
+    with torch.autocast(torch.device(device).type, enabled=False):
+        yield
+
+
+def in_dtype(dtype: torch.dtype, fn: Callable[..., T], *args, **kwargs) -> T:
+    """``fn(*args, **kwargs)`` with autocast off and every floating-point tensor argument in ``dtype``.
+
+    For the few cheap operations whose precision decides the result: losses and score heads. A score computed by a
+    bf16 matrix product keeps 8 significant bits, so scores of different documents tie (about 13 of 100 candidates
+    per query on TREC DL) and the ranking among them is arbitrary. Heads pass their weights' dtype: float32 under
+    autocast (the backbone stays in the low precision), the model's own dtype when a user cast it as a whole.
+    """
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    with autocast_off(device):
+        return fn(*(as_dtype(a, dtype) for a in args), **{key: as_dtype(v, dtype) for key, v in kwargs.items()})
+
+
+def in_float32(fn: Callable[..., T], *args, **kwargs) -> T:
+    """:func:`in_dtype` in float32: what every loss computes in."""
+    return in_dtype(torch.float32, fn, *args, **kwargs)

@@ -8,16 +8,18 @@ terms with LCE separately (``CeliHead.score_parts``) and scores with their sum.
 Heads read ``PairStates``, built from a standard cross-encoder's ``[CLS] q [SEP] d [SEP]`` output
 (``pair_states_from_bert``) or from the sparse cross-encoder's segments (``pair_states_from_sparse``), so the same
 head runs on either. Query states may be shared by all docs of a query (``query_index``): the sparse cross-encoder
-encodes the query once when it attends only to itself.
+encodes the query once when it attends only to itself. Heads compute in their weights' dtype, float32 under autocast
+whatever precision the backbone ran in (bf16 scores would tie; the heads are a small share of the work).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
+from pyterrier_tite.devices import as_dtype, autocast_off
 from pyterrier_tite.modeling.sparse_ce import Segments
 
 
@@ -36,6 +38,11 @@ class PairStates:
     doc: torch.Tensor
     doc_mask: torch.Tensor
     query_index: torch.Tensor | None = None
+
+    def to_dtype(self, dtype: torch.dtype) -> PairStates:
+        """The same states in ``dtype`` (masks and index unchanged): a head scores in its weights' dtype."""
+        cls, query, doc = (as_dtype(x, dtype) for x in (self.cls, self.query, self.doc))
+        return replace(self, cls=cls, query=query, doc=doc)
 
 
 def pair_states_from_bert(
@@ -77,6 +84,10 @@ class MeanPoolHead(nn.Module):
         self.linear = nn.Linear(hidden_size, 1)
 
     def forward(self, states: PairStates) -> torch.Tensor:
+        with autocast_off(states.cls.device):
+            return self._score(states.to_dtype(self.linear.weight.dtype))
+
+    def _score(self, states: PairStates) -> torch.Tensor:
         query, query_mask = _per_pair(states.query, states.query_mask, states.query_index)
         total = states.cls + _masked_sum(query, query_mask) + _masked_sum(states.doc, states.doc_mask)
         count = 1 + query_mask.sum(-1) + states.doc_mask.sum(-1)
@@ -97,6 +108,10 @@ class CeliHead(nn.Module):
 
     def score_parts(self, states: PairStates) -> tuple[torch.Tensor, torch.Tensor]:
         """(s_cls [N], s_late [N]): the two terms the paper trains with LCE separately."""
+        with autocast_off(states.cls.device):
+            return self._score_parts(states.to_dtype(self.cls.weight.dtype))
+
+    def _score_parts(self, states: PairStates) -> tuple[torch.Tensor, torch.Tensor]:
         s_cls = self.cls(states.cls).squeeze(-1)
         query, query_mask = _per_pair(self.token(states.query), without_last(states.query_mask), states.query_index)
         doc, doc_mask = self.token(states.doc), without_last(states.doc_mask)

@@ -4,9 +4,12 @@ input order; the input layouts come from :mod:`pyterrier_tite.tokenization.cross
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
+from pyterrier_tite.devices import in_dtype
 from pyterrier_tite.modeling.celi import (
     CeliHead,
     MeanPoolHead,
@@ -19,6 +22,14 @@ from pyterrier_tite.tokenization.cross_encoder import PairBatch, config_special_
 
 HEADS = ("cls", "mean", "celi")
 
+# The score heads of transformers' *ForSequenceClassification, on the first position of the last layer ([N, 1, H]), so
+# that they can run in float32 while the encoder runs under autocast (bf16 scores tie). A model type not listed runs
+# its own forward, head included, in the autocast precision.
+_SEQUENCE_CLASSIFIER_HEADS: dict[str, Callable[[nn.Module, torch.Tensor], torch.Tensor]] = {
+    "bert": lambda model, first: model.classifier(model.dropout(model.bert.pooler(first))),
+    "electra": lambda model, first: model.classifier(first),
+}
+
 
 class CrossEncoderScorer(nn.Module):
     """A cross-encoder backbone with one score head.
@@ -26,7 +37,8 @@ class CrossEncoderScorer(nn.Module):
     ``backbone``: a :class:`SparseCrossEncoder` (segments, windowed / asymmetric attention) or a
     ``transformers`` BERT / ELECTRA ``*ForSequenceClassification`` (full attention over ``[CLS] q [SEP] d [SEP]``).
     ``head``: ``"cls"`` uses the backbone's own score head (pooler + linear for BERT, dense + projection on [CLS]
-    for ELECTRA: the reference / monoBERT checkpoint formats, so published cross-encoders score unchanged),
+    for ELECTRA: the reference / monoBERT checkpoint formats, so published cross-encoders score unchanged; computed in
+    float32 under autocast, like every head),
     ``"mean"`` a :class:`MeanPoolHead`, ``"celi"`` a :class:`CeliHead`.
 
     ``source``: the checkpoint folder the weights were loaded from (None for an in-memory model, and once training
@@ -80,7 +92,12 @@ class CrossEncoderScorer(nn.Module):
         if self.is_sparse:
             return self.backbone(queries, docs).logits
         batch = self._pairs(queries, docs)
-        return self.backbone(**vars(batch)).logits.squeeze(-1)
+        head = _SEQUENCE_CLASSIFIER_HEADS.get(getattr(self.backbone.config, "model_type", None))
+        if head is None:
+            return self.backbone(**vars(batch)).logits.squeeze(-1)
+        hidden = self.backbone.base_model(**vars(batch)).last_hidden_state
+        dtype = next(self.backbone.classifier.parameters()).dtype
+        return in_dtype(dtype, head, self.backbone, hidden[:, :1]).squeeze(-1)
 
     def _states(self, queries, docs) -> PairStates:
         if self.is_sparse:

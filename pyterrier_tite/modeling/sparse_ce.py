@@ -8,7 +8,9 @@ Loads and saves the reference (webis-de/ecir24-sparse-cross-encoder) checkpoint 
 Layout per (query, doc) pair is that of ``[CLS] q [SEP] d [SEP]`` (positions 0.., token types 0/0/1), split into three
 segments. Each layer runs one joint-softmax attention per segment over its own keys plus the key groups its flags
 allow (``X_Y_attention``: rows of X see keys of Y); doc->doc is limited to ``+-attention_window_size``. With no
-``query_*`` flag the query only sees itself, so it is encoded once per query and shared by its docs.
+``query_*`` flag the query only sees itself, so it is encoded once per query and shared by its docs. The pooler and
+the score head run in their weights' dtype, float32 under autocast (:func:`pyterrier_tite.devices.in_dtype`): bf16
+scores would tie.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
+from pyterrier_tite.devices import in_dtype
 from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
 from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
 from pyterrier_tite.modeling.sparse_ce_config import FLAGS, SparseCrossEncoderConfig
@@ -291,7 +294,7 @@ class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
         cls = s.cls[:, 0]
         return SparseCrossEncoderModelOutput(
             last_cls_state=cls,
-            pooler_output=self.pooler(cls),
+            pooler_output=in_dtype(self.pooler.dense.weight.dtype, self.pooler, cls),
             segments=s,
             hidden_states=tuple(states) if states is not None else None,
         )
@@ -346,7 +349,8 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
                 logits=empty, pooler_output=empty.view(0, self.config.hidden_size), doc_query_index=index
             )
         out = self.bert(batch, output_hidden_states=output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output))
+        head = self.classifier.weight.dtype
+        logits = in_dtype(head, lambda pooled: self.classifier(self.dropout(pooled)), out.pooler_output)
         return SparseCrossEncoderOutput(
             logits=logits.squeeze(-1) if logits.shape[-1] == 1 else logits,
             pooler_output=out.pooler_output,

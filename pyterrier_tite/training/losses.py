@@ -14,20 +14,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from pyterrier_tite.devices import in_float32
+
 
 def full_precision(fn):
     """Run ``fn`` with autocast off and its floating-point tensor arguments in float32 (a loss computed inside an
     autocast region would otherwise do its products and reductions in bf16 / fp16)."""
 
-    def as_fp32(value):
-        return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        device_type = tensors[0].device.type if tensors else "cpu"
-        with torch.autocast(device_type, enabled=False):
-            return fn(*map(as_fp32, args), **{k: as_fp32(v) for k, v in kwargs.items()})
+        return in_float32(fn, *args, **kwargs)
 
     return wrapper
 
