@@ -59,6 +59,14 @@ def test_any_setting_that_moves_the_scores_gets_its_own_key(folder, settings):
     assert scores_key(SparseCE(folder, **settings)) != scores_key(SparseCE(folder))
 
 
+def test_a_release_that_changes_the_scoring_code_gets_a_fresh_cache(folder, monkeypatch):
+    from pyterrier_tite.pt import score_cache
+
+    before = scores_key(SparseCE(folder))
+    monkeypatch.setattr(score_cache, "SCORING_REVISION", score_cache.SCORING_REVISION + 1)
+    assert scores_key(SparseCE(folder)) != before
+
+
 def test_a_rewritten_checkpoint_gets_a_fresh_cache(folder, tmp_path):
     inp = frame()
     root = str(tmp_path / "cache")

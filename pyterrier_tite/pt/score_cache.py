@@ -6,10 +6,10 @@ Scores live in a ``pyterrier_caching.ScorerCache`` (keyed by query text and docn
 ``root/<model key>/<dataset>``: one cache per collection, since docnos repeat across collections, and a model key
 (:func:`~pyterrier_tite.pt.model_keys.model_key`) made of the folder the weights were loaded from, their files'
 modification times and every setting the scores depend on (class, attention pattern, head, input caps, text column,
-precision and batch size, which moves bf16 scores by padding). A retrained checkpoint therefore gets a new cache
-rather than old scores; a change of the package's own scoring code is not part of the key (delete the cache after
-upgrading). A model whose weights are not a folder (built in memory, or given a tokenizer of its own)
-has no stable key and is scored afresh each time.
+precision and batch size, which moves bf16 scores by padding) plus :data:`SCORING_REVISION`. A retrained checkpoint
+therefore gets a new cache rather than old scores, and so does every checkpoint after a release that changed how
+scores are computed; a local edit of the scoring code is not detected (delete the cache then). A model whose weights
+are not a folder (built in memory, or given a tokenizer of its own) has no stable key and is scored afresh each time.
 
 The cache hands its misses to the model grouped by query text; the model gets them back in input order, so a frame
 scored through an empty cache gets exactly the scores it gets without one (a bf16 model's scores move by an ulp with
@@ -26,6 +26,10 @@ import pyterrier as pt
 from pyterrier_tite.pt.model_keys import model_key, slug
 from pyterrier_tite.pt.rerankers import CrossEncoderReranker
 
+# Raised by every change of this package that alters the scores a given checkpoint gets, so caches written before it
+# are not read after it. 2: score heads in float32 under autocast (bf16 scores no longer tie).
+SCORING_REVISION = 2
+
 
 def scores_key(model: pt.Transformer) -> str | None:
     """The cache folder name of ``model``'s scores, or None when its weights have no folder to name them by."""
@@ -34,7 +38,7 @@ def scores_key(model: pt.Transformer) -> str | None:
     source = model.scorer.source
     if not isinstance(source, str) or not os.path.isdir(source):
         return None
-    settings = (type(model).__name__, *model._eq_key()[2:], model.batch_size)
+    settings = (type(model).__name__, *model._eq_key()[2:], model.batch_size, SCORING_REVISION)
     return model_key(type(model).__name__, os.path.realpath(source), settings)
 
 
