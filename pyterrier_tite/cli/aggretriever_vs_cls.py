@@ -69,7 +69,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"collections of the final table ('none': skip; default {DEFAULT_EVALUATION})",
     )
     parser.add_argument("--encode-batch-size", type=int, default=32, help="texts per forward pass when indexing")
-    add_training_arguments(parser, learning_rate=5e-5, max_steps=300, warmup_steps=30, batch_size=16)
+    add_training_arguments(parser, learning_rate=5e-5, max_steps=300, warmup_steps=30, batch_size=16, recipe=True)
     parser.set_defaults(func=run_aggretriever_vs_cls)
 
 

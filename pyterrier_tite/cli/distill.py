@@ -55,7 +55,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--evaluate", default=DEFAULT_EVALUATION, help=f"collections of the final tables ('none': skip; default "
         f"{DEFAULT_EVALUATION})",
     )  # fmt: skip
-    add_training_arguments(parser, learning_rate=1e-4, max_steps=2000, warmup_steps=100, batch_size=32)
+    add_training_arguments(parser, learning_rate=1e-4, max_steps=2000, warmup_steps=100, batch_size=32, recipe=True)
     parser.set_defaults(func=run_distill_tite)
 
 

@@ -153,7 +153,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="another --output-dir with the same models and seeds trained to the same steps on other data: each is "
         "evaluated as '<variant> @ <folder name>' and paired with its counterpart",
     )
-    add_training_arguments(parser, learning_rate=2e-4, max_steps=600, warmup_steps=50, batch_size=None)
+    add_training_arguments(parser, learning_rate=2e-4, max_steps=600, warmup_steps=50, batch_size=None, recipe=True)
     parser.set_defaults(func=run_distill_rerankers)
 
 

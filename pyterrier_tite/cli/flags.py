@@ -16,9 +16,12 @@ def add_training_arguments(
     max_steps: int = 100,
     warmup_steps: int = 10,
     batch_size: int | None = 8,
+    recipe: bool = False,
 ) -> None:
     """The flags of :class:`~pyterrier_tite.training.loop.TrainingArguments` plus threads, resume and quiet;
-    ``batch_size=None`` leaves ``--batch-size`` to the command (e.g. when it means something else there)."""
+    ``recipe``: the command picks its precision with :func:`~pyterrier_tite.cli.recipes.recipe_precision` (bf16 on
+    CPUs with native bf16 too), and its help says so; ``batch_size=None`` leaves ``--batch-size`` to the command (e.g.
+    when it means something else there)."""
     parser.add_argument(
         "--output-dir", "--output", dest="output_dir", required=True,
         help="output folder (checkpoint/ inside; a rerun resumes from it)",
@@ -34,15 +37,16 @@ def add_training_arguments(
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads per process (default: torch's)")
     parser.add_argument("--no-resume", action="store_true", help="start over even if output-dir has a checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_precision_argument(parser)
+    add_precision_argument(parser, recipe=recipe)
 
 
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+def add_precision_argument(parser: argparse.ArgumentParser, recipe: bool = False) -> None:
     """``--precision fp32|bf16|fp16`` (default: bf16 on a GPU that has it, else fp32; on a CPU with native bf16,
     bf16 is faster but opt-in)."""
     parser.add_argument(
         "--precision", choices=["fp32", "bf16", "fp16"], default=None,
-        help="autocast precision (default: bf16 on GPUs that support it, else fp32)",
+        help="autocast precision (default: bf16 where the GPU or CPU computes it natively, else fp32)" if recipe
+        else "autocast precision (default: bf16 on GPUs that support it, else fp32)",
     )  # fmt: skip
 
 

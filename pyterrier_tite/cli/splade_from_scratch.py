@@ -62,7 +62,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--evaluate", default=None, help="collections of the final table (default: --dataset; 'none': skip)"
     )
-    add_training_arguments(parser, learning_rate=2e-4, max_steps=1000, warmup_steps=100, batch_size=16)
+    add_training_arguments(parser, learning_rate=2e-4, max_steps=1000, warmup_steps=100, batch_size=16, recipe=True)
     parser.set_defaults(func=run_splade_from_scratch)
 
 
