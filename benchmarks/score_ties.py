@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--collection", default="dl20", help="dataset alias or ir_datasets id (default dl20)")
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32, bf16, fp16")
+    parser.add_argument("--max-queries", type=int, default=None, help="only the first N queries (sorted by qid)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="folder for <precision>.csv with every score")
@@ -44,6 +45,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     topics, qrels = topics_and_qrels(args.collection)
+    if args.max_queries:
+        topics = topics.sort_values("qid").head(args.max_queries)
     first_stage = candidates(args.collection, args.depth)(topics)
     print(f"{args.collection}: {topics['qid'].nunique()} queries, {len(first_stage)} pairs; model {args.model}")
     rows, scores = [], {}
