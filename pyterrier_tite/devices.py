@@ -90,11 +90,6 @@ def as_dtype(value: T, dtype: torch.dtype) -> T:
     return value
 
 
-def as_float32(value: T) -> T:
-    """A floating-point tensor in float32; anything else unchanged."""
-    return as_dtype(value, torch.float32)
-
-
 @contextmanager
 def autocast_off(device: str | torch.device) -> Iterator[None]:
     """Leave an enclosing autocast region: operations inside run in their inputs' dtype."""
