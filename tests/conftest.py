@@ -39,6 +39,18 @@ def tite_cache(tmp_path_factory) -> str:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A test that calls ``torch.set_num_threads`` leaves the count as it found it: without this, one test's
+    ``set_num_threads(1)`` silently ran every later test of the session on one core."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def single_thread():
     """Tiny models and tensors: one torch thread is fastest and stays fast on a shared CPU (no OpenMP spin-waits).

@@ -29,6 +29,22 @@ def test_missing_extension_falls_back_to_reference_with_one_warning():
     assert out.strip() == "['torch'] 3 1"
 
 
+HELP_IMPORTS = """
+import sys
+from pyterrier_tite.cli import build_parser
+build_parser()
+heavy = ('transformers', 'pyterrier', 'pyterrier_dr', 'pyterrier_pisa', 'ir_datasets')
+print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('pyterrier_tite.modeling')))
+"""
+
+
+def test_cli_help_imports_no_models_or_pyterrier():
+    """Every sub-command registers its parser without loading models, transformers or PyTerrier, so
+    ``pyterrier-tite --help`` and argument errors answer in about torch's import time (not 8 s)."""
+    done = subprocess.run([sys.executable, "-c", HELP_IMPORTS], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_cli_backends_lists_compiled_pooling(capsys):
     assert main(["backends"]) == 0
     assert "packed_mean_pool: csrc-cpu" in capsys.readouterr().out
@@ -44,12 +60,12 @@ def test_cli_demo_prints_vaswani_table(irds_home, tite_cache, capsys):
 @pytest.mark.slow
 def test_demo_neural_systems_on_cranfield(irds_home, tite_cache):
     """The shipped SPLADE (indexed into PISA) and the MiniLM re-ranker run end to end inside pt.Experiment."""
-    table = run_demo("cranfield", systems=["bm25", "splade", "minilm"], rerank_depth=10).set_index("name")
+    table = run_demo("cranfield", systems=["bm25", "splade", "minilm"], rerank_depth=3).set_index("name")
     assert len(table) == 3
     bm25_row, splade_row, minilm_row = (table.iloc[i] for i in range(3))
     assert bm25_row["nDCG@10"] == pytest.approx(0.3276, abs=0.005)  # ../shared/DATA.md
     assert splade_row["nDCG@10"] > 0.25  # zero-shot 2-layer SPLADE: 0.3299 measured (README)
-    assert minilm_row["R@100"] == pytest.approx(bm25_row["R@100"], abs=1e-9)  # only the top 10 are re-ordered
+    assert minilm_row["R@100"] == pytest.approx(bm25_row["R@100"], abs=1e-9)  # only the top 3 are re-ordered
     assert minilm_row["nDCG@10"] != pytest.approx(bm25_row["nDCG@10"], abs=1e-6)
 
 
@@ -100,14 +116,16 @@ def test_demo_adds_a_row_per_trained_model_folder(irds_home, tite_cache, tmp_pat
     require_fixtures()
     models = tmp_path / "models"
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # MonoCE on a sparse checkpoint: its new head warns
+        warnings.simplefilter("ignore")
         t.TITE.from_pretrained("webis/tite-2-late-msmarco").save_pretrained(str(models / "a-tite"))
-        t.MonoCE("webis/sparse-cross-encoder-4-4096").save_pretrained(str(models / "b-monoce"))
+        # windowed attention: the fixture's 187-token vocabulary spells cranfield's documents letter by letter
+        # (~1,000 tokens each), which full attention (MonoCE) re-ranks for minutes
+        t.SparseCE("webis/sparse-cross-encoder-4-4096").save_pretrained(str(models / "b-sparse-ce"))
         t.Splade.from_pretrained("naver/splade-cocondenser-ensembledistil").save_pretrained(str(models / "c-splade"))
     (models / "not-a-model").mkdir()
-    table = run_demo("cranfield", systems=["bm25"], rerank_depth=10, models_dir=str(models)).set_index("name")
-    assert list(table.index) == ["BM25 (PISA, k1=0.9, b=0.4)", "a-tite", "b-monoce", "c-splade"]
-    assert table.loc["b-monoce", "R@100"] == pytest.approx(table.iloc[0]["R@100"], abs=1e-9)  # top 10 re-ordered
+    table = run_demo("cranfield", systems=["bm25"], rerank_depth=5, models_dir=str(models)).set_index("name")
+    assert list(table.index) == ["BM25 (PISA, k1=0.9, b=0.4)", "a-tite", "b-sparse-ce", "c-splade"]
+    assert table.loc["b-sparse-ce", "R@100"] == pytest.approx(table.iloc[0]["R@100"], abs=1e-9)  # top 5 re-ordered
     assert all(0 <= v <= 1 for v in table["nDCG@10"])
     dense = os.path.join(tite_cache, "demo-dense")
     before = set(os.listdir(dense))

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from pyterrier_tite.training.pseudo_queries import cloze_pair
-from pyterrier_tite.training.splade_data import doc_texts
-from pyterrier_tite.training.vector_distillation import DistillationTexts
+if TYPE_CHECKING:  # the command's --help reads the defaults below without importing the models
+    from pyterrier_tite.training.vector_distillation import DistillationTexts
 
 #: documents of every mirrored collection (the DL id stands for the 9,658 mirrored MS MARCO passages)
 DEFAULT_COLLECTIONS = ("beir/scifact", "vaswani", "cranfield", "local/cisi", "local/cacm",
@@ -42,6 +42,10 @@ def collect_distillation_texts(
     """Documents (``max_docs`` per collection, a seeded sample), their pseudo-queries and the query sets'
     queries (``max_queries`` per set), duplicates removed; groups: ``[doc, pseudo-query]`` or ``[doc]``, and
     ``[query]``."""
+    from pyterrier_tite.training.pseudo_queries import cloze_pair
+    from pyterrier_tite.training.splade_data import doc_texts
+    from pyterrier_tite.training.vector_distillation import DistillationTexts
+
     rng = random.Random(seed)
     texts: list[str] = []
     roles: list[str] = []
