@@ -110,3 +110,39 @@ def test_a_damaged_cached_index_is_an_error_not_a_dead_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "raised:" in done.stdout and "fwd.doclex" in done.stdout
+
+
+def test_a_concurrent_first_retriever_waits_instead_of_removing_half_written_files(tmp_path):
+    """PISA writes its compressed index beside the index when a retriever first opens it; a second process opening
+    the same index meanwhile must not remove (or rewrite) that half-written file, but wait and then reuse it."""
+    import threading
+
+    from pyterrier_tite.pt.index_build import pisa_derived_files
+
+    path = tmp_path / "index"
+    build_pisa_index(DOCS, str(path), ["text"])
+    derived = path / "bm25.q0.bmw.64"  # named like PISA's block-max file
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        with pisa_derived_files(path):
+            derived.write_bytes(b"half")
+            inside.set()
+            release.wait(10)
+            derived.write_bytes(b"half and the rest")
+
+    def second() -> None:
+        with pisa_derived_files(path):
+            seen.append(derived.read_bytes() if derived.exists() else None)
+
+    writer = threading.Thread(target=first)
+    writer.start()
+    assert inside.wait(10)
+    reader = threading.Thread(target=second)
+    reader.start()
+    reader.join(0.5)
+    assert seen == []  # still waiting for the first block
+    release.set()
+    writer.join(10)
+    reader.join(10)
+    assert seen == [b"half and the rest"]

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 from scipy import stats
 
 from pyterrier_tite.cli.distill_rerankers import comparisons, parse_variant
@@ -138,6 +139,26 @@ def test_teacher_encodes_each_document_once_and_reuses_its_cache(teacher_models,
     meta.write_text(json.dumps({**saved, "dense": "another model"}))
     with pytest.raises(ValueError, match="other models"):
         OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)
+
+
+@pytest.mark.parametrize("short", ["dense.npy", "sparse.npz"])
+def test_teacher_cache_cut_short_by_a_killed_save_keeps_its_consistent_prefix(teacher_models, tmp_path, short):
+    """A run killed between the replacements of the cache's files leaves them of different lengths; the teacher must
+    neither pair a document with another's vector nor crash, but re-encode what the shorter files lack."""
+    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+
+    dense, splade = teacher_models
+    frame = _frame()
+    expected = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)(frame)
+    if short == "dense.npy":
+        np.save(tmp_path / short, np.load(tmp_path / short)[:2])
+    else:
+        sp.save_npz(tmp_path / short, sp.load_npz(tmp_path / short).tocsr()[:2])
+    with pytest.warns(UserWarning, match="keeping the first 2 documents"):
+        teacher = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)
+    assert len(teacher._keys) == 2
+    pd.testing.assert_frame_equal(teacher(frame), expected, check_exact=False, atol=1e-5)
+    assert len(np.load(tmp_path / "keys.npy")) == np.load(tmp_path / "dense.npy").shape[0] == 4
 
 
 # ------------------------------------------------------------------------------------------------------------ table

@@ -4,6 +4,7 @@ PISA's, would only print it), and an index is checked before an engine that abor
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -198,6 +199,8 @@ def _check_payload_vector(file: Path, count: int | None = None) -> None:
 PISA_DERIVED = "*.bmw.*"
 #: the sizes of the derived files that were written completely (name -> bytes)
 PISA_DERIVED_RECORD = "pt_derived.json"
+#: the lock file that serialises the opening of one index's first retrievers across processes
+PISA_DERIVED_LOCK = ".pt_derived.lock"
 
 
 @contextmanager
@@ -206,11 +209,16 @@ def pisa_derived_files(path: str | os.PathLike) -> Iterator[None]:
     retriever first opens an index and reuses any file of that name later, so a process killed meanwhile leaves a
     truncated file that every later run uses (a segfault, or silently no results). Derived files not recorded as
     complete in ``pt_derived.json`` are removed before the block, so PISA writes them again; those present after the
-    block are recorded. An index folder we may not write is left as it is."""
+    block are recorded. The block holds an exclusive lock on the folder (``.pt_derived.lock``): two processes opening
+    the same index at once (two recipes started together on a fresh cache) would otherwise remove or overwrite each
+    other's half-written files. An index folder we may not write is left as it is (and not locked)."""
     folder = Path(path)
     record = folder / PISA_DERIVED_RECORD
-    writable = os.access(folder, os.W_OK)
-    if writable:
+    if not os.access(folder, os.W_OK):
+        yield
+        return
+    with open(folder / PISA_DERIVED_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the block raises
         try:
             complete = json.loads(record.read_text()) if record.is_file() else {}
         except ValueError:
@@ -218,8 +226,7 @@ def pisa_derived_files(path: str | os.PathLike) -> Iterator[None]:
         for file in folder.glob(PISA_DERIVED):
             if not isinstance(complete, dict) or complete.get(file.name) != file.stat().st_size:
                 file.unlink()
-    yield
-    if writable:
+        yield
         staged = record.with_name(f".{record.name}.{os.getpid()}")
         staged.write_text(json.dumps({f.name: f.stat().st_size for f in sorted(folder.glob(PISA_DERIVED))}, indent=1))
         os.replace(staged, record)

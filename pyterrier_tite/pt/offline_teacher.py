@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -76,9 +77,21 @@ class OfflineTeacher(pt.Transformer):
         if saved != self._models():
             raise ValueError(f"{self.cache_dir} holds document vectors of other models ({saved}); use another folder")
         keys = np.load(os.path.join(self.cache_dir, "keys.npy"))
-        self._keys = {str(k): i for i, k in enumerate(keys)}
-        self._dense_docs = np.load(os.path.join(self.cache_dir, "dense.npy"))
-        self._sparse_docs = sp.load_npz(os.path.join(self.cache_dir, "sparse.npz")).tocsr()
+        dense = np.load(os.path.join(self.cache_dir, "dense.npy"))
+        sparse = sp.load_npz(os.path.join(self.cache_dir, "sparse.npz")).tocsr()
+        # The three files are replaced one after the other, so a run killed between two replacements leaves them of
+        # different lengths. Rows are only ever appended, so their common prefix is consistent: keep it, encode the
+        # rest again.
+        kept = min(len(keys), dense.shape[0], sparse.shape[0])
+        if not len(keys) == dense.shape[0] == sparse.shape[0]:
+            warnings.warn(
+                f"{self.cache_dir}: an interrupted save left {len(keys)} keys, {dense.shape[0]} dense and "
+                f"{sparse.shape[0]} SPLADE rows; keeping the first {kept} documents (the rest are encoded again)",
+                stacklevel=3,
+            )
+        self._keys = {str(k): i for i, k in enumerate(keys[:kept])}
+        self._dense_docs = dense[:kept]
+        self._sparse_docs = sparse[:kept]
 
     def _save_cache(self) -> None:
         os.makedirs(self.cache_dir, exist_ok=True)
