@@ -136,6 +136,22 @@ def test_teacher_scores_join_and_missing_ones_raise(tokenizer):
         RerankerTrainingData(reranker.inputs, cands, qrels, teacher=teacher.head(5))
 
 
+def test_a_training_length_cap_keeps_document_prefixes_and_leaves_the_saved_model_uncapped(tokenizer, tmp_path):
+    reranker = SparseCE(tiny_sparse(), tokenizer=tokenizer)
+    cands, qrels = synthetic(4, 6)
+    whole = RerankerTrainingData(reranker.inputs, cands, qrels, negatives=2)
+    capped = RerankerTrainingData(reranker.inputs, cands, qrels, negatives=2, doc_max_length=3)
+    assert max(len(d) for q in whole.queries for d in q.docs) > 3
+    for a, b in zip(whole.queries, capped.queries, strict=True):
+        assert [d[:3] for d in a.docs] == b.docs
+    with pytest.raises(ValueError, match="doc_max_length"):
+        RerankerTrainingData(reranker.inputs, cands, qrels, doc_max_length=0)
+    args = TrainingArguments(str(tmp_path), max_steps=2, learning_rate=1e-3, warmup_steps=1, verbose=False)
+    train_reranker(reranker, cands, qrels, args, negatives=2, doc_max_length=3)
+    reloaded = CrossEncoderReranker.from_pretrained(tmp_path)
+    assert reloaded.doc_max_length is None and len(reloaded.inputs.docs([cands["text"].iloc[0]])[0]) > 3
+
+
 # ------------------------------------------------------------------------------------------------------------ train
 def mean_loss(history, part=slice(None)):
     return float(np.mean([h["loss"] for h in history[part]]))

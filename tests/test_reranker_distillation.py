@@ -287,7 +287,8 @@ def test_distill_rerankers_end_to_end(irds_home, tite_cache, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "pyterrier_tite", "distill-rerankers", "--output-dir", str(out), "--models",
            "sparse-w4", "--max-queries", "6", "--depth", "8", "--max-steps", "2", "--warmup-steps", "1",
-           "--evaluate", "dl19", "--eval-depth", "3", "--threads", "1", "--quiet", "--precision", "fp32"]  # fmt: skip
+           "--evaluate", "dl19", "--eval-depth", "3", "--threads", "1", "--quiet", "--precision", "fp32",
+           "--train-doc-max-length", "48"]  # fmt: skip
     env = {**os.environ, "PYTERRIER_TITE_HOME": tite_cache}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

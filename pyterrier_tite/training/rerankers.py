@@ -81,6 +81,8 @@ class RerankerTrainingData:
     text[, rank]) with one query text per qid and no missing query / text; ``qrels``: (qid, docno, label). Only
     candidates with text can be used, so positives are the candidates with ``label >= min_label`` (queries without
     one, or without negatives, are skipped). ``teacher``: frame (qid, docno, score) or a ``teacher_score`` column.
+    ``doc_max_length``: document tokens kept per candidate *in training* (None: what the model's positions allow);
+    attention costs grow with length, so capping long abstracts (ICT candidates) cuts the step time several-fold.
     """
 
     def __init__(
@@ -94,9 +96,12 @@ class RerankerTrainingData:
         min_label: int = 1,
         teacher: pd.DataFrame | None = None,
         seed: int = 42,
+        doc_max_length: int | None = None,
     ):
         if negatives < 1 or queries_per_batch < 1:
             raise ValueError("negatives and queries_per_batch must be >= 1")
+        if doc_max_length is not None and doc_max_length < 1:
+            raise ValueError(f"doc_max_length must be >= 1 (or None for no cap), got {doc_max_length}")
         self.negatives = negatives
         self.queries_per_batch = queries_per_batch
         self.seed = seed
@@ -130,7 +135,7 @@ class RerankerTrainingData:
             if len(positives) == 0 or len(negatives_) == 0:
                 continue
             query = inputs.queries([str(group["query"].iloc[0])])[0]
-            docs = [inputs.fit_doc(query, d) for d in inputs.docs(group["text"].astype(str).tolist())]
+            docs = [inputs.fit_doc(query, d)[:doc_max_length] for d in inputs.docs(group["text"].astype(str).tolist())]
             scores = group["teacher_score"].to_numpy(float) if "teacher_score" in group else None
             self.queries.append(QueryCandidates(query, docs, labels, scores, positives, negatives_))
         if not self.queries:
@@ -194,12 +199,14 @@ def train_reranker(
     min_label: int = 1,
     teacher: pd.DataFrame | None = None,
     resume: bool = True,
+    doc_max_length: int | None = None,
 ) -> list[dict[str, float]]:
     """Fine-tunes ``reranker.scorer`` (a SparseCE / MonoCE / CELI: its ``scorer`` and ``inputs``) in place and saves
-    it (loadable with ``from_pretrained``) to ``args.output_dir``; returns the per-step log."""
+    it (loadable with ``from_pretrained``) to ``args.output_dir``; returns the per-step log. ``doc_max_length`` caps
+    the training documents only: the saved model reads documents as before."""
     inputs = reranker.inputs
     data = RerankerTrainingData(
-        inputs, candidates, qrels, negatives, queries_per_batch, depth, min_label, teacher, args.seed
+        inputs, candidates, qrels, negatives, queries_per_batch, depth, min_label, teacher, args.seed, doc_max_length
     )
     kind = type(reranker).__name__
     reranker.scorer.source = None  # its weights no longer are those of the folder it was loaded from
