@@ -218,7 +218,10 @@ def pisa_derived_files(path: str | os.PathLike) -> Iterator[None]:
         yield
         return
     with open(folder / PISA_DERIVED_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the block raises
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the block raises
+        except OSError:  # a file system without locks (some network mounts): go on unlocked, as before
+            pass
         try:
             complete = json.loads(record.read_text()) if record.is_file() else {}
         except ValueError:
