@@ -14,6 +14,7 @@ A CELI head's two terms (``s_cls``, ``s_late``) each get the loss, as in the CEL
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,6 +104,8 @@ class RerankerTrainingData:
             raise ValueError("negatives and queries_per_batch must be >= 1")
         if doc_max_length is not None and doc_max_length < 1:
             raise ValueError(f"doc_max_length must be >= 1 (or None for no cap), got {doc_max_length}")
+        if doc_max_length is not None:  # the tokenizer's own truncation, on a copy: the model's inputs stay uncapped
+            inputs = dataclasses.replace(inputs, doc_max_length=doc_max_length)
         self.negatives = negatives
         self.queries_per_batch = queries_per_batch
         self.seed = seed
@@ -136,7 +139,7 @@ class RerankerTrainingData:
             if len(positives) == 0 or len(negatives_) == 0:
                 continue
             query = inputs.queries([str(group["query"].iloc[0])])[0]
-            docs = [inputs.fit_doc(query, d)[:doc_max_length] for d in inputs.docs(group["text"].astype(str).tolist())]
+            docs = [inputs.fit_doc(query, d) for d in inputs.docs(group["text"].astype(str).tolist())]
             scores = group["teacher_score"].to_numpy(float) if "teacher_score" in group else None
             self.queries.append(QueryCandidates(query, docs, labels, scores, positives, negatives_))
         if not self.queries:
