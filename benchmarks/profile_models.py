@@ -42,6 +42,8 @@ def report(name: str, fn, device: torch.device, repeats: int = 3, rows: int = 12
     print(f"### {name}: wall {wall * 1e3:.2f} ms, kernel time {kernels:.2f} ms, {launches} launches")
     sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     print(table.table(sort_by=sort, row_limit=rows, max_name_column_width=60))
+    if device.type == "cuda":  # where the host's time goes when the GPU waits on it
+        print(table.table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60))
 
 
 def main() -> None:

@@ -114,3 +114,9 @@ def in_dtype(dtype: torch.dtype, fn: Callable[..., T], *args, **kwargs) -> T:
 def in_float32(fn: Callable[..., T], *args, **kwargs) -> T:
     """:func:`in_dtype` in float32: what every loss computes in."""
     return in_dtype(torch.float32, fn, *args, **kwargs)
+
+
+def capturing_cuda_graph() -> bool:
+    """A CUDA graph is being captured on the current stream: host synchronisations (``.item()``, ``bool(t)``) would
+    fail, so code with an optional sync skips it (see :mod:`pyterrier_tite.modeling.sparse_ce_graphs`)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine whose python already has torch, triton and transformers: the GPU tests (Triton kernels, models on
 # the GPU, parity) and the GPU benchmarks, run from the source tree (the compiled CPU extension is not needed there).
-#   bash scripts/gpu_check.sh [tests|kernels|rerank|encode|all]   (default: all)
+#   bash scripts/gpu_check.sh [tests|kernels|rerank|graphs|profile|encode|all]   (default: all)
 # Logs go to $OUT (the device tool's output folder) or runs/gpu/. The throughput benchmark reads its texts and
 # tokenizer from GPU_TEXTS / GPU_TOKENIZER when the collections are not on that machine
 # (`python benchmarks/encode_throughput.py --docs 2000 --dump-texts texts.json` writes them where they are).
@@ -35,6 +35,15 @@ if [[ $what == all || $what == rerank ]]; then
       --passage-batch 64 --document-batch 16 --repeats 20 --document-repeats 10 --baseline-attention "$baseline" 2>&1 \
       | tee "$LOG/rerank_efficiency_$baseline.md"
   done
+fi
+if [[ $what == all || $what == graphs ]]; then
+  step "rerank, CUDA graphs" python benchmarks/rerank_efficiency.py --device cuda --dtype bfloat16 --passage-batch 64 \
+    --document-batch 16 --repeats 20 --document-repeats 10 --cuda-graphs 2>&1 | grep -v USDT \
+    | tee "$LOG/rerank_graphs.md"
+fi
+if [[ $what == all || $what == profile ]]; then
+  step profile python benchmarks/profile_models.py --device cuda --dtype bfloat16 ${GPU_TEXTS:+--texts "$GPU_TEXTS"} \
+    ${GPU_TOKENIZER:+--tokenizer "$GPU_TOKENIZER"} 2>&1 | grep -v USDT > "$LOG/profile.md"
 fi
 if [[ $what == all || $what == encode ]]; then
   for width in 384 768; do

@@ -230,3 +230,64 @@ def test_triton_window_attention_takes_strided_views_without_copies():
     (got,) = torch.autograd.grad(merged, qkv, grad)
     (expected,) = torch.autograd.grad(ref.transpose(1, 2).reshape(batch, length, heads * dim), qkv, grad)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+
+
+def _graph_inputs(seed: int):
+    """Two queries, four docs; the lengths vary with the seed inside one bucket (query 16, docs 80 tokens)."""
+    gen = torch.Generator().manual_seed(seed)
+    queries = [torch.randint(1, 100, (n,), generator=gen).tolist() for n in (5, 9)]
+    lengths = ((40, 3, 70 + seed), (77,))
+    docs = [[torch.randint(1, 100, (n,), generator=gen).tolist() for n in ns] for ns in lengths]
+    return queries, docs
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+@pytest.mark.parametrize("window,symmetric,head", [(4, False, "cls"), (None, False, "cls"), (4, True, "celi")])
+def test_cuda_graphs_replay_the_eager_scores(window, symmetric, head, dtype):
+    """Three batches of one bucket: one capture, two replays, each equal to the eager forward of its own inputs (so
+    the inputs are copied in); a batch of another bucket captures a second graph."""
+    from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+
+    scorer = CrossEncoderScorer(_tiny_sparse_ce(window, symmetric), head=head, token_dim=8).to(CUDA).eval()
+    scorer.use_cuda_graphs()
+
+    def eager(queries, docs):
+        parts = scorer._sparse_parts(scorer.backbone.make_batch(queries, docs))
+        return parts["cls"] + parts["late"] if "late" in parts else parts["score"]
+
+    with torch.no_grad(), torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+        for seed in (1, 2, 3):
+            queries, docs = _graph_inputs(seed)
+            got, expected = scorer(queries, docs), eager(queries, docs)
+            assert got.shape == (4,) and got.dtype == torch.float32
+            if dtype is None:
+                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+            else:
+                assert _rel_error(got, expected) <= 5e-2
+        assert len(scorer._graphs) == 1 and not scorer._graphs.failed
+        queries, docs = _graph_inputs(4)
+        scorer([queries[0]], [docs[0] + [torch.randint(1, 100, (300,)).tolist()]])
+        assert len(scorer._graphs) == 2
+
+
+def test_cuda_graphs_are_dropped_when_the_weights_change():
+    """A captured graph reads the weights' addresses: after an in-place update (a training step) or a new tensor,
+    the scores follow the new weights."""
+    from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+
+    scorer = CrossEncoderScorer(_tiny_sparse_ce(4, False)).to(CUDA).eval().use_cuda_graphs()
+    queries, docs = _graph_inputs(1)
+
+    def eager():
+        return scorer._sparse_parts(scorer.backbone.make_batch(queries, docs))["score"]
+
+    with torch.no_grad():
+        before = scorer(queries, docs)
+        scorer.backbone.bert.encoder.layer[0].intermediate.dense.weight.mul_(1.5)
+        updated = scorer(queries, docs)
+        torch.testing.assert_close(updated, eager(), atol=1e-4, rtol=1e-4)
+        scorer.backbone.classifier.weight = torch.nn.Parameter(-scorer.backbone.classifier.weight)
+        replaced = scorer(queries, docs)
+        torch.testing.assert_close(replaced, eager(), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(before, updated) and not torch.allclose(updated, replaced)
+    assert len(scorer._graphs) == 1

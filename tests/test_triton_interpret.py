@@ -80,14 +80,19 @@ def check_attention_forward() -> None:
     import torch
 
     from pyterrier_tite.ops import window_attention, window_attention_reference
+    from pyterrier_tite.ops import window_attention_triton as wat
 
-    for seed in range(3):  # 0, 1 and 2 key groups; windows 0, 2, 5
-        for dtype, tol in [(torch.float32, 1e-5), (torch.float16, 2e-3)]:
-            q, k, v, w, lengths, groups = _case(seed, dtype, n_groups=seed % 3)
-            out = window_attention(q, k, v, w, lengths, groups, backend="triton")
-            ref = window_attention_reference(q, k, v, w, lengths, groups)
-            assert out.dtype == dtype
-            assert _max_error(out, ref) <= tol, (seed, dtype, _max_error(out, ref))
+    # default launch settings, and tiles larger than the band / segment / groups (rows, band keys, group keys, warps)
+    for setting in (None, (32, 32, 64, 2), (16, 64, 16, 1)):
+        wat.FORWARD_CONFIG = setting
+        for seed in range(3):  # 0, 1 and 2 key groups; windows 0, 2, 5
+            for dtype, tol in [(torch.float32, 1e-5), (torch.float16, 2e-3)]:
+                q, k, v, w, lengths, groups = _case(seed, dtype, n_groups=seed % 3)
+                out = window_attention(q, k, v, w, lengths, groups, backend="triton")
+                ref = window_attention_reference(q, k, v, w, lengths, groups)
+                assert out.dtype == dtype
+                assert _max_error(out, ref) <= tol, (setting, seed, dtype, _max_error(out, ref))
+    wat.FORWARD_CONFIG = None
     print("attention_forward ok")
 
 

@@ -17,8 +17,8 @@ from pyterrier_tite.modeling.celi import (
     pair_states_from_bert,
     pair_states_from_sparse,
 )
-from pyterrier_tite.modeling.sparse_ce import SparseCrossEncoder
-from pyterrier_tite.tokenization.cross_encoder import PairBatch, config_special_id
+from pyterrier_tite.modeling.sparse_ce import SparseCrossEncoder, check_positions
+from pyterrier_tite.tokenization.cross_encoder import PairBatch, SparseCrossEncoderBatch, config_special_id
 
 HEADS = ("cls", "mean", "celi")
 
@@ -59,6 +59,7 @@ class CrossEncoderScorer(nn.Module):
             head
         ]
         self.head = self.head() if self.head is not None else None
+        self._graphs = None  # see use_cuda_graphs
 
     @property
     def config(self):
@@ -75,22 +76,47 @@ class CrossEncoderScorer(nn.Module):
         parts = self.score_parts(queries, docs)
         return parts["cls"] + parts["late"] if "late" in parts else parts["score"]
 
+    def use_cuda_graphs(self, enabled: bool = True) -> CrossEncoderScorer:
+        """Sparse backbones on a CUDA device: replay captured CUDA graphs in inference (one per shape bucket, see
+        :mod:`pyterrier_tite.modeling.sparse_ce_graphs`), which removes the per-kernel launch cost that dominates on
+        passages. Training, CPU devices and standard backbones are unaffected."""
+        self._graphs = None
+        if enabled and self.is_sparse:
+            from pyterrier_tite.modeling.sparse_ce_graphs import SparseCEGraphs
+
+            config = self.backbone.config
+            self._graphs = SparseCEGraphs(
+                self._sparse_parts, self, config.pad_token_id, check=lambda b: check_positions(b, config)
+            )
+        return self
+
     def score_parts(self, queries: list[list[int]], docs: list[list[list[int]]]) -> dict[str, torch.Tensor]:
         """``{"score": [N]}``, or for CELI ``{"cls": [N], "late": [N]}`` (the terms the paper trains separately)."""
         if sum(len(d) for d in docs) == 0:
             return {"score": next(self.backbone.parameters()).new_zeros(0)}
+        if self.is_sparse:
+            graphs = getattr(self, "_graphs", None)
+            if graphs is not None and self.device.type == "cuda":
+                return graphs(SparseCrossEncoderBatch.from_lists(queries, docs, self.config.pad_token_id))
+            return self._sparse_parts(self.backbone.make_batch(queries, docs))
         if self.head is None:
             return {"score": self._logits(queries, docs)}
-        states = self._states(queries, docs)
+        return self._head_parts(self._states(queries, docs))
+
+    def _head_parts(self, states: PairStates) -> dict[str, torch.Tensor]:
         if isinstance(self.head, CeliHead):
             s_cls, s_late = self.head.score_parts(states)
             return {"cls": s_cls, "late": s_late}
         return {"score": self.head(states)}
 
+    def _sparse_parts(self, batch: SparseCrossEncoderBatch) -> dict[str, torch.Tensor]:
+        """``score_parts`` of a sparse backbone from a batch on the model's device."""
+        if self.head is None:
+            return {"score": self.backbone(batch).logits}
+        return self._head_parts(pair_states_from_sparse(self.backbone.bert(batch).segments))
+
     # -- backbones ---------------------------------------------------------------------------------------------------
     def _logits(self, queries, docs) -> torch.Tensor:
-        if self.is_sparse:
-            return self.backbone(queries, docs).logits
         batch = self._pairs(queries, docs)
         head = _SEQUENCE_CLASSIFIER_HEADS.get(getattr(self.backbone.config, "model_type", None))
         if head is None:
@@ -100,8 +126,6 @@ class CrossEncoderScorer(nn.Module):
         return in_dtype(dtype, head, self.backbone, hidden[:, :1]).squeeze(-1)
 
     def _states(self, queries, docs) -> PairStates:
-        if self.is_sparse:
-            return pair_states_from_sparse(self.backbone.bert(self.backbone.make_batch(queries, docs)).segments)
         batch = self._pairs(queries, docs)
         encoder = self.backbone.base_model  # .bert / .electra: the heads read the last layer, not the classifier
         hidden = encoder(**vars(batch)).last_hidden_state

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from pyterrier_tite.devices import capturing_cuda_graph
 from pyterrier_tite.ops import KeyGroup, window_attention
 
 __all__ = ["KeyGroup", "grouped_attention"]
@@ -75,7 +76,8 @@ def _dense(q, k, v, lengths, gathered, scale, dropout) -> torch.Tensor:
     values = torch.cat([gv for _, gv, _ in gathered] + [v], dim=2)
     masks = [_key_mask(gl, batch, gk.shape[2], q.device) for gk, _, gl in gathered]
     valid = torch.cat(masks + [_key_mask(lengths, batch, length, q.device)], dim=1)
-    if q.is_cuda and bool(valid.all()):  # nothing padded: no mask, so SDPA may pick its flash kernels
+    # nothing padded: no mask, so SDPA may pick its flash kernels (a host sync, so not while a CUDA graph is captured)
+    if q.is_cuda and not capturing_cuda_graph() and bool(valid.all()):
         return F.scaled_dot_product_attention(q, keys, values, dropout_p=dropout, scale=scale)
     bias = torch.zeros(valid.shape, dtype=q.dtype, device=q.device).masked_fill(~valid, torch.finfo(q.dtype).min)
     return F.scaled_dot_product_attention(

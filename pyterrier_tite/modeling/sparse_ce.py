@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
-from pyterrier_tite.devices import in_dtype
+from pyterrier_tite.devices import capturing_cuda_graph, in_dtype
 from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
 from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
 from pyterrier_tite.modeling.sparse_ce_config import FLAGS, SparseCrossEncoderConfig
@@ -45,6 +45,14 @@ def _append_sep(ids: torch.Tensor, lengths: torch.Tensor, sep: int, pad: int) ->
     """[B, L] raw ids -> [B, L+1] with [SEP] right after each sequence's last token."""
     out = nn.functional.pad(ids, (0, 1), value=pad)
     return out.scatter(1, lengths[:, None], torch.full_like(lengths[:, None], sep))
+
+
+def check_positions(batch: SparseCrossEncoderBatch, config: SparseCrossEncoderConfig) -> None:
+    """Every pair's ``[CLS] q [SEP] d [SEP]`` fits the position embeddings (a host sync where the batch is on a GPU)."""
+    q_len, d_len, index = batch.query_lengths, batch.doc_lengths, batch.doc_query_index
+    longest = int((q_len[index] + d_len).max()) + 3 if len(index) else 0
+    if longest > config.max_position_embeddings:
+        raise ValueError(f"a query-doc pair needs {longest} positions, the model has {config.max_position_embeddings}")
 
 
 # ------------------------------------------------------------------------------------------------------------ layers
@@ -267,9 +275,8 @@ class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
         """Token layout of ``[CLS] q [SEP] d [SEP]`` per pair, split into the three segments."""
         c = self.config
         q_len, d_len, index = batch.query_lengths, batch.doc_lengths, batch.doc_query_index
-        longest = int((q_len[index] + d_len).max()) + 3 if len(index) else 0
-        if longest > c.max_position_embeddings:
-            raise ValueError(f"a query-doc pair needs {longest} positions, the model has {c.max_position_embeddings}")
+        if not capturing_cuda_graph():  # a graph's caller checks its batch on the host
+            check_positions(batch, c)
         device = batch.doc_ids.device
         query_ids = _append_sep(batch.query_ids, q_len, c.sep_token_id, c.pad_token_id)
         doc_ids = _append_sep(batch.doc_ids, d_len, c.sep_token_id, c.pad_token_id)

@@ -14,8 +14,19 @@ import triton
 import triton.language as tl
 
 MAX_GROUPS = 2
+#: tile sizes of the backward kernels (the forward's: :func:`forward_config`)
 BLOCK_M = 16
 BLOCK_N = 16
+#: forces the forward's (BLOCK_M, BLOCK_N, BLOCK_G, num_warps), e.g. for ``benchmarks/window_attention_configs.py``
+FORWARD_CONFIG: tuple[int, int, int, int] | None = None
+
+
+def forward_config(length: int, window: int, group_keys: int) -> tuple[int, int, int, int]:
+    """Forward launch settings for a segment of ``length`` rows, a band of +-``window`` and key groups of up to
+    ``group_keys`` keys: rows per program, band keys per tile, group keys per tile, warps."""
+    if FORWARD_CONFIG is not None:
+        return FORWARD_CONFIG
+    return BLOCK_M, BLOCK_N, BLOCK_N, 4
 
 
 @triton.jit
@@ -61,7 +72,8 @@ def _fwd(
     g0k, g0v, g0len, g0idx, g0b, g0h, g0l, g0n,
     g1k, g1v, g1len, g1idx, g1b, g1h, g1l, g1n,
     H, L, D, window, scale,
-    NUM_GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    NUM_GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     m0 = tl.program_id(0) * BLOCK_M
     h = tl.program_id(1)
@@ -78,11 +90,11 @@ def _fwd(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     if NUM_GROUPS >= 1:
         m_i, l_i, acc = _fwd_group(
-            q, m_i, l_i, acc, g0k, g0v, g0len, g0idx, g0b, g0h, g0l, b, h, row_ok, cols, dmask, scale, BLOCK_N
+            q, m_i, l_i, acc, g0k, g0v, g0len, g0idx, g0b, g0h, g0l, b, h, row_ok, cols, dmask, scale, BLOCK_G
         )
     if NUM_GROUPS >= 2:
         m_i, l_i, acc = _fwd_group(
-            q, m_i, l_i, acc, g1k, g1v, g1len, g1idx, g1b, g1h, g1l, b, h, row_ok, cols, dmask, scale, BLOCK_N
+            q, m_i, l_i, acc, g1k, g1v, g1len, g1idx, g1b, g1h, g1l, b, h, row_ok, cols, dmask, scale, BLOCK_G
         )
     lo = tl.maximum(m0 - window, 0)
     hi = tl.minimum(m0 + BLOCK_M + window, length)
@@ -299,13 +311,16 @@ class TritonWindowAttention(torch.autograd.Function):
         lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
         _DUMMY.set(q.device)
         if q.numel():
-            grid = (triton.cdiv(length, BLOCK_M), heads, batch)
+            group_keys = max([t.shape[2] for t in flat[0::4]], default=0)
+            block_m, block_n, block_g, warps = forward_config(length, window, group_keys)
+            grid = (triton.cdiv(length, block_m), heads, batch)
             _fwd[grid](
                 q, k, v, out, lse, lengths,
                 q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
                 *_group_args(flat),
                 heads, length, dim, window, scale,
-                NUM_GROUPS=len(flat) // 4, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=_block_d(dim),
+                NUM_GROUPS=len(flat) // 4, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g,
+                BLOCK_D=_block_d(dim), num_warps=warps,
             )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse, lengths, *flat)
         ctx.window, ctx.scale = window, scale

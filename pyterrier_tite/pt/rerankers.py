@@ -60,10 +60,11 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer):
         device: str | torch.device | None = None,
         verbose: bool = False,
         dtype: torch.dtype | str | None = None,
+        cuda_graphs: bool = True,
     ):
         self.device = default_device(device)
         self.precision = resolve_precision(dtype, self.device)
-        self.scorer = scorer.to(self.device).eval()
+        self.scorer = scorer.to(self.device).eval().use_cuda_graphs(cuda_graphs and self.device.type == "cuda")
         self.inputs = CrossEncoderInputs(tokenizer, scorer.max_positions(), query_max_length, doc_max_length)
         self.batch_size = batch_size
         self.text_field = text_field
@@ -211,7 +212,9 @@ class SparseCE(CrossEncoderReranker):
     (``doc_query_attention=False``). ``head``: "cls" (pooler + linear, reference), "mean" or "celi".
     ``query_max_length`` / ``doc_max_length`` (word pieces): default as stored in the checkpoint (module docstring).
     ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
-    else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster).
+    else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster). ``cuda_graphs``: on a CUDA
+    device, replay one captured CUDA graph per batch shape bucket instead of launching every kernel (passages are
+    launch-bound there; see :mod:`pyterrier_tite.modeling.sparse_ce_graphs`); ignored on CPU.
 
     Example::
 
@@ -234,11 +237,13 @@ class SparseCE(CrossEncoderReranker):
         device: str | torch.device | None = None,
         verbose: bool = False,
         dtype: torch.dtype | str | None = None,
+        cuda_graphs: bool = True,
         **flags: bool,
     ):
         self._setup(
             model, _sparse(w, symmetric, flags), head, token_dim, tokenizer, query_max_length, doc_max_length,
             batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
+            cuda_graphs=cuda_graphs,
         )  # fmt: skip
 
 
@@ -301,6 +306,7 @@ class CELI(CrossEncoderReranker):
         device: str | torch.device | None = None,
         verbose: bool = False,
         dtype: torch.dtype | str | None = None,
+        cuda_graphs: bool = True,
         **flags: bool,
     ):
         model = _local(model)
@@ -310,4 +316,5 @@ class CELI(CrossEncoderReranker):
         self._setup(
             model, backbone, "celi", token_dim, tokenizer, query_max_length, doc_max_length,
             batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
+            cuda_graphs=cuda_graphs,
         )  # fmt: skip
