@@ -291,3 +291,17 @@ def test_cuda_graphs_are_dropped_when_the_weights_change():
         torch.testing.assert_close(replaced, eager(), atol=1e-4, rtol=1e-4)
     assert not torch.allclose(before, updated) and not torch.allclose(updated, replaced)
     assert len(scorer._graphs) == 1
+
+
+def test_batches_of_long_docs_run_without_graphs():
+    """Above ``max_doc_length`` the kernels dominate: no graph is captured, the scores are the eager ones."""
+    from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+
+    scorer = CrossEncoderScorer(_tiny_sparse_ce(4, False)).to(CUDA).eval().use_cuda_graphs()
+    scorer._graphs.max_doc_length = 64
+    queries, docs = _graph_inputs(1)  # docs of up to 77 tokens
+    with torch.no_grad():
+        got = scorer(queries, docs)
+        expected = scorer._sparse_parts(scorer.backbone.make_batch(queries, docs))["score"]
+    assert len(scorer._graphs) == 0
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)

@@ -106,6 +106,8 @@ class SparseCEGraphs:
 
     ``check(batch)`` validates a batch on the host before padding (e.g. its positions). At most ``max_graphs`` are
     kept (least recently used dropped). A failed capture warns once and leaves every later call to ``forward`` itself.
+    Batches with docs longer than ``max_doc_length`` tokens run eagerly: there the kernels, not their launches, take
+    the time (measured on an H200 at 4k tokens: 5% faster replayed, for 1.6x the memory of an eager forward).
     """
 
     def __init__(
@@ -115,12 +117,14 @@ class SparseCEGraphs:
         pad_token_id: int = 0,
         check: Callable[[SparseCrossEncoderBatch], None] | None = None,
         max_graphs: int = 64,
+        max_doc_length: int = 1024,
     ):
         self.forward = forward
         self.module = module
         self.pad_token_id = pad_token_id
         self.check = check
         self.max_graphs = max_graphs
+        self.max_doc_length = max_doc_length
         self.failed = False
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self._stamp: tuple | None = None
@@ -141,7 +145,8 @@ class SparseCEGraphs:
         """Outputs for the batch's own rows. ``batch`` may live on the CPU (one copy per tensor into the graph's
         inputs) or on the GPU."""
         device = next(self.module.parameters()).device
-        if self.failed or device.type != "cuda" or torch.is_grad_enabled() or self.module.training:
+        eager = self.failed or device.type != "cuda" or torch.is_grad_enabled() or self.module.training
+        if eager or batch.doc_ids.shape[1] > self.max_doc_length:
             return self.forward(batch.to(device))
         if self.check is not None:
             self.check(batch)

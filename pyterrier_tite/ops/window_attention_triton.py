@@ -23,10 +23,20 @@ FORWARD_CONFIG: tuple[int, int, int, int] | None = None
 
 def forward_config(length: int, window: int, group_keys: int) -> tuple[int, int, int, int]:
     """Forward launch settings for a segment of ``length`` rows, a band of +-``window`` and key groups of up to
-    ``group_keys`` keys: rows per program, band keys per tile, group keys per tile, warps."""
+    ``group_keys`` keys: rows per program, band keys per tile, group keys per tile, warps.
+
+    Chosen by ``benchmarks/window_attention_configs.py`` on an H200 (bf16, MiniLM heads): a [CLS] or query row
+    streaming a long document as a key group wants wide group tiles (1.7x over 16-key tiles at 4k tokens); a long
+    doc segment wants few warps per small tile (2.2x at w=4, 2.6x at w=64, over 16 x 16 tiles with 4 warps). Settings
+    with a single warp were as fast or faster but gave wrong outputs with 64-key tiles on that GPU, so none is used.
+    """
     if FORWARD_CONFIG is not None:
         return FORWARD_CONFIG
-    return BLOCK_M, BLOCK_N, BLOCK_N, 4
+    if length <= 64 and group_keys > 128:
+        return 16, 64, 128, 4
+    if window <= 8:
+        return 32, 32, 16, 2
+    return 32, 16, 16, 2
 
 
 @triton.jit
