@@ -305,3 +305,25 @@ def test_batches_of_long_docs_run_without_graphs():
         expected = scorer._sparse_parts(scorer.backbone.make_batch(queries, docs))["score"]
     assert len(scorer._graphs) == 0
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_add_layer_norm(dtype):
+    """LayerNorm(x + residual) in one pass against fp64; under autocast its output dtype is the eager path's."""
+    import torch.nn.functional as F
+
+    from pyterrier_tite.ops import add_layer_norm
+
+    x = (torch.randn(5000, 384, device=CUDA) * 3 + 1).to(dtype)
+    residual = torch.randn(5000, 384, device=CUDA).to(dtype)
+    weight, bias = torch.randn(384, device=CUDA), torch.randn(384, device=CUDA)
+    with torch.no_grad():
+        got = add_layer_norm(x, residual, weight, bias, 1e-12)
+    expected = F.layer_norm(x.double() + residual.double(), (384,), weight.double(), bias.double(), 1e-12)
+    assert got.dtype == dtype
+    assert _rel_error(got, expected) <= REL_TOL[dtype]
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        fused = add_layer_norm(x, residual.float(), weight, bias, 1e-12)
+        eager = F.layer_norm(x + residual.float(), (384,), weight, bias, 1e-12)
+    assert fused.dtype == eager.dtype == torch.float32
+    assert _rel_error(fused, eager.double()) <= REL_TOL[torch.float32] * 10

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-CHECKS = ["pooling", "attention_forward", "attention_backward"]
+CHECKS = ["pooling", "attention_forward", "attention_backward", "add_layer_norm"]
 
 
 @pytest.mark.parametrize("check", CHECKS)
@@ -110,6 +110,32 @@ def check_attention_backward() -> None:
         for i, (a, b) in enumerate(zip(got, expected, strict=True)):
             assert _max_error(a, b) <= 1e-5, (seed, i, _max_error(a, b))
     print("attention_backward ok")
+
+
+def check_add_layer_norm() -> None:
+    """LayerNorm(x + residual) in one pass: rows not a multiple of the program's, widths not a power of two, mixed
+    input dtypes (a bf16 / fp16 sub-layer output plus an fp32 residual, as under autocast)."""
+    import torch
+    import torch.nn.functional as F
+
+    from pyterrier_tite.ops import add_layer_norm
+
+    gen = torch.Generator().manual_seed(0)
+    for shape in [(3, 5, 384), (7, 100), (1, 1, 32)]:
+        for dtype, residual_dtype, tol in [
+            (torch.float32, torch.float32, 1e-5),
+            (torch.float16, torch.float16, 2e-3),
+            (torch.float16, torch.float32, 2e-3),
+        ]:
+            x = (torch.randn(shape, generator=gen) * 3 + 1).to(dtype)
+            residual = torch.randn(shape, generator=gen).to(residual_dtype)
+            weight, bias = torch.randn(shape[-1], generator=gen), torch.randn(shape[-1], generator=gen)
+            with torch.no_grad():
+                got = add_layer_norm(x, residual, weight, bias, 1e-12, backend="triton")
+            expected = F.layer_norm(x.double() + residual.double(), (shape[-1],), weight.double(), bias.double(), 1e-12)
+            assert got.dtype == torch.promote_types(dtype, residual_dtype) and got.shape == x.shape
+            assert _max_error(got, expected) <= tol * 10, (shape, dtype, residual_dtype, _max_error(got, expected))
+    print("add_layer_norm ok")
 
 
 if __name__ == "__main__":

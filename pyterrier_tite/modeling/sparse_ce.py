@@ -29,6 +29,7 @@ from pyterrier_tite.devices import capturing_cuda_graph, in_dtype
 from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
 from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
 from pyterrier_tite.modeling.sparse_ce_config import FLAGS, SparseCrossEncoderConfig
+from pyterrier_tite.ops import add_layer_norm
 from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
 
 __all__ = [
@@ -144,7 +145,10 @@ class SparseCrossEncoderSelfOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        if self.training:
+            return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        norm = self.LayerNorm  # one fused pass on a GPU (ops.add_layer_norm); F.layer_norm(x + residual) elsewhere
+        return add_layer_norm(self.dense(x), residual, norm.weight, norm.bias, norm.eps)
 
 
 class SparseCrossEncoderAttention(nn.Module):

@@ -5,6 +5,7 @@
 
 from pyterrier_tite.ops._extension import backends, extension
 from pyterrier_tite.ops.dropout import Dropout, dropout, use_fast_dropout
+from pyterrier_tite.ops.layer_norm import add_layer_norm
 from pyterrier_tite.ops.pooling import packed_mean_pool, packed_mean_pool_reference, pooled_cu_seqlens, pooled_lengths
 from pyterrier_tite.ops.window_attention import (
     KeyGroup,
@@ -21,6 +22,7 @@ from pyterrier_tite.ops.window_attention import (
 __all__ = [
     "Dropout",
     "KeyGroup",
+    "add_layer_norm",
     "backends",
     "band_mask",
     "dense_attention_inputs",
