@@ -145,9 +145,9 @@ class SparseCrossEncoderSelfOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        if self.training:
+        if self.training or not capturing_cuda_graph():
             return self.LayerNorm(self.dropout(self.dense(x)) + residual)
-        norm = self.LayerNorm  # one fused pass on a GPU (ops.add_layer_norm); F.layer_norm(x + residual) elsewhere
+        norm = self.LayerNorm  # in a CUDA graph: one fused pass (ops.add_layer_norm), its Triton launch costs nothing
         return add_layer_norm(self.dense(x), residual, norm.weight, norm.bias, norm.eps)
 
 
