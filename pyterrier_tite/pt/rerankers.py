@@ -214,7 +214,8 @@ class SparseCE(CrossEncoderReranker):
     ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
     else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster). ``cuda_graphs``: on a CUDA
     device, replay one captured CUDA graph per batch shape bucket instead of launching every kernel (passages are
-    launch-bound there; see :mod:`pyterrier_tite.modeling.sparse_ce_graphs`); ignored on CPU.
+    launch-bound there; see :mod:`pyterrier_tite.modeling.sparse_ce_graphs`); ignored on CPU. The setting lives on the
+    scorer, so rerankers built on one in-memory scorer share it (the last one built decides).
 
     Example::
 
