@@ -102,7 +102,8 @@ class _Captured:
 
 
 class SparseCEGraphs:
-    """Replays ``forward(batch) -> {name: [N, ...] tensor}`` from CUDA graphs, one per (bucket, autocast dtype).
+    """Replays ``forward(batch) -> {name: [N, ...] tensor}`` from CUDA graphs, one per bucket, autocast dtype and
+    inference mode (a graph captured under ``torch.inference_mode`` holds inference tensors).
 
     ``check(batch)`` validates a batch on the host before padding (e.g. its positions). At most ``max_graphs`` are
     kept (least recently used dropped). A failed capture warns once and leaves every later call to ``forward`` itself.
@@ -156,7 +157,7 @@ class SparseCEGraphs:
             self._stamp = stamp
         bucket = bucket_of(batch)
         autocast_dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
-        key = (bucket, autocast_dtype)
+        key = (bucket, autocast_dtype, torch.is_inference_mode_enabled())  # inference tensors stay in inference mode
         padded = pad_batch(batch, bucket, self.pad_token_id)
         captured = self._graphs.get(key)
         if captured is None:
