@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from window_attention import best_time, peak_bytes  # noqa: E402  (the kernel benchmark's measurements)
 
 from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig  # noqa: E402
-from pyterrier_tite.modeling.sparse_ce_graphs import SparseCEGraphs  # noqa: E402
+from pyterrier_tite.modeling.sparse_ce_graphs import SparseCEGraphs, capture_graph  # noqa: E402
 from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch  # noqa: E402
 
 MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
@@ -95,15 +95,7 @@ def build(setting: Setting, max_positions: int, baseline_attention: str = "sdpa"
 def graphed_baseline(model: torch.nn.Module, ids: torch.Tensor, types: torch.Tensor):
     """The HF baseline replayed from one CUDA graph on its fixed inputs (no copies): its launch-free best case."""
     with torch.no_grad():
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                model(input_ids=ids, token_type_ids=types)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = model(input_ids=ids, token_type_ids=types).logits
+        graph, out = capture_graph(lambda: model(input_ids=ids, token_type_ids=types).logits, ids.device)
 
     def run():
         graph.replay()

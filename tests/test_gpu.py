@@ -127,15 +127,9 @@ def test_default_backends_on_gpu_are_triton():
 
 
 def _tiny_sparse_ce(window, symmetric: bool):
-    from pyterrier_tite.modeling import SparseCrossEncoderConfig, SparseCrossEncoderModelForSequenceClassification
+    from _tiny_sparse_ce import tiny_sparse_ce
 
-    torch.manual_seed(0)
-    config = SparseCrossEncoderConfig(
-        vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-        max_position_embeddings=600, attention_window_size=window, query_cls_attention=symmetric,
-        query_doc_attention=symmetric, cls_token_id=101, sep_token_id=102, pad_token_id=0,
-    )  # fmt: skip
-    return SparseCrossEncoderModelForSequenceClassification(config).eval()
+    return tiny_sparse_ce(window, symmetric)
 
 
 @pytest.mark.parametrize("window,symmetric", [(4, False), (4, True), (0, False), (None, False)])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tiny_sparse_ce import tiny_sparse_ce
 from _tolerance import assert_float_close
 
-from pyterrier_tite.modeling import SparseCrossEncoderConfig, SparseCrossEncoderModelForSequenceClassification
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
 from pyterrier_tite.modeling.sparse_ce_graphs import Bucket, SparseCEGraphs, bucket_of, pad_batch
 from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
@@ -15,14 +15,8 @@ from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def _tiny(window, symmetric: bool) -> SparseCrossEncoderModelForSequenceClassification:
-    torch.manual_seed(0)
-    config = SparseCrossEncoderConfig(
-        vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=128, attention_window_size=window, query_cls_attention=symmetric,
-        query_doc_attention=symmetric, cls_token_id=101, sep_token_id=102, pad_token_id=0,
-    )  # fmt: skip
-    return SparseCrossEncoderModelForSequenceClassification(config).eval()
+def _tiny(window, symmetric: bool):
+    return tiny_sparse_ce(window, symmetric, hidden=32, max_positions=128)
 
 
 def _inputs(seed: int = 1):

@@ -95,9 +95,8 @@ class CrossEncoderScorer(nn.Module):
         if sum(len(d) for d in docs) == 0:
             return {"score": next(self.backbone.parameters()).new_zeros(0)}
         if self.is_sparse:
-            graphs = getattr(self, "_graphs", None)
-            if graphs is not None and self.device.type == "cuda":
-                return graphs(SparseCrossEncoderBatch.from_lists(queries, docs, self.config.pad_token_id))
+            if self._graphs is not None and self.device.type == "cuda":
+                return self._graphs(SparseCrossEncoderBatch.from_lists(queries, docs, self.config.pad_token_id))
             return self._sparse_parts(self.backbone.make_batch(queries, docs))
         if self.head is None:
             return {"score": self._logits(queries, docs)}

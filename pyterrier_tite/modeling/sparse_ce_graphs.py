@@ -22,6 +22,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +30,10 @@ from torch import nn
 
 from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
 
-__all__ = ["Bucket", "SparseCEGraphs", "bucket_of", "pad_batch"]
+__all__ = ["Bucket", "SparseCEGraphs", "bucket_of", "capture_graph", "pad_batch"]
 
 Outputs = dict[str, torch.Tensor]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -180,18 +182,24 @@ class SparseCEGraphs:
         return {name: value[:n].clone() for name, value in captured.outputs.items()}
 
     def _capture(self, inputs: SparseCrossEncoderBatch, autocast_dtype: torch.dtype | None) -> _Captured:
-        """Two warm-up runs on a side stream (Triton compiles, caches fill), then the capture."""
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         with torch.autocast("cuda", dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None,
                             cache_enabled=False):  # fmt: skip
-            stream = torch.cuda.Stream(inputs.doc_ids.device)
-            stream.wait_stream(torch.cuda.current_stream(inputs.doc_ids.device))
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self.forward(inputs)
-            torch.cuda.current_stream(inputs.doc_ids.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
-                outputs = self.forward(inputs)
+            graph, outputs = capture_graph(lambda: self.forward(inputs), inputs.doc_ids.device, self._pool)
         return _Captured(graph, inputs, outputs)
+
+
+def capture_graph(fn: Callable[[], T], device: torch.device, pool=None) -> tuple[torch.cuda.CUDAGraph, T]:
+    """``fn`` captured as a CUDA graph after two warm-up runs on a side stream (Triton compiles, caches fill), with
+    the outputs of the captured run; ``graph.replay()`` recomputes them in place."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = fn()
+    return graph, outputs
