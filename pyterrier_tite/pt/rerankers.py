@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
@@ -30,8 +29,9 @@ import torch
 from pyterrier_tite.convert.checkpoint import local_checkpoint, read_meta
 from pyterrier_tite.convert.cross_encoder import load_scorer, one_fresh_warning, save_scorer, sequence_classifier
 from pyterrier_tite.convert.sparse_ce import KEEP, is_sparse_model, sparse_backbone, stored_lengths
-from pyterrier_tite.devices import autocast, default_device, resolve_precision
+from pyterrier_tite.devices import default_device, resolve_precision
 from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+from pyterrier_tite.modeling.pair_scoring import score_by_query
 from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import one_query_per_qid, text_column
@@ -127,23 +127,10 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer):
         rank_of_query = {q: i for i, q in enumerate(order)}
         first = pd.Series(range(len(out))).groupby(qids, sort=False).first()
         query_ids = dict(zip(order, self.inputs.queries([query_text[first[q]] for q in order]), strict=True))
-        lengths = np.array([len(d) for d in doc_ids])
-        # by query (sharing its encoding), longest docs first (less padding per batch)
-        rows = np.lexsort((-lengths, np.array([rank_of_query[q] for q in qids])))
-        scores = np.zeros(len(out), dtype="float64")
-        starts = range(0, len(rows), self.batch_size)
-        if self.verbose:
-            starts = pt.tqdm(starts, desc=repr(self), unit="batch")
-        with torch.no_grad(), autocast(self.device, self.precision):
-            for start in starts:
-                batch = rows[start : start + self.batch_size]
-                groups = pd.Series(batch).groupby(qids[batch], sort=False).agg(list)
-                queries = [query_ids[q] for q in groups.index]
-                docs = [
-                    [self.inputs.fit_doc(q, doc_ids[i]) for i in members]
-                    for q, members in zip(queries, groups, strict=True)
-                ]
-                scores[np.concatenate(groups.to_list())] = self.scorer(queries, docs).float().cpu().numpy()
+        progress = (lambda starts: pt.tqdm(starts, desc=repr(self), unit="batch")) if self.verbose else None
+        scores = score_by_query(
+            self.scorer, self.inputs, qids, query_ids, doc_ids, self.batch_size, self.device, self.precision, progress
+        )
         out["score"] = scores
         out = pt.model.add_ranks(out)
         key = out["qid"].astype(str).map(rank_of_query)

@@ -1,0 +1,49 @@
+"""Scoring tokenised (query, doc) pairs with a cross-encoder scorer, grouped by query: the loop behind every
+re-ranker's ``transform``, kept free of PyTerrier so that torch-only scripts (a GPU box without the data stack) score
+exactly as the transformer does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from pyterrier_tite.devices import autocast
+
+
+def score_by_query(
+    scorer: Callable[[list[list[int]], list[list[list[int]]]], torch.Tensor],
+    inputs,
+    qids: Sequence[str],
+    query_ids: Mapping[str, list[int]],
+    doc_ids: Sequence[list[int]],
+    batch_size: int,
+    device: str | torch.device,
+    precision: str,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> np.ndarray:
+    """float64 scores of the pairs ``(query_ids[qids[i]], doc_ids[i])``.
+
+    Rows are scored by query (a sparse cross-encoder whose query attends only to itself encodes each query once per
+    batch), longest docs first within a query (less padding per batch); ``inputs.fit_doc`` cuts each doc to the
+    positions its query leaves. ``progress`` wraps the batch starts (a progress bar)."""
+    order = {q: i for i, q in enumerate(dict.fromkeys(qids))}
+    lengths = np.array([len(d) for d in doc_ids])
+    rows = np.lexsort((-lengths, np.array([order[q] for q in qids])))
+    scores = np.zeros(len(qids), dtype="float64")
+    starts: Iterable[int] = range(0, len(rows), batch_size)
+    if progress is not None:
+        starts = progress(starts)
+    with torch.no_grad(), autocast(device, precision):
+        for start in starts:
+            groups: dict[str, list[int]] = {}
+            for i in rows[start : start + batch_size]:
+                groups.setdefault(qids[i], []).append(int(i))
+            queries = [query_ids[q] for q in groups]
+            docs = [
+                [inputs.fit_doc(q, doc_ids[i]) for i in members]
+                for q, members in zip(queries, groups.values(), strict=True)
+            ]
+            scores[np.concatenate(list(groups.values()))] = scorer(queries, docs).float().cpu().numpy()
+    return scores

@@ -1,0 +1,349 @@
+"""The cross-encoder distillation recipe (``pyterrier-tite distill-rerankers``) split for a GPU machine that has torch
+but neither the collections nor PyTerrier:
+
+1. ``bundle`` (here, with the data): the training pool (BM25 candidates of the training queries, the offline
+   teacher's scores and labels) and the evaluation candidates (BM25 top-``depth`` of each test collection) as one
+   gzipped JSON, and the start model with its weights in fp16 (a file of half the size; the GPU side widens it back to
+   fp32 before training, so every model there starts from the same rounded weights).
+2. ``train`` (on the GPU, torch only): every variant x seed in turn (the same data, steps and recipe as the CLI:
+   MarginMSE against the teacher, ``RerankerTrainingData``, the shared ``Trainer``), each model scoring every
+   evaluation candidate as the re-ranker's ``transform`` does (:func:`~pyterrier_tite.modeling.pair_scoring.
+   score_by_query`); scores are written after each model, so a run cut short keeps what it finished. A time budget
+   skips models that would not finish.
+3. ``evaluate`` (here): nDCG@10 of the scores with the recipe's statistics (mean ± std over seeds, paired t-tests and
+   95% intervals against BM25 / the widest window / the [CLS] model: :mod:`pyterrier_tite.pt.rerank_experiment`).
+
+    python scripts/gpu_rerankers.py bundle --out gpu_carry/rerankers
+    python scripts/gpu_rerankers.py train --bundle gpu_carry/rerankers --out $OUT --models mono,sparse-w4 --seeds 1,2
+    python scripts/gpu_rerankers.py evaluate --bundle gpu_carry/rerankers --scores scores.npz
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+
+import numpy as np
+
+START_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+EVALUATION = "dl19,dl20,vaswani,cranfield,cisi,cacm,scifact"
+
+
+def names(text: str) -> list[str]:
+    return [t for t in (s.strip() for s in text.split(",")) if t]
+
+
+# ------------------------------------------------------------------------------------------------------------ bundle
+def bundle(args: argparse.Namespace) -> None:
+    """Training pool + evaluation candidates -> ``<out>/data.json.gz``; the start model -> ``<out>/start``."""
+    from pyterrier_tite.pt.first_stage import training_bm25
+    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+    from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
+    from pyterrier_tite.start_points import resolve
+    from pyterrier_tite.training.reranker_distillation import teacher_labels, training_candidates
+
+    texts: dict[str, int] = {}
+
+    def index(values) -> list[int]:
+        return [texts.setdefault(str(v), len(texts)) for v in values]
+
+    pool = training_candidates(names(args.sources), training_bm25, args.depth, args.max_queries, seed=42)
+    scored = OfflineTeacher.default(args.teacher_cache, verbose=True)(pool)
+    labels = teacher_labels(scored, args.positives)
+    scored = scored.merge(labels, on=["qid", "docno"], how="left")
+    train = {
+        "qid": scored["qid"].astype(str).tolist(),
+        "query": index(scored["query"]),
+        "docno": scored["docno"].astype(str).tolist(),
+        "text": index(scored["text"]),
+        "rank": scored["rank"].astype(int).tolist(),
+        "teacher": scored["score"].astype(float).tolist(),
+        "label": scored["label"].astype(int).tolist(),
+    }
+    evaluation = {}
+    for dataset in names(args.evaluate):
+        topics, _ = topics_and_qrels(dataset)
+        run = candidates(dataset, args.eval_depth)(topics)
+        evaluation[dataset] = {
+            "qid": run["qid"].astype(str).tolist(),
+            "query": index(run["query"]),
+            "docno": run["docno"].astype(str).tolist(),
+            "text": index(run["text"]),
+            "score": run["score"].astype(float).tolist(),
+        }
+        print(f"{dataset}: {run['qid'].nunique()} queries, {len(run)} candidates")
+    recipe = {k: getattr(args, k) for k in ("sources", "depth", "max_queries", "positives", "eval_depth")}
+    save_bundle(args.out, recipe, list(texts), train, evaluation, resolve(args.start))
+    print(f"{pool['qid'].nunique()} training queries, {len(pool)} candidates, {len(texts)} texts -> {args.out}")
+
+
+def save_bundle(out: str, recipe: dict, texts: list[str], train: dict, evaluation: dict, start: str) -> None:
+    """``<out>/data.json.gz`` (rows refer to ``texts`` by index) and ``<out>/start`` (the start model, fp16 weights)."""
+    os.makedirs(out, exist_ok=True)
+    with gzip.open(os.path.join(out, "data.json.gz"), "wt") as f:
+        json.dump({"recipe": recipe, "texts": texts, "train": train, "eval": evaluation}, f)
+    copy_model(start, "model.safetensors", os.path.join(out, "start"), "model.fp16.safetensors", "float16")
+
+
+def copy_model(folder: str, weights: str, target: str, name: str, dtype: str) -> str:
+    """The model of ``folder`` (config, tokenizer, ``weights``) in ``target``, floating weights cast to ``dtype`` and
+    saved as ``name``."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    os.makedirs(target, exist_ok=True)
+    for file in START_FILES:
+        if os.path.exists(os.path.join(folder, file)):
+            shutil.copy(os.path.join(folder, file), target)
+    cast = getattr(torch, dtype)
+    tensors = load_file(os.path.join(folder, weights))
+    save_file({k: v.to(cast) if v.is_floating_point() else v for k, v in tensors.items()}, os.path.join(target, name))
+    return target
+
+
+# ------------------------------------------------------------------------------------------------------------ train
+def widen_start(folder: str, target: str) -> str:
+    """The bundled start model with fp32 weights (as every checkpoint it stands for) in ``target``."""
+    return copy_model(folder, "model.fp16.safetensors", target, "model.safetensors", "float32")
+
+
+def build(variant: str, start: str, tokenizer):
+    """``(scorer, inputs)`` of a variant as ``distill-rerankers`` builds it (``build_variant``), without PyTerrier."""
+    import warnings
+
+    from pyterrier_tite.cli.distill_rerankers import parse_variant
+    from pyterrier_tite.convert.cross_encoder import load_scorer, sequence_classifier
+    from pyterrier_tite.convert.sparse_ce import sparse_backbone, stored_lengths
+    from pyterrier_tite.tokenization.cross_encoder import CrossEncoderInputs, fill_special_ids, special_ids
+
+    spec = parse_variant(variant)
+    sparse = spec["kind"] == "SparseCE" or spec.get("sparse", False)
+    backbone = (
+        (lambda m: sparse_backbone(m, spec["w"], None, special_ids(tokenizer))) if sparse else sequence_classifier
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*new weights.*train before use")
+        scorer = load_scorer(start, backbone, "celi" if spec["kind"] == "CELI" else "cls", None)
+    if not scorer.is_sparse:
+        fill_special_ids(scorer.config, tokenizer)
+    lengths = stored_lengths(start)
+    return scorer, CrossEncoderInputs(tokenizer, scorer.max_positions(), **lengths)
+
+
+def train(args: argparse.Namespace) -> None:
+    import pandas as pd
+    import torch
+    from transformers import AutoTokenizer
+
+    began = time.perf_counter()
+    device = torch.device(args.device)
+    with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
+        data = json.load(f)
+    texts = data["texts"]
+    pool = pd.DataFrame(data["train"])
+    pool["query"] = pool["query"].map(texts.__getitem__)
+    pool["text"] = pool["text"].map(texts.__getitem__)
+    if args.max_train_queries:
+        keep = sorted(pool["qid"].unique())[: args.max_train_queries]
+        pool = pool[pool["qid"].isin(keep)]
+    start = widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    os.makedirs(args.out, exist_ok=True)
+    scores_path, summary_path = os.path.join(args.out, "scores.npz"), os.path.join(args.out, "models.json")
+    scores: dict[str, np.ndarray] = {}
+    summary: list[dict] = []
+    shared: dict = {}  # tokenised training data and evaluation candidates, built once (every variant reads the same)
+    todo = [(v, s) for s in map(int, names(args.seeds)) for v in names(args.models)]
+    if args.order == "variant":
+        todo = sorted(todo, key=lambda vs: names(args.models).index(vs[0]))
+    todo += [(v, int(names(args.seeds)[0])) for v in names(args.then_models)]
+    per_model = None
+    for variant, seed in todo:
+        elapsed = time.perf_counter() - began
+        if per_model is not None and elapsed + per_model > args.budget:
+            print(f"skipped {variant} seed {seed}: {elapsed:.0f} s spent, a model takes {per_model:.0f} s", flush=True)
+            continue
+        model_began = time.perf_counter()
+        try:
+            row = train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, scores, device)
+        except Exception as error:  # a variant that fails leaves the others' results
+            print(f"FAILED {variant} seed {seed}: {type(error).__name__}: {error}", flush=True)
+            traceback.print_exc()
+            continue
+        summary.append(row)
+        np.savez(scores_path + ".tmp.npz", **scores)
+        os.replace(scores_path + ".tmp.npz", scores_path)
+        with open(summary_path, "w") as f:
+            json.dump({"recipe": {**data["recipe"], **recipe_of(args)}, "models": summary}, f, indent=1)
+        per_model = time.perf_counter() - model_began
+        print(json.dumps(row), flush=True)
+    print(f"done in {time.perf_counter() - began:.0f} s: {len(summary)} models", flush=True)
+
+
+def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, scores, device) -> dict:
+    """Train one variant x seed and score every evaluation candidate into ``scores``; its summary row."""
+    import torch
+
+    from pyterrier_tite.modeling.pair_scoring import score_by_query
+    from pyterrier_tite.training.loop import Trainer, TrainingArguments, seed_everything
+    from pyterrier_tite.training.rerankers import RerankerTrainingData, reranker_loss
+
+    texts = data["texts"]
+    seed_everything(seed)  # the fresh head starts from the seed
+    scorer, inputs = build(variant, start, tokenizer)
+    scorer.to(device)
+    if "data" not in shared:
+        t = time.perf_counter()
+        shared["data"] = RerankerTrainingData(
+            inputs, pool[["qid", "query", "docno", "text", "rank"]], pool[["qid", "docno", "label"]],
+            args.negatives, args.queries_per_batch,
+            teacher=pool[["qid", "docno", "teacher"]].rename(columns={"teacher": "score"}),
+            doc_max_length=args.train_doc_max_length,
+        )  # fmt: skip
+        shared["eval"] = {
+            dataset: (
+                np.array(rows["qid"]),
+                dict(zip(rows["qid"], inputs.queries([texts[i] for i in rows["query"]]), strict=False)),
+                inputs.docs([texts[i] for i in rows["text"]]),
+            )
+            for dataset, rows in map(
+                lambda item: (item[0], first_queries(item[1], args.max_eval_queries)), data["eval"].items()
+            )
+        }
+        print(f"tokenised in {time.perf_counter() - t:.1f} s: {len(shared['data'])} training queries", flush=True)
+    shared["data"].seed = seed
+    targs = TrainingArguments(
+        output_dir=os.path.join(args.workdir, variant, f"seed-{seed}"), max_steps=args.max_steps,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
+        verbose=False, log_every=0,
+    )  # fmt: skip
+    t = time.perf_counter()
+    history = Trainer(scorer, shared["data"], reranker_loss("margin_mse"), lambda m, p: None, targs).train(False)
+    train_seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    for dataset, (qids, query_ids, doc_ids) in shared["eval"].items():
+        key = f"{variant}|{seed}|{dataset}"
+        scores[key] = score_by_query(
+            scorer, inputs, qids, query_ids, doc_ids, args.score_batch_size, device, args.precision
+        ).astype(np.float32)
+    score_seconds = time.perf_counter() - t
+    losses = [h["loss"] for h in history]
+    row = {
+        "variant": variant, "seed": seed, "steps": len(history), "train_s": round(train_seconds, 1),
+        "score_s": round(score_seconds, 1), "loss_first50": float(np.mean(losses[:50])),
+        "loss_last50": float(np.mean(losses[-50:])), "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda" else "cpu", "precision": args.precision,
+    }  # fmt: skip
+    return row
+
+
+def first_queries(rows: dict[str, list], limit: int | None) -> dict[str, list]:
+    """The candidates of the first ``limit`` queries (a smoke test's subset; None: all)."""
+    if not limit:
+        return rows
+    keep = set(list(dict.fromkeys(rows["qid"]))[:limit])
+    mask = [q in keep for q in rows["qid"]]
+    return {k: [x for x, m in zip(v, mask, strict=True) if m] for k, v in rows.items()}
+
+
+def recipe_of(args: argparse.Namespace) -> dict:
+    keys = ("max_steps", "learning_rate", "warmup_steps", "queries_per_batch", "negatives", "train_doc_max_length")
+    return {k: getattr(args, k) for k in (*keys, "precision")}
+
+
+# ------------------------------------------------------------------------------------------------------------ evaluate
+def evaluate(args: argparse.Namespace) -> None:
+    import pandas as pd
+    import pyterrier as pt
+    from pyterrier.measures import nDCG
+
+    from pyterrier_tite.cli.distill_rerankers import comparisons
+    from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
+    from pyterrier_tite.pt.rerankers_first_stage import topics_and_qrels
+
+    with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
+        data = json.load(f)
+    stored = np.load(args.scores)
+    keys = [k.split("|") for k in stored.files]
+    variants = list(dict.fromkeys(v for v, _, _ in keys))
+    against = comparisons(variants)
+    tables = []
+    for dataset, rows in data["eval"].items():
+        topics, qrels = topics_and_qrels(dataset)
+        base = pd.DataFrame({"qid": rows["qid"], "docno": rows["docno"], "score": rows["score"]})
+        frames = {BM25: pt.model.add_ranks(base)}
+        runs: dict[str, list[str]] = {BM25: [BM25]}
+        for variant in variants:
+            seeds = [s for v, s, d in keys if v == variant and d == dataset]
+            if args.min_seeds and len(seeds) < args.min_seeds:
+                continue
+            runs[variant] = []
+            for seed in seeds:
+                name = f"{variant} #{seed}"
+                frames[name] = pt.model.add_ranks(base.assign(score=stored[f"{variant}|{seed}|{dataset}"]))
+                runs[variant].append(name)
+        values = per_query(frames, topics, qrels, nDCG @ 10)
+        present = {k: [o for o in v if o in runs] for k, v in against.items() if k in runs}
+        tables.append(pd.DataFrame(summarise(values, runs, present)).assign(dataset=dataset))
+    table = pd.concat(tables, ignore_index=True).rename(columns={"mean": "nDCG@10"})
+    table = table[table_columns("nDCG@10")]
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4f}".format):
+        print(table.to_string(index=False))
+
+
+# ------------------------------------------------------------------------------------------------------------ CLI
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("bundle", help="training pool + evaluation candidates + start model (needs the data)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--start", default="minilm")
+    p.add_argument("--sources", default="msmarco-passage/dev/small")
+    p.add_argument("--depth", type=int, default=30)
+    p.add_argument("--max-queries", type=int, default=None)
+    p.add_argument("--positives", type=int, default=3)
+    p.add_argument("--teacher-cache", default="runs/rerankers/msmarco/teacher-cache")
+    p.add_argument("--evaluate", default=EVALUATION)
+    p.add_argument("--eval-depth", type=int, default=100)
+    p.set_defaults(func=bundle)
+    p = commands.add_parser("train", help="train and score every variant x seed (torch only)")
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--workdir", default="/tmp/gpu-rerankers")
+    p.add_argument("--models", default="mono,sparse-w4")
+    p.add_argument("--seeds", default="43")
+    p.add_argument("--then-models", default="", help="trained after the others, with the first seed only")
+    p.add_argument("--order", choices=("seed", "variant"), default="seed", help="seed: every variant of a seed first")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--max-steps", type=int, default=500)
+    p.add_argument("--learning-rate", type=float, default=2e-4)
+    p.add_argument("--warmup-steps", type=int, default=50)
+    p.add_argument("--queries-per-batch", type=int, default=16)
+    p.add_argument("--negatives", type=int, default=7)
+    p.add_argument("--train-doc-max-length", type=int, default=256)
+    p.add_argument("--score-batch-size", type=int, default=256)
+    p.add_argument("--max-train-queries", type=int, default=None, help="a smoke test's subset")
+    p.add_argument("--max-eval-queries", type=int, default=None, help="a smoke test's subset")
+    p.add_argument("--budget", type=float, default=float("inf"), help="seconds: skip models that would not finish")
+    p.set_defaults(func=train)
+    p = commands.add_parser("evaluate", help="nDCG@10 table of the scores (needs the data)")
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--scores", required=True)
+    p.add_argument("--min-seeds", type=int, default=0)
+    p.add_argument("--csv", default=None)
+    p.set_defaults(func=evaluate)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
