@@ -124,9 +124,11 @@ def build(variant: str, start: str, tokenizer):
 
     spec = parse_variant(variant)
     sparse = spec["kind"] == "SparseCE" or spec.get("sparse", False)
-    backbone = (
-        (lambda m: sparse_backbone(m, spec["w"], None, special_ids(tokenizer))) if sparse else sequence_classifier
-    )
+
+    def sparse_from(model):
+        return sparse_backbone(model, spec["w"], spec.get("symmetric"), special_ids(tokenizer))
+
+    backbone = sparse_from if sparse else sequence_classifier
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*new weights.*train before use")
         scorer = load_scorer(start, backbone, "celi" if spec["kind"] == "CELI" else "cls", None)

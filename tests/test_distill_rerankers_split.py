@@ -18,7 +18,7 @@ from pyterrier_tite.training.loop import seed_everything
 from tests._scripts import load_script
 
 script = load_script("scripts/gpu_rerankers.py")
-VARIANTS = ["mono", "sparse-w4", "sparse-winf", "celi-mono", "celi-w1"]
+VARIANTS = ["mono", "sparse-w4", "sparse-winf", "sparse-w2-sym", "celi-mono", "celi-w1"]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,9 @@ def test_the_script_builds_the_recipes_model_and_scores_as_the_reranker(variant,
     assert inputs.lengths() == reranker.inputs.lengths() and inputs.max_positions == reranker.inputs.max_positions
     assert scorer.is_sparse == reranker.scorer.is_sparse
     if scorer.is_sparse:
-        assert scorer.config.attention_window_size == reranker.scorer.config.attention_window_size
+        pattern = ("attention_window_size", "query_cls_attention", "query_doc_attention")
+        assert [getattr(scorer.config, f) for f in pattern] == [getattr(reranker.scorer.config, f) for f in pattern]
+        assert scorer.config.query_doc_attention == variant.endswith("-sym")
     queries = dict(zip(PAIRS["qid"], inputs.queries(PAIRS["query"].tolist()), strict=False))
     scores = score_by_query(
         scorer.eval(), inputs, PAIRS["qid"].to_numpy(), queries, inputs.docs(PAIRS["text"].tolist()), 2, "cpu", "fp32"

@@ -192,7 +192,9 @@ def test_variants_and_their_comparisons():
     assert parse_variant("sparse-winf") == {"kind": "SparseCE", "w": None}
     assert parse_variant("celi-w0") == {"kind": "CELI", "sparse": True, "w": 0}
     assert parse_variant("celi-mono") == {"kind": "CELI", "sparse": False}
-    for bad in ("sparse", "sparse-w", "celi", "mono4", "Sparse-w4"):
+    assert parse_variant("sparse-w4-sym") == {"kind": "SparseCE", "w": 4, "symmetric": True}
+    assert parse_variant("celi-winf-sym") == {"kind": "CELI", "sparse": True, "w": None, "symmetric": True}
+    for bad in ("sparse", "sparse-w", "celi", "mono4", "Sparse-w4", "mono-sym", "celi-mono-sym", "sparse-w4sym"):
         with pytest.raises(ValueError, match="unknown model"):
             parse_variant(bad)
     against = comparisons(["mono", "sparse-w4", "sparse-winf", "celi-mono", "celi-w4", "celi-w16"])
@@ -202,6 +204,11 @@ def test_variants_and_their_comparisons():
     sweep = comparisons(["sparse-w0", "sparse-w16", "sparse-w4", "mono"])  # no full attention: the widest window
     assert sweep["sparse-w0"] == sweep["sparse-w4"] == ["BM25", "sparse-w16"] and sweep["sparse-w16"] == ["BM25"]
     assert comparisons(["sparse-w4"]) == {"sparse-w4": ["BM25"]}
+    # windows of the symmetric pattern pair with its own widest; each with its asymmetric twin when trained
+    against = comparisons(["sparse-w4", "sparse-winf", "sparse-w4-sym", "sparse-w16-sym", "celi-w4-sym"])
+    assert against["sparse-w4"] == ["BM25", "sparse-winf"]
+    assert against["sparse-w4-sym"] == ["BM25", "sparse-w16-sym", "sparse-w4"]
+    assert against["sparse-w16-sym"] == ["BM25"] and against["celi-w4-sym"] == ["BM25", "sparse-w4-sym"]
 
 
 def test_finished_steps_counts_only_a_saved_model(tmp_path):

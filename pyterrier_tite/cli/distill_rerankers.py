@@ -33,41 +33,48 @@ from pyterrier_tite.cli.recipes import names as _names
 DEFAULT_MODELS = "mono,sparse-w4"
 DEFAULT_SOURCES = "msmarco-passage/dev/small"  # training queries (reranker_distillation.DEFAULT_SOURCES)
 DEFAULT_EVALUATION = "dl19,dl20,scifact,vaswani,cranfield,cisi,cacm"
-_VARIANT = re.compile(r"^(mono|sparse-w(\d+|inf)|celi-mono|celi-w(\d+|inf))$")
+_VARIANT = re.compile(r"^(mono|celi-mono|(sparse|celi)-w(\d+|inf)(-sym)?)$")
+_VARIANTS = "mono, sparse-w<k|inf>[-sym], celi-mono or celi-w<k|inf>[-sym]"
 
 
 def parse_variant(name: str) -> dict:
-    """``mono`` | ``sparse-w<k|inf>`` | ``celi-mono`` | ``celi-w<k|inf>`` -> the reranker's class and settings."""
+    """``mono`` | ``sparse-w<k|inf>`` | ``celi-mono`` | ``celi-w<k|inf>`` -> the reranker's class and settings; a
+    ``-sym`` suffix lets a sparse model's query attend to [CLS] and the document (``symmetric=True``)."""
     match = _VARIANT.match(name)
     if not match:
-        raise ValueError(f"unknown model {name!r}: expected mono, sparse-w<k|inf>, celi-mono or celi-w<k|inf>")
-    window = match.group(2) or match.group(3)
-    w = None if window == "inf" else (int(window) if window else None)
+        raise ValueError(f"unknown model {name!r}: expected {_VARIANTS}")
     if name == "mono":
         return {"kind": "MonoCE"}
     if name == "celi-mono":
         return {"kind": "CELI", "sparse": False}
-    if name.startswith("celi-"):
-        return {"kind": "CELI", "sparse": True, "w": w}
-    return {"kind": "SparseCE", "w": w}
+    family, window, symmetric = match.group(2), match.group(3), match.group(4)
+    w = None if window == "inf" else int(window)
+    spec = {"kind": "SparseCE", "w": w} if family == "sparse" else {"kind": "CELI", "sparse": True, "w": w}
+    return {**spec, "symmetric": True} if symmetric else spec
 
 
 def comparisons(variants: list[str]) -> dict[str, list[str]]:
-    """What each variant is tested against: BM25; a windowed SparseCE also against the widest attention in the run
-    (full attention, ``sparse-winf``, when it is trained; so a window sweep pairs every window with it); CELI against
-    the same backbone's [CLS] model (``celi-mono`` vs ``mono``, ``celi-w<k>`` vs ``sparse-w<k>``)."""
+    """What each variant is tested against: BM25; a windowed SparseCE also against the widest attention of the same
+    query pattern in the run (full attention, ``sparse-winf``, when it is trained; so a window sweep pairs every window
+    with it); a symmetric one (``-sym``) against its asymmetric twin; CELI against the same backbone's [CLS] model
+    (``celi-mono`` vs ``mono``, ``celi-w<k>`` vs ``sparse-w<k>``)."""
     sparse = [v for v in variants if v.startswith("sparse-w")]
 
     def width(variant: str) -> float:
         w = parse_variant(variant)["w"]
         return float("inf") if w is None else w
 
-    widest = max(sparse, key=width, default=None)
+    def symmetric(variant: str) -> bool:
+        return variant.endswith("-sym")
+
+    widest = {s: max((v for v in sparse if symmetric(v) == s), key=width, default=None) for s in (False, True)}
     out = {}
     for v in variants:
         against = ["BM25"]
-        if v in sparse and v != widest:
-            against.append(widest)
+        if v in sparse and v != widest[symmetric(v)]:
+            against.append(widest[symmetric(v)])
+        if v in sparse and symmetric(v) and v[: -len("-sym")] in variants:
+            against.append(v[: -len("-sym")])
         if v.startswith("celi-"):
             base = "mono" if v == "celi-mono" else "sparse-" + v[len("celi-") :]
             if base in variants:
@@ -128,7 +135,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--models",
         default=DEFAULT_MODELS,
-        help=f"comma list of mono, sparse-w<k|inf>, celi-mono, celi-w<k|inf> (default {DEFAULT_MODELS})",
+        help=f"comma list of {_VARIANTS} (default {DEFAULT_MODELS})",
     )
     parser.add_argument("--seeds", default="42", help="comma list of seeds (one model per variant and seed)")
     parser.add_argument(
