@@ -94,17 +94,71 @@ def save_bundle(out: str, recipe: dict, texts: list[str], train: dict, evaluatio
 def copy_model(folder: str, weights: str, target: str, name: str, dtype: str) -> str:
     """The model of ``folder`` (config, tokenizer, ``weights``) in ``target``, floating weights cast to ``dtype`` and
     saved as ``name``."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
     os.makedirs(target, exist_ok=True)
     for file in START_FILES:
         if os.path.exists(os.path.join(folder, file)):
             shutil.copy(os.path.join(folder, file), target)
-    cast = getattr(torch, dtype)
-    tensors = load_file(os.path.join(folder, weights))
-    save_file({k: v.to(cast) if v.is_floating_point() else v for k, v in tensors.items()}, os.path.join(target, name))
+    cast_weights(os.path.join(folder, weights), dtype, os.path.join(target, name))
     return target
+
+
+def cast_weights(path: str, dtype: str, target: str | None = None) -> None:
+    """The safetensors file ``path`` with its floating tensors cast to ``dtype`` (metadata kept), written to
+    ``target`` (default: in place)."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(path, framework="pt") as f:
+        metadata = f.metadata()
+    cast = getattr(torch, dtype)
+    tensors = {k: v.to(cast) if v.is_floating_point() else v for k, v in load_file(path).items()}
+    save_file(tensors, target or path, metadata=metadata)
+
+
+#: the size of each part of a kept model (what comes back from the GPU machine is limited per file)
+PART_BYTES = 15 * 2**20
+
+
+def pack_model(folder: str, out: str, name: str, dtype: str) -> list[str]:
+    """A saved model folder as ``<out>/<name>.tar.<i>`` parts of at most ``PART_BYTES``, weights cast to ``dtype``."""
+    import glob
+    import io
+    import tarfile
+
+    for weights in glob.glob(os.path.join(folder, "*.safetensors")):
+        cast_weights(weights, dtype)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(folder, arcname=name)
+    data = buffer.getvalue()
+    parts = []
+    for i, start in enumerate(range(0, len(data), PART_BYTES)):
+        parts.append(os.path.join(out, f"{name}.tar.{i}"))
+        with open(parts[-1], "wb") as f:
+            f.write(data[start : start + PART_BYTES])
+    return parts
+
+
+def unpack_model(args: argparse.Namespace) -> None:
+    """The parts written by ``train --keep`` -> a model folder (fp32 weights) that ``from_pretrained`` loads."""
+    import glob
+    import io
+    import tarfile
+
+    parts = sorted(glob.glob(f"{args.parts}.tar.*"), key=lambda p: int(p.rsplit(".", 1)[1]))
+    if not parts:
+        raise SystemExit(f"no parts {args.parts}.tar.<i>")
+    if [int(p.rsplit(".", 1)[1]) for p in parts] != list(range(len(parts))):
+        raise SystemExit(f"parts of {args.parts} are missing: found {[os.path.basename(p) for p in parts]}")
+    data = b"".join(open(p, "rb").read() for p in parts)
+    name = os.path.basename(args.parts)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(args.out, filter="data")
+    folder = os.path.join(args.out, name)
+    for weights in glob.glob(os.path.join(folder, "*.safetensors")):
+        cast_weights(weights, "float32")
+    print(f"{len(parts)} parts -> {folder}")
 
 
 # ------------------------------------------------------------------------------------------------------------ train
@@ -235,6 +289,12 @@ def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, s
             scorer, inputs, qids, query_ids, doc_ids, args.score_batch_size, device, args.precision
         ).astype(np.float32)
     score_seconds = time.perf_counter() - t
+    if f"{variant}:{seed}" in names(args.keep):
+        from pyterrier_tite.convert.cross_encoder import save_scorer
+
+        folder = os.path.join(args.workdir, "keep", f"{variant}-seed-{seed}")
+        save_scorer(scorer, tokenizer, folder, reranker=parse_kind(variant), lengths=inputs.lengths())
+        pack_model(folder, args.out, f"{variant}-seed-{seed}", args.keep_dtype)
     losses = [h["loss"] for h in history]
     row = {
         "variant": variant, "seed": seed, "steps": len(history), "train_s": round(train_seconds, 1),
@@ -243,6 +303,12 @@ def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, s
         if device.type == "cuda" else "cpu", "precision": args.precision,
     }  # fmt: skip
     return row
+
+
+def parse_kind(variant: str) -> str:
+    from pyterrier_tite.cli.distill_rerankers import parse_variant
+
+    return parse_variant(variant)["kind"]
 
 
 def first_queries(rows: dict[str, list], limit: int | None) -> dict[str, list]:
@@ -334,9 +400,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-doc-max-length", type=int, default=256)
     p.add_argument("--score-batch-size", type=int, default=256)
     p.add_argument("--max-train-queries", type=int, default=None, help="a smoke test's subset")
+    p.add_argument(
+        "--keep",
+        default="",
+        help="comma list of variant:seed whose trained model comes back as <out>/<variant>-seed-<seed>.tar.<i> parts",
+    )
+    p.add_argument("--keep-dtype", default="bfloat16", help="weights of a kept model (bfloat16: half the parts)")
     p.add_argument("--max-eval-queries", type=int, default=None, help="a smoke test's subset")
     p.add_argument("--budget", type=float, default=float("inf"), help="seconds: skip models that would not finish")
     p.set_defaults(func=train)
+    p = commands.add_parser("unpack", help="a model kept by train --keep -> a folder from_pretrained loads")
+    p.add_argument("--parts", required=True, help="path prefix of the parts: <dir>/<variant>-seed-<seed>")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=unpack_model)
     p = commands.add_parser("evaluate", help="nDCG@10 table of the scores (needs the data)")
     p.add_argument("--bundle", required=True)
     p.add_argument("--scores", required=True)

@@ -161,3 +161,39 @@ def test_evaluate_reads_scores_into_the_recipes_table(irds_home, tiny_bert, tmp_
     assert table.loc[("mono", "BM25"), "seeds"] == 2 and table.loc[("mono", "BM25"), "delta"] == 0
     assert table.loc[("celi-mono", "mono"), "delta"] > 0  # CELI is compared with its [CLS] model
     assert table.loc[("celi-mono", "BM25"), "nDCG@10"] > table.loc[("mono", "BM25"), "nDCG@10"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_kept_model_comes_back_in_parts_and_loads(dtype, tiny_bert, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from pyterrier_tite.pt.rerankers import CrossEncoderReranker
+
+    monkeypatch.setattr(script, "PART_BYTES", 2**14)  # several parts from a tiny model
+    bundle = tiny_bundle(tmp_path / "bundle", tiny_bert, {"tiny": PAIRS.assign(score=[3.0, 2.0, 1.0, 2.0, 1.0])})
+    out = tmp_path / "out"
+    script.main(
+        ["train", "--bundle", bundle, "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu",
+         "--precision", "fp32", "--models", "celi-w2", "--seeds", "3", "--max-steps", "2", "--warmup-steps", "1",
+         "--queries-per-batch", "1", "--negatives", "2", "--keep", "celi-w2:3", "--keep-dtype", dtype]
+    )  # fmt: skip
+    parts = sorted(out.glob("celi-w2-seed-3.tar.*"))
+    assert len(parts) > 1 and all(p.stat().st_size <= 2**14 for p in parts)
+    script.main(["unpack", "--parts", str(out / "celi-w2-seed-3"), "--out", str(tmp_path / "models")])
+    folder = tmp_path / "models" / "celi-w2-seed-3"
+    reranker = CrossEncoderReranker.from_pretrained(str(folder), device="cpu", dtype=torch.float32)
+    assert type(reranker).__name__ == "CELI" and reranker.scorer.config.attention_window_size == 2
+    weights = load_file(str(folder / "model.safetensors"))
+    assert all(w.dtype == torch.float32 for w in weights.values() if w.is_floating_point())
+    scores = reranker.transform(PAIRS).set_index(["qid", "docno"])["score"]
+    scores = scores.loc[list(zip(PAIRS["qid"], PAIRS["docno"], strict=True))].to_numpy()
+    trained = np.load(out / "scores.npz")["celi-w2|3|tiny"]
+    if dtype == "float32":
+        np.testing.assert_allclose(scores, trained, rtol=1e-5, atol=1e-5)  # the very model that was trained
+    else:
+        rounded = all(torch.equal(w, w.bfloat16().float()) for w in weights.values() if w.is_floating_point())
+        assert rounded and not np.allclose(scores, trained, rtol=0, atol=1e-7)  # bf16 weights: close, not equal
+        np.testing.assert_allclose(scores, trained, atol=0.05 * max(1.0, float(np.abs(trained).max())))
+    with pytest.raises(SystemExit, match="missing"):
+        parts[0].unlink()
+        script.main(["unpack", "--parts", str(out / "celi-w2-seed-3"), "--out", str(tmp_path / "again")])
