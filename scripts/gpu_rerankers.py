@@ -337,10 +337,18 @@ def evaluate(args: argparse.Namespace) -> None:
 
     with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
         data = json.load(f)
-    stored = np.load(args.scores)
-    keys = [k.split("|") for k in stored.files]
-    variants = list(dict.fromkeys(v for v, _, _ in keys))
+    stored = {key: values for path in args.scores for key, values in np.load(path).items()}
+    variants = list(dict.fromkeys(key.split("|")[0] for key in stored))
     against = comparisons(variants)
+    for label, path in (r.split("=", 1) for r in args.reference):  # the same variants trained on other data
+        for key, values in np.load(path).items():
+            variant, rest = key.split("|", 1)
+            stored[f"{variant} @ {label}|{rest}"] = values
+            if variant in against and f"{variant} @ {label}" not in against[variant]:
+                against[variant].append(f"{variant} @ {label}")
+            against[f"{variant} @ {label}"] = ["BM25"]
+    keys = [k.split("|") for k in stored]
+    variants = list(dict.fromkeys(v for v, _, _ in keys))
     tables = []
     for dataset, rows in data["eval"].items():
         topics, qrels = topics_and_qrels(dataset)
@@ -353,8 +361,13 @@ def evaluate(args: argparse.Namespace) -> None:
                 continue
             runs[variant] = []
             for seed in seeds:
-                name = f"{variant} #{seed}"
-                frames[name] = pt.model.add_ranks(base.assign(score=stored[f"{variant}|{seed}|{dataset}"]))
+                name, scores = f"{variant} #{seed}", stored[f"{variant}|{seed}|{dataset}"]
+                if len(scores) != len(base):
+                    raise SystemExit(
+                        f"{len(scores)} scores of {variant} seed {seed} on {dataset} for {len(base)} candidates of "
+                        "the bundle: scores of another bundle's candidates?"
+                    )
+                frames[name] = pt.model.add_ranks(base.assign(score=scores))
                 runs[variant].append(name)
         values = per_query(frames, topics, qrels, nDCG @ 10)
         present = {k: [o for o in v if o in runs] for k, v in against.items() if k in runs}
@@ -415,7 +428,13 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=unpack_model)
     p = commands.add_parser("evaluate", help="nDCG@10 table of the scores (needs the data)")
     p.add_argument("--bundle", required=True)
-    p.add_argument("--scores", required=True)
+    p.add_argument("--scores", required=True, nargs="+", help="scores.npz of one recipe (several runs of it)")
+    p.add_argument(
+        "--reference",
+        default=[],
+        nargs="*",
+        help="LABEL=scores.npz: the same variants trained on other data, rows '<variant> @ LABEL' paired with theirs",
+    )
     p.add_argument("--min-seeds", type=int, default=0)
     p.add_argument("--csv", default=None)
     p.set_defaults(func=evaluate)

@@ -161,6 +161,15 @@ def test_evaluate_reads_scores_into_the_recipes_table(irds_home, tiny_bert, tmp_
     assert table.loc[("mono", "BM25"), "seeds"] == 2 and table.loc[("mono", "BM25"), "delta"] == 0
     assert table.loc[("celi-mono", "mono"), "delta"] > 0  # CELI is compared with its [CLS] model
     assert table.loc[("celi-mono", "BM25"), "nDCG@10"] > table.loc[("mono", "BM25"), "nDCG@10"]
+    # the same variants trained on other data: paired with their counterparts
+    np.savez(tmp_path / "other.npz", **{"mono|1|vaswani": perfect, "mono|2|vaswani": perfect})
+    script.main(["evaluate", "--bundle", bundle, "--scores", str(tmp_path / "scores.npz"), "--reference",
+                 f"ict={tmp_path / 'other.npz'}", "--csv", str(tmp_path / "r.csv")])  # fmt: skip
+    table = pd.read_csv(tmp_path / "r.csv").set_index(["name", "vs"])
+    assert table.loc[("mono", "mono @ ict"), "delta"] < 0 and table.loc[("mono @ ict", "BM25"), "seeds"] == 2
+    np.savez(tmp_path / "short.npz", **{"mono|1|vaswani": bm25[:-1]})
+    with pytest.raises(SystemExit, match="another bundle"):
+        script.main(["evaluate", "--bundle", bundle, "--scores", str(tmp_path / "short.npz")])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
