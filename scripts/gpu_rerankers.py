@@ -31,7 +31,9 @@ import traceback
 
 import numpy as np
 
-START_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+#: the start model's files besides its weights (the sentence-transformers ones say how a bi-encoder pools)
+START_FILES = ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+               "modules.json", "sentence_bert_config.json", "1_Pooling/config.json")  # fmt: skip
 EVALUATION = "dl19,dl20,vaswani,cranfield,cisi,cacm,scifact"
 
 
@@ -44,43 +46,51 @@ def bundle(args: argparse.Namespace) -> None:
     """Training pool + evaluation candidates -> ``<out>/data.json.gz``; the start model -> ``<out>/start``."""
     from pyterrier_tite.pt.first_stage import training_bm25
     from pyterrier_tite.pt.offline_teacher import OfflineTeacher
-    from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
     from pyterrier_tite.start_points import resolve
     from pyterrier_tite.training.reranker_distillation import teacher_labels, training_candidates
 
     texts: dict[str, int] = {}
-
-    def index(values) -> list[int]:
-        return [texts.setdefault(str(v), len(texts)) for v in values]
-
     pool = training_candidates(names(args.sources), training_bm25, args.depth, args.max_queries, seed=42)
     scored = OfflineTeacher.default(args.teacher_cache, verbose=True)(pool)
     labels = teacher_labels(scored, args.positives)
     scored = scored.merge(labels, on=["qid", "docno"], how="left")
     train = {
         "qid": scored["qid"].astype(str).tolist(),
-        "query": index(scored["query"]),
+        "query": index_texts(texts, scored["query"]),
         "docno": scored["docno"].astype(str).tolist(),
-        "text": index(scored["text"]),
+        "text": index_texts(texts, scored["text"]),
         "rank": scored["rank"].astype(int).tolist(),
         "teacher": scored["score"].astype(float).tolist(),
         "label": scored["label"].astype(int).tolist(),
     }
-    evaluation = {}
-    for dataset in names(args.evaluate):
-        topics, _ = topics_and_qrels(dataset)
-        run = candidates(dataset, args.eval_depth)(topics)
-        evaluation[dataset] = {
-            "qid": run["qid"].astype(str).tolist(),
-            "query": index(run["query"]),
-            "docno": run["docno"].astype(str).tolist(),
-            "text": index(run["text"]),
-            "score": run["score"].astype(float).tolist(),
-        }
-        print(f"{dataset}: {run['qid'].nunique()} queries, {len(run)} candidates")
+    evaluation = evaluation_candidates(texts, names(args.evaluate), args.eval_depth)
     recipe = {k: getattr(args, k) for k in ("sources", "depth", "max_queries", "positives", "eval_depth")}
     save_bundle(args.out, recipe, list(texts), train, evaluation, resolve(args.start))
     print(f"{pool['qid'].nunique()} training queries, {len(pool)} candidates, {len(texts)} texts -> {args.out}")
+
+
+def index_texts(texts: dict[str, int], values) -> list[int]:
+    """Each value's position in the bundle's text table ``texts`` (added when new)."""
+    return [texts.setdefault(str(v), len(texts)) for v in values]
+
+
+def evaluation_candidates(texts: dict[str, int], datasets: list[str], depth: int) -> dict[str, dict[str, list]]:
+    """BM25's top-``depth`` (TREC DL: the provided run) of each dataset's judged queries, texts indexed in ``texts``."""
+    from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
+
+    evaluation = {}
+    for dataset in datasets:
+        topics, _ = topics_and_qrels(dataset)
+        run = candidates(dataset, depth)(topics)
+        evaluation[dataset] = {
+            "qid": run["qid"].astype(str).tolist(),
+            "query": index_texts(texts, run["query"]),
+            "docno": run["docno"].astype(str).tolist(),
+            "text": index_texts(texts, run["text"]),
+            "score": run["score"].astype(float).tolist(),
+        }
+        print(f"{dataset}: {run['qid'].nunique()} queries, {len(run)} candidates")
+    return evaluation
 
 
 def save_bundle(out: str, recipe: dict, texts: list[str], train: dict, evaluation: dict, start: str) -> None:
@@ -97,7 +107,8 @@ def copy_model(folder: str, weights: str, target: str, name: str, dtype: str) ->
     os.makedirs(target, exist_ok=True)
     for file in START_FILES:
         if os.path.exists(os.path.join(folder, file)):
-            shutil.copy(os.path.join(folder, file), target)
+            os.makedirs(os.path.dirname(os.path.join(target, file)), exist_ok=True)
+            shutil.copy(os.path.join(folder, file), os.path.join(target, file))
     cast_weights(os.path.join(folder, weights), dtype, os.path.join(target, name))
     return target
 
@@ -340,6 +351,10 @@ def evaluate(args: argparse.Namespace) -> None:
     stored = {key: values for path in args.scores for key, values in np.load(path).items()}
     variants = list(dict.fromkeys(key.split("|")[0] for key in stored))
     against = comparisons(variants)
+    if args.baseline:
+        for variant in variants:
+            if variant != args.baseline:
+                against[variant].append(args.baseline)
     for label, path in (r.split("=", 1) for r in args.reference):  # the same variants trained on other data
         for key, values in np.load(path).items():
             variant, rest = key.split("|", 1)
@@ -436,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         help="LABEL=scores.npz: the same variants trained on other data, rows '<variant> @ LABEL' paired with theirs",
     )
     p.add_argument("--min-seeds", type=int, default=0)
+    p.add_argument("--baseline", default=None, help="a model every other is also paired with (e.g. teacher)")
     p.add_argument("--csv", default=None)
     p.set_defaults(func=evaluate)
     args = parser.parse_args(argv)

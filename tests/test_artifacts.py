@@ -48,7 +48,7 @@ def outputs(model) -> np.ndarray:
         return np.asarray(model.encode_queries(QUERIES["query"].tolist()))
     if hasattr(model, "query_encoder") and not hasattr(model, "scorer"):  # SPLADE: term weights
         toks = model.query_encoder()(QUERIES)["query_toks"]
-        return np.array([sorted(d.values()) [-3:] for d in toks])
+        return np.array([sorted(d.values())[-3:] for d in toks])
     return model(RESULTS)["score"].to_numpy()
 
 

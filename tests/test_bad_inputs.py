@@ -315,9 +315,9 @@ def test_dense_single_result_rows(models, indexes):
     array-valued docno / score cells; upstream behaviour, documented here (it xpasses once fixed)."""
     import pyterrier_dr
 
-    retriever = models["TITE"].query_encoder() >> pyterrier_dr.FlexIndex(
-        str(indexes["TITE>>FlexIndex"])
-    ).np_retriever(num_results=1)
+    retriever = models["TITE"].query_encoder() >> pyterrier_dr.FlexIndex(str(indexes["TITE>>FlexIndex"])).np_retriever(
+        num_results=1
+    )
     assert all(isinstance(d, str) for d in retriever(QUERIES)["docno"])
 
 

@@ -51,7 +51,7 @@ def test_committed_outputs_are_clean(path):
                 f"{path.name} code cell {number} writes to stderr: {text[:200]!r}"
             )
             match = ABSOLUTE.search(text)
-            assert match is None, f"{path.name} code cell {number}: absolute path ...{text[match.start():][:80]!r}"
+            assert match is None, f"{path.name} code cell {number}: absolute path ...{text[match.start() :][:80]!r}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -45,9 +45,13 @@ def test_the_splade_family_flows_one_way():
 
     modules = ["tokenization.splade", "modeling.splade", "training.splade", "training.splade_data", "training.mlm",
                "training.pseudo_queries"]  # fmt: skip
-    code = "import sys\n" + "".join(f"import pyterrier_tite.{m}\n" for m in modules) + (
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyterrier' or "
-        "m.startswith(('pyterrier_tite.pt', 'pyterrier_tite.cli'))))"
+    code = (
+        "import sys\n"
+        + "".join(f"import pyterrier_tite.{m}\n" for m in modules)
+        + (
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyterrier' or "
+            "m.startswith(('pyterrier_tite.pt', 'pyterrier_tite.cli'))))"
+        )
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert done.stdout.strip() == "[]"

