@@ -89,6 +89,20 @@ def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "lat
 
 
 # ------------------------------------------------------------------------------------------------------------ train
+def first_groups(train: dict, texts: list[str], limit: int | None):
+    """``DistillationTexts`` of the bundle's first ``limit`` groups (a smoke test's subset; None: all)."""
+    from pyterrier_tite.training.vector_distillation import DistillationTexts
+
+    groups = train["groups"][:limit] if limit else train["groups"]
+    rows = [i for group in groups for i in group]
+    where = {i: n for n, i in enumerate(rows)}
+    return DistillationTexts(
+        [texts[train["text"][i]] for i in rows],
+        [train["role"][i] for i in rows],
+        [[where[i] for i in group] for group in groups],
+    )
+
+
 def cosine_scores(encoder, rows: dict, texts: list[str], batch_size: int, precision: str) -> np.ndarray:
     """The dot product of each candidate's query and document vectors (cosine for a normalising encoder)."""
     import torch
@@ -134,20 +148,14 @@ def train(args: argparse.Namespace) -> None:
     import torch
 
     from pyterrier_tite.training.loop import TrainingArguments, seed_everything
-    from pyterrier_tite.training.vector_distillation import (
-        DistillationTexts,
-        DistillationWeights,
-        distill_vectors,
-        teacher_vectors,
-    )
+    from pyterrier_tite.training.vector_distillation import DistillationWeights, distill_vectors, teacher_vectors
 
     began = time.perf_counter()
     device = torch.device(args.device)
     with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
         data = json.load(f)
     texts = data["texts"]
-    train_data = DistillationTexts([texts[i] for i in data["train"]["text"]], data["train"]["role"],
-                                   data["train"]["groups"])  # fmt: skip
+    train_data = first_groups(data["train"], texts, args.max_groups)
     start = split.widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
     evaluation = {k: split.first_queries(v, args.max_eval_queries) for k, v in data["eval"].items()}
     os.makedirs(args.out, exist_ok=True)
@@ -281,6 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keep", default="", help="comma list of seeds whose distilled TITE comes back in parts")
     p.add_argument("--keep-dtype", default="bfloat16")
     p.add_argument("--max-eval-queries", type=int, default=None, help="a smoke test's subset")
+    p.add_argument("--max-groups", type=int, default=None, help="a smoke test's subset of the training text groups")
     p.add_argument("--budget", type=float, default=float("inf"), help="seconds: skip seeds that would not finish")
     p.set_defaults(func=train)
     args = parser.parse_args(argv)

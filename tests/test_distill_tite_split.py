@@ -115,3 +115,12 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
     table = pd.read_csv(tmp_path / "t.csv")
     paired = table[table["vs"] == "teacher"]
     assert set(paired["name"]) == {"tite-start", "tite"} and (paired[paired["name"] == "tite"]["seeds"] == 2).all()
+
+
+def test_a_smoke_subset_keeps_whole_groups():
+    train = {"text": [5, 6, 7, 8], "role": ["doc", "query", "doc", "query"], "groups": [[2, 3], [0, 1]]}
+    texts = ["t0", "t1", "t2", "t3", "t4", "d5", "q6", "d7", "q8"]
+    subset = tite_script.first_groups(train, texts, 1)
+    assert (subset.texts, subset.roles, subset.groups) == (["d7", "q8"], ["doc", "query"], [[0, 1]])
+    everything = tite_script.first_groups(train, texts, None)
+    assert everything.texts == ["d7", "q8", "d5", "q6"] and everything.groups == [[0, 1], [2, 3]]
