@@ -28,6 +28,8 @@ import shutil
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -221,36 +223,61 @@ def train(args: argparse.Namespace) -> None:
         pool = pool[pool["qid"].isin(keep)]
     start = widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
     tokenizer = AutoTokenizer.from_pretrained(start)
-    os.makedirs(args.out, exist_ok=True)
-    scores_path, summary_path = os.path.join(args.out, "scores.npz"), os.path.join(args.out, "models.json")
-    scores: dict[str, np.ndarray] = {}
-    summary: list[dict] = []
+    results = Results(args.out, {**data["recipe"], **recipe_of(args)})
     shared: dict = {}  # tokenised training data and evaluation candidates, built once (every variant reads the same)
     todo = [(v, s) for s in map(int, names(args.seeds)) for v in names(args.models)]
     if args.order == "variant":
         todo = sorted(todo, key=lambda vs: names(args.models).index(vs[0]))
     todo += [(v, int(names(args.seeds)[0])) for v in names(args.then_models)]
-    per_model = None
-    for variant, seed in todo:
+    jobs = [
+        (
+            f"{v} seed {s}",
+            partial(train_and_score, args, v, s, start, tokenizer, pool, data, shared, results.scores, device),
+        )
+        for v, s in todo
+    ]
+    run_budgeted(jobs, args.budget, began, results)
+
+
+class Results:
+    """``scores.npz`` (key ``variant|seed|dataset``) and ``models.json`` (recipe, one row per model) in ``out``,
+    rewritten after each model, so a run cut short keeps what it finished."""
+
+    def __init__(self, out: str, recipe: dict):
+        os.makedirs(out, exist_ok=True)
+        self.out = out
+        self.scores: dict[str, np.ndarray] = {}
+        self.summary: dict = {"recipe": recipe, "models": []}
+
+    def save(self) -> None:
+        path = os.path.join(self.out, "scores.npz")
+        np.savez(path + ".tmp.npz", **self.scores)
+        os.replace(path + ".tmp.npz", path)
+        with open(os.path.join(self.out, "models.json"), "w") as f:
+            json.dump(self.summary, f, indent=1)
+
+
+def run_budgeted(jobs: list[tuple[str, Callable[[], dict]]], budget: float, began: float, results: Results) -> None:
+    """Run each ``(name, job)`` whose expected time (the last job's) still fits ``budget`` seconds since ``began``;
+    a job that raises is reported and skipped, the others go on; each finished job's row is saved at once."""
+    last = None
+    for name, job in jobs:
         elapsed = time.perf_counter() - began
-        if per_model is not None and elapsed + per_model > args.budget:
-            print(f"skipped {variant} seed {seed}: {elapsed:.0f} s spent, a model takes {per_model:.0f} s", flush=True)
+        if last is not None and elapsed + last > budget:
+            print(f"skipped {name}: {elapsed:.0f} s spent, a model takes {last:.0f} s", flush=True)
             continue
-        model_began = time.perf_counter()
+        job_began = time.perf_counter()
         try:
-            row = train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, scores, device)
-        except Exception as error:  # a variant that fails leaves the others' results
-            print(f"FAILED {variant} seed {seed}: {type(error).__name__}: {error}", flush=True)
+            row = job()
+        except Exception as error:  # a failing model leaves the others' results
+            print(f"FAILED {name}: {type(error).__name__}: {error}", flush=True)
             traceback.print_exc()
             continue
-        summary.append(row)
-        np.savez(scores_path + ".tmp.npz", **scores)
-        os.replace(scores_path + ".tmp.npz", scores_path)
-        with open(summary_path, "w") as f:
-            json.dump({"recipe": {**data["recipe"], **recipe_of(args)}, "models": summary}, f, indent=1)
-        per_model = time.perf_counter() - model_began
+        results.summary["models"].append(row)
+        results.save()
+        last = time.perf_counter() - job_began
         print(json.dumps(row), flush=True)
-    print(f"done in {time.perf_counter() - began:.0f} s: {len(summary)} models", flush=True)
+    print(f"done in {time.perf_counter() - began:.0f} s: {len(results.summary['models'])} models", flush=True)
 
 
 def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, scores, device) -> dict:

@@ -26,7 +26,7 @@ import json
 import os
 import sys
 import time
-import traceback
+from functools import partial
 
 import numpy as np
 
@@ -158,23 +158,15 @@ def train(args: argparse.Namespace) -> None:
     train_data = first_groups(data["train"], texts, args.max_groups)
     start = split.widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
     evaluation = {k: split.first_queries(v, args.max_eval_queries) for k, v in data["eval"].items()}
-    os.makedirs(args.out, exist_ok=True)
-    scores: dict[str, np.ndarray] = {}
-    summary: dict = {"recipe": {**data["recipe"], **recipe_of(args)}, "models": []}
+    results = split.Results(args.out, {**data["recipe"], **recipe_of(args)})
 
     def score_all(name: str, seed: int, encoder) -> None:
         t = time.perf_counter()
         for dataset, rows in evaluation.items():
-            scores[f"{name}|{seed}|{dataset}"] = cosine_scores(
-                encoder, rows, texts, args.eval_batch_size, args.precision
-            )
-        np.savez(os.path.join(args.out, "scores.tmp.npz"), **scores)
-        os.replace(os.path.join(args.out, "scores.tmp.npz"), os.path.join(args.out, "scores.npz"))
+            key = f"{name}|{seed}|{dataset}"
+            results.scores[key] = cosine_scores(encoder, rows, texts, args.eval_batch_size, args.precision)
+        results.save()
         print(f"{name} seed {seed}: scored in {time.perf_counter() - t:.1f} s", flush=True)
-
-    def write_summary() -> None:
-        with open(os.path.join(args.out, "models.json"), "w") as f:
-            json.dump(summary, f, indent=1)
 
     teacher = build_teacher(start).to(device).eval()
     t = time.perf_counter()
@@ -188,48 +180,37 @@ def train(args: argparse.Namespace) -> None:
     docs = [texts[i] for i in dict.fromkeys(i for rows in evaluation.values() for i in rows["text"])][: args.speed_docs]
     speed = {name: encoding_speed(enc, docs, args.eval_batch_size, args.precision)
              for name, enc in (("teacher", teacher), ("tite", untrained))}  # fmt: skip
-    summary["speed"] = {"docs": len(docs), "docs_per_s": speed, "ratio": speed["tite"] / speed["teacher"]}
-    print(json.dumps(summary["speed"]), flush=True)
-    write_summary()
+    results.summary["speed"] = {"docs": len(docs), "docs_per_s": speed, "ratio": speed["tite"] / speed["teacher"]}
+    print(json.dumps(results.summary["speed"]), flush=True)
+    results.save()
     del untrained
-    per_model = None
-    for seed in map(int, split.names(args.seeds)):
-        elapsed = time.perf_counter() - began
-        if per_model is not None and elapsed + per_model > args.budget:
-            print(f"skipped seed {seed}: {elapsed:.0f} s spent, a model takes {per_model:.0f} s", flush=True)
-            continue
-        model_began = time.perf_counter()
-        try:
-            seed_everything(seed)
-            student = build_student(start, teacher, **structure).to(device)
-            targs = TrainingArguments(
-                output_dir=os.path.join(args.workdir, f"tite-seed-{seed}"), max_steps=args.max_steps,
-                learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
-                verbose=False, log_every=0,
-            )  # fmt: skip
-            weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
-            log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
-                                  weights=weights, resume=False)  # fmt: skip
-            train_seconds = time.perf_counter() - model_began
-            student.eval()
-            score_all("tite", seed, student)
-            if str(seed) in split.names(args.keep):
-                folder = os.path.join(args.workdir, "keep", f"tite-seed-{seed}")
-                save_tite(student, folder)
-                split.pack_model(folder, args.out, f"tite-seed-{seed}", args.keep_dtype)
-        except Exception as error:  # a failed seed leaves the others' results
-            print(f"FAILED seed {seed}: {type(error).__name__}: {error}", flush=True)
-            traceback.print_exc()
-            continue
+
+    def distil(seed: int) -> dict:
+        began_seed = time.perf_counter()
+        seed_everything(seed)
+        student = build_student(start, teacher, **structure).to(device)
+        targs = TrainingArguments(
+            output_dir=os.path.join(args.workdir, f"tite-seed-{seed}"), max_steps=args.max_steps,
+            learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
+            verbose=False, log_every=0,
+        )  # fmt: skip
+        weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
+        log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
+                              weights=weights, resume=False)  # fmt: skip
+        train_seconds = time.perf_counter() - began_seed
+        student.eval()
+        score_all("tite", seed, student)
+        if str(seed) in split.names(args.keep):
+            folder = os.path.join(args.workdir, "keep", f"tite-seed-{seed}")
+            save_tite(student, folder)
+            split.pack_model(folder, args.out, f"tite-seed-{seed}", args.keep_dtype)
         losses = [h["loss"] for h in log]
-        row = {"seed": seed, "steps": len(log), "train_s": round(train_seconds, 1),
-               "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
-               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}  # fmt: skip
-        summary["models"].append(row)
-        write_summary()
-        per_model = time.perf_counter() - model_began
-        print(json.dumps(row), flush=True)
-    print(f"done in {time.perf_counter() - began:.0f} s", flush=True)
+        return {"seed": seed, "steps": len(log), "train_s": round(train_seconds, 1),
+                "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
+                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}  # fmt: skip
+
+    jobs = [(f"seed {seed}", partial(distil, seed)) for seed in map(int, split.names(args.seeds))]
+    split.run_budgeted(jobs, args.budget, began, results)
 
 
 def save_tite(encoder, folder: str) -> None:
