@@ -71,6 +71,12 @@ def bundle(args: argparse.Namespace) -> None:
     print(f"{pool['qid'].nunique()} training queries, {len(pool)} candidates, {len(texts)} texts -> {args.out}")
 
 
+def load_bundle(folder: str) -> dict:
+    """``recipe``, ``texts``, ``train`` and ``eval`` of a bundle written by :func:`save_bundle`."""
+    with gzip.open(os.path.join(folder, "data.json.gz"), "rt") as f:
+        return json.load(f)
+
+
 def index_texts(texts: dict[str, int], values) -> list[int]:
     """Each value's position in the bundle's text table ``texts`` (added when new)."""
     return [texts.setdefault(str(v), len(texts)) for v in values]
@@ -212,8 +218,7 @@ def train(args: argparse.Namespace) -> None:
 
     began = time.perf_counter()
     device = torch.device(args.device)
-    with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
-        data = json.load(f)
+    data = load_bundle(args.bundle)
     texts = data["texts"]
     pool = pd.DataFrame(data["train"])
     pool["query"] = pool["query"].map(texts.__getitem__)
@@ -301,14 +306,8 @@ def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, s
             doc_max_length=args.train_doc_max_length,
         )  # fmt: skip
         shared["eval"] = {
-            dataset: (
-                np.array(rows["qid"]),
-                dict(zip(rows["qid"], inputs.queries([texts[i] for i in rows["query"]]), strict=False)),
-                inputs.docs([texts[i] for i in rows["text"]]),
-            )
-            for dataset, rows in map(
-                lambda item: (item[0], first_queries(item[1], args.max_eval_queries)), data["eval"].items()
-            )
+            dataset: tokenised_candidates(inputs, first_queries(rows, args.max_eval_queries), texts)
+            for dataset, rows in data["eval"].items()
         }
         print(f"tokenised in {time.perf_counter() - t:.1f} s: {len(shared['data'])} training queries", flush=True)
     shared["data"].seed = seed
@@ -343,6 +342,13 @@ def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, s
     return row
 
 
+def tokenised_candidates(inputs, rows: dict[str, list], texts: list[str]) -> tuple:
+    """``(qids, query ids per qid, doc ids per row)`` of a dataset's candidates, each query tokenised once."""
+    query_of = dict(zip(rows["qid"], rows["query"], strict=True))
+    query_ids = dict(zip(query_of, inputs.queries([texts[i] for i in query_of.values()]), strict=True))
+    return np.array(rows["qid"]), query_ids, inputs.docs([texts[i] for i in rows["text"]])
+
+
 def parse_kind(variant: str) -> str:
     from pyterrier_tite.cli.distill_rerankers import parse_variant
 
@@ -373,8 +379,7 @@ def evaluate(args: argparse.Namespace) -> None:
     from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
     from pyterrier_tite.pt.rerankers_first_stage import topics_and_qrels
 
-    with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
-        data = json.load(f)
+    data = load_bundle(args.bundle)
     stored = {key: values for path in args.scores for key, values in np.load(path).items()}
     variants = list(dict.fromkeys(key.split("|")[0] for key in stored))
     against = comparisons(variants)
@@ -423,6 +428,24 @@ def evaluate(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------ CLI
+def add_run_arguments(p: argparse.ArgumentParser, workdir: str) -> None:
+    """The arguments every GPU-side ``train`` takes: bundle, outputs, device, precision, seeds, kept models, budget."""
+    p.add_argument("--bundle", required=True)
+    p.add_argument("--out", required=True, help="what comes back: scores.npz, models.json, kept models' parts")
+    p.add_argument("--workdir", default=workdir, help="checkpoints and the widened start model (stay there)")
+    p.add_argument("--seeds", default="43")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--precision", default="bf16")
+    p.add_argument(
+        "--keep",
+        default="",
+        help="models whose weights come back in <out>/<name>.tar.<i> parts (variant:seed / TITE seed)",
+    )
+    p.add_argument("--keep-dtype", default="bfloat16", help="weights of a kept model (bfloat16: half the parts)")
+    p.add_argument("--max-eval-queries", type=int, default=None, help="a smoke test's subset")
+    p.add_argument("--budget", type=float, default=float("inf"), help="seconds: skip models that would not finish")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -438,15 +461,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-depth", type=int, default=100)
     p.set_defaults(func=bundle)
     p = commands.add_parser("train", help="train and score every variant x seed (torch only)")
-    p.add_argument("--bundle", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--workdir", default="/tmp/gpu-rerankers")
+    add_run_arguments(p, "/tmp/gpu-rerankers")
     p.add_argument("--models", default="mono,sparse-w4")
-    p.add_argument("--seeds", default="43")
     p.add_argument("--then-models", default="", help="trained after the others, with the first seed only")
     p.add_argument("--order", choices=("seed", "variant"), default="seed", help="seed: every variant of a seed first")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--precision", default="bf16")
     p.add_argument("--max-steps", type=int, default=500)
     p.add_argument("--learning-rate", type=float, default=2e-4)
     p.add_argument("--warmup-steps", type=int, default=50)
@@ -455,14 +473,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-doc-max-length", type=int, default=256)
     p.add_argument("--score-batch-size", type=int, default=256)
     p.add_argument("--max-train-queries", type=int, default=None, help="a smoke test's subset")
-    p.add_argument(
-        "--keep",
-        default="",
-        help="comma list of variant:seed whose trained model comes back as <out>/<variant>-seed-<seed>.tar.<i> parts",
-    )
-    p.add_argument("--keep-dtype", default="bfloat16", help="weights of a kept model (bfloat16: half the parts)")
-    p.add_argument("--max-eval-queries", type=int, default=None, help="a smoke test's subset")
-    p.add_argument("--budget", type=float, default=float("inf"), help="seconds: skip models that would not finish")
     p.set_defaults(func=train)
     p = commands.add_parser("unpack", help="a model kept by train --keep -> a folder from_pretrained loads")
     p.add_argument("--parts", required=True, help="path prefix of the parts: <dir>/<variant>-seed-<seed>")

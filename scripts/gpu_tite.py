@@ -21,7 +21,6 @@ collections nor PyTerrier, as ``gpu_rerankers.py`` does for the cross-encoders:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -152,8 +151,7 @@ def train(args: argparse.Namespace) -> None:
 
     began = time.perf_counter()
     device = torch.device(args.device)
-    with gzip.open(os.path.join(args.bundle, "data.json.gz"), "rt") as f:
-        data = json.load(f)
+    data = split.load_bundle(args.bundle)
     texts = data["texts"]
     train_data = first_groups(data["train"], texts, args.max_groups)
     start = split.widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
@@ -248,12 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-depth", type=int, default=100)
     p.set_defaults(func=bundle)
     p = commands.add_parser("train", help="teacher vectors, distillation per seed, scores (torch only)")
-    p.add_argument("--bundle", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--workdir", default="/tmp/gpu-tite")
-    p.add_argument("--seeds", default="43")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--precision", default="bf16")
+    split.add_run_arguments(p, "/tmp/gpu-tite")  # --keep names seeds here
     p.add_argument("--max-steps", type=int, default=3000)
     p.add_argument("--learning-rate", type=float, default=1e-4)
     p.add_argument("--warmup-steps", type=int, default=100)
@@ -267,11 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--teacher-batch-size", type=int, default=256)
     p.add_argument("--eval-batch-size", type=int, default=256)
     p.add_argument("--speed-docs", type=int, default=8192, help="evaluation documents the speed is measured on")
-    p.add_argument("--keep", default="", help="comma list of seeds whose distilled TITE comes back in parts")
-    p.add_argument("--keep-dtype", default="bfloat16")
-    p.add_argument("--max-eval-queries", type=int, default=None, help="a smoke test's subset")
     p.add_argument("--max-groups", type=int, default=None, help="a smoke test's subset of the training text groups")
-    p.add_argument("--budget", type=float, default=float("inf"), help="seconds: skip seeds that would not finish")
     p.set_defaults(func=train)
     args = parser.parse_args(argv)
     args.func(args)

