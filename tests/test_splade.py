@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from pyterrier_tite.modeling.splade import SpladeEncoder, splade_pool
+from pyterrier_tite.modeling.splade import SpladeEncoder, splade_pool, splade_pool_projected
 from pyterrier_tite.pt.splade import PISA_SCALE, Splade, SpladePisaRetriever, pisa_term
 from pyterrier_tite.training.tokenizer import train_wordpiece
 
@@ -88,6 +88,41 @@ def test_splade_pool_matches_formula():
 def test_splade_pool_empty():
     assert splade_pool(torch.zeros(0, 4, 9), torch.zeros(0, 4)).shape == (0, 9)
     assert splade_pool(torch.zeros(2, 0, 9), torch.zeros(2, 0)).tolist() == [[0.0] * 9] * 2
+
+
+@pytest.mark.parametrize("block", [1, 3, 4, 256])
+def test_projected_pool_equals_pooled_logits(block):
+    """Max moved before the projection: the same weights for masked, empty, block-straddling and padded texts."""
+    torch.manual_seed(2)
+    hidden, weight, bias = torch.randn(4, 6, 5), torch.randn(9, 5), torch.randn(9)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 0, 1]])
+    expected = splade_pool(hidden @ weight.T + bias, mask)
+    torch.testing.assert_close(splade_pool_projected(hidden, mask, weight, bias, block=block), expected)
+    torch.testing.assert_close(splade_pool_projected(hidden, mask, weight, None, block=block),
+                               splade_pool(hidden @ weight.T, mask))  # fmt: skip
+    assert splade_pool_projected(hidden, torch.zeros(4, 6), weight, bias).tolist() == [[0.0] * 9] * 4
+
+
+@pytest.mark.parametrize("mlm", ["bert", "distilbert"])
+def test_encoding_without_gradients_equals_the_training_path(mlm, tiny):
+    """Encoding (no autograd) never builds the [B, L, V] logits, yet gives the training path's weights."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    torch.manual_seed(3)
+    if mlm == "bert":
+        encoder = tiny.encoder
+    else:
+        config = DistilBertConfig(vocab_size=len(tiny.tokenizer), dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+        encoder = SpladeEncoder(DistilBertForMaskedLM(config))
+    assert encoder._projection_last
+    batch = tiny.tokenizer(TEXTS[:3] + [""], padding=True, return_tensors="pt")
+    encoder.eval()
+    training_path = encoder(**batch)  # gradients enabled: splade_pool over the logits
+    with torch.no_grad():
+        encoding_path = encoder(**batch)
+    torch.testing.assert_close(encoding_path, training_path.detach(), rtol=0, atol=1e-6)
+    assert type(encoder.mlm.get_output_embeddings()).forward is torch.nn.Linear.forward
+    assert "forward" not in vars(encoder.mlm.get_output_embeddings())  # the projection is itself again
 
 
 def test_encoder_ignores_padding_and_keeps_gradients(tiny):

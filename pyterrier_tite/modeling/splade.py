@@ -6,8 +6,10 @@ per vocabulary entry, most of them zero. Any MLM checkpoint works (ours pretrain
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -30,6 +32,67 @@ def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, inplace: boo
     return activated.amax(dim=1)
 
 
+# MLMs whose logits are exactly ``output_embeddings(head_hidden_states)``, the decoder last and applied to every token.
+_PROJECTION_LAST = frozenset({"bert", "distilbert", "roberta"})
+
+
+def splade_pool_projected(
+    hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    block: int = 256,
+) -> torch.Tensor:
+    """:func:`splade_pool` of the logits ``hidden @ weight.T + bias`` without building the ``[B, L, V]`` logits.
+
+    ``log1p`` and ``relu`` do not decrease and the bias is the same for every token, so the max moves inside:
+    ``max_t log1p(relu(h_t W + b)) = log1p(relu(max_t (h_t W) + b))`` over the unmasked tokens, exactly in floating
+    point too (rounding does not decrease either). Only unmasked tokens are projected (padding costs nothing), the
+    tokens of all texts concatenated and ``block`` at a time (short queries share one pass over the ``[V, H]``
+    weight), and the elementwise work is ``[B, V]``, not ``[B, L, V]``.
+    """
+    keep = attention_mask.bool()
+    tokens = hidden[keep]  # [N, H], the texts one after another
+    ends = keep.sum(dim=1).cumsum(dim=0).tolist()
+    starts = [0, *ends[:-1]]
+    best: torch.Tensor | None = None  # [B, V], -inf where a text has no token yet
+    first_text = 0
+    for begin in range(0, tokens.shape[0], block):
+        end = min(begin + block, tokens.shape[0])
+        logits = weight @ tokens[begin:end].T  # [V, end - begin]: the faster orientation for BLAS here
+        if best is None:
+            best = logits.new_full((len(ends), logits.shape[0]), float("-inf"))
+        while ends[first_text] <= begin:
+            first_text += 1
+        for text in range(first_text, len(ends)):
+            if starts[text] >= end:
+                break
+            low, high = max(starts[text], begin) - begin, min(ends[text], end) - begin
+            if high > low:
+                torch.maximum(best[text], logits[:, low:high].amax(dim=1), out=best[text])
+    if best is None:  # no tokens at all: the zero vectors
+        return hidden.new_zeros(hidden.shape[0], weight.shape[0])
+    if bias is not None:
+        best += bias.to(best.dtype)
+    return best.relu_().log1p_()
+
+
+@contextlib.contextmanager
+def _logits_before_projection(mlm: nn.Module) -> Iterator[nn.Linear]:
+    """Within the block the MLM's output projection passes its input through, so ``mlm(...).logits`` are the head's
+    hidden states ``[B, L, H]``; yields the projection (an instance attribute shadows ``forward`` until the end)."""
+    projection = mlm.get_output_embeddings()
+    projection.forward = _passthrough
+    try:
+        yield projection
+    finally:
+        del projection.forward
+
+
+def _passthrough(hidden: torch.Tensor) -> torch.Tensor:
+    return hidden
+
+
 def _accepts(module: nn.Module, argument: str) -> bool:
     """Whether ``module.forward`` takes ``argument`` (DistilBERT takes no ``token_type_ids``)."""
     return argument in inspect.signature(module.forward).parameters
@@ -42,6 +105,9 @@ class SpladeEncoder(nn.Module):
         super().__init__()
         self.mlm = mlm
         self._token_types = _accepts(mlm, "token_type_ids")
+        projection = mlm.get_output_embeddings() if hasattr(mlm, "get_output_embeddings") else None
+        model_type = getattr(getattr(mlm, "config", None), "model_type", None)
+        self._projection_last = model_type in _PROJECTION_LAST and isinstance(projection, nn.Linear)
 
     @property
     def vocab_size(self) -> int:
@@ -56,8 +122,14 @@ class SpladeEncoder(nn.Module):
     ) -> torch.Tensor:
         """Token ids ``[B, L]`` -> term weights ``[B, V]`` (>= 0).
 
-        Token types are dropped for MLMs without them (DistilBERT): texts are single segments, so they are all 0."""
+        Token types are dropped for MLMs without them (DistilBERT): texts are single segments, so they are all 0.
+        Without gradients (encoding) the ``[B, L, V]`` logits are never built: see :func:`splade_pool_projected`.
+        """
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._token_types else {}
+        if self._projection_last and not torch.is_grad_enabled():
+            with _logits_before_projection(self.mlm) as projection:
+                hidden = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
+            return splade_pool_projected(hidden, attention_mask, projection.weight, projection.bias)
         logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
         return splade_pool(logits, attention_mask, inplace=not torch.is_grad_enabled())
 
