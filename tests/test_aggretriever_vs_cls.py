@@ -47,7 +47,7 @@ def test_aggretriever_vs_cls_end_to_end(irds_home, tite_cache, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "pyterrier_tite", "aggretriever-vs-cls", "--output-dir", str(out), "--seeds", "1,2",
            "--dataset", "vaswani", "--max-queries", "8", "--depth", "10", "--batch-size", "4", "--max-steps", "3",
-           "--warmup-steps", "1", "--doc-max-length", "32", "--query-max-length", "16", "--evaluate", "cranfield",
+           "--warmup-steps", "1", "--doc-max-length", "16", "--query-max-length", "8", "--evaluate", "cranfield",
            "--threads", "1", "--quiet", "--precision", "fp32"]  # fmt: skip
     env = {**os.environ, "PYTERRIER_TITE_HOME": tite_cache}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)

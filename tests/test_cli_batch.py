@@ -35,6 +35,30 @@ def cli(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
+def cli_here(*args: str) -> subprocess.CompletedProcess:
+    """The command in this process, stdout and stderr captured: for refusals, which end before any real work, so they
+    need no interpreter start (seconds each). An uncaught exception propagates and fails the test, where a process
+    would print a traceback; the runtime settings a command changes (torch threads) are restored."""
+    import contextlib
+    import io
+
+    import torch
+
+    from pyterrier_tite.cli import main
+
+    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    except SystemExit as exc:  # argparse and the recipes exit; a message code is printed and exits 1, as Python does
+        code = exc.code if isinstance(exc.code, int) else 1
+        if not isinstance(exc.code, int | None):
+            err.write(f"{exc.code}\n")
+    finally:
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(list(args), code or 0, out.getvalue(), err.getvalue())
+
+
 def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -121,9 +145,9 @@ def test_existing_index_and_run_are_refused_unless_overwrite(files):
 
     ok(cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run), "-k", "3"))
     assert {line[0] for line in run_lines(run)} == {"1", "2", "3"}
-    done = cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run))
+    done = cli_here("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run))
     assert done.returncode == 2 and "already exists" in done.stderr
-    done = cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run),
+    done = cli_here("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run),
                "--model", TITE, "--overwrite")  # fmt: skip
     assert done.returncode == 2 and "BM25 index" in done.stderr
 
@@ -139,7 +163,7 @@ def test_existing_index_and_run_are_refused_unless_overwrite(files):
 def test_bad_corpus_is_named_and_leaves_no_index(files, bad, message):
     write_corpus(files / "bad.jsonl", [*DOCS, bad])
     index = files / "bad.index"
-    done = cli("index", "--model", TITE, "--dataset", str(files / "bad.jsonl"), "--index", str(index), "--quiet")
+    done = cli_here("index", "--model", TITE, "--dataset", str(files / "bad.jsonl"), "--index", str(index), "--quiet")
     assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     assert not index.exists() and siblings(index) == []
@@ -147,18 +171,18 @@ def test_bad_corpus_is_named_and_leaves_no_index(files, bad, message):
 
 def test_bad_arguments_are_named(files):
     corpus = str(files / "corpus.jsonl")
-    done = cli("index", "--model", "no-such/model-anywhere", "--dataset", corpus, "--index", str(files / "x"))
+    done = cli_here("index", "--model", "no-such/model-anywhere", "--dataset", corpus, "--index", str(files / "x"))
     assert done.returncode == 2 and "no-such/model-anywhere" in done.stderr and not (files / "x").exists()
-    done = cli("index", "--model", "bm25", "--dataset", str(files / "missing.jsonl"), "--index", str(files / "x"))
+    done = cli_here("index", "--model", "bm25", "--dataset", str(files / "missing.jsonl"), "--index", str(files / "x"))
     assert done.returncode == 2 and "missing.jsonl does not exist" in done.stderr
-    done = cli("index", "--model", "bm25", "--dataset", "no-such-collection", "--index", str(files / "x"))
+    done = cli_here("index", "--model", "bm25", "--dataset", "no-such-collection", "--index", str(files / "x"))
     assert done.returncode == 2 and "neither a file nor a known ir_datasets id" in done.stderr
     (files / "empty.jsonl").write_text("\n")
-    done = cli("index", "--model", TITE, "--dataset", str(files / "empty.jsonl"), "--index", str(files / "x"))
+    done = cli_here("index", "--model", TITE, "--dataset", str(files / "empty.jsonl"), "--index", str(files / "x"))
     assert done.returncode == 2 and "the corpus is empty" in done.stderr and not (files / "x").exists()
-    done = cli("index", "--model", SPARSE_CE, "--dataset", corpus, "--index", str(files / "x"))
+    done = cli_here("index", "--model", SPARSE_CE, "--dataset", corpus, "--index", str(files / "x"))
     assert done.returncode == 2 and "re-ranker" in done.stderr and not (files / "x").exists()
-    done = cli("retrieve", "--index", str(files / "nothing"), "--topics", str(files / "topics.tsv"), "--out", "r")
+    done = cli_here("retrieve", "--index", str(files / "nothing"), "--topics", str(files / "topics.tsv"), "--out", "r")
     assert done.returncode == 2 and "does not exist" in done.stderr
 
 
@@ -242,12 +266,12 @@ def test_rerank_a_run_with_duplicates_from_a_corpus_file(files):
 def test_rerank_names_missing_texts_and_queries(files):
     (files / "in.run").write_text("1 Q0 1 1 9.0 x\n1 Q0 d99 2 8.0 x\n2 Q0 d2 1 9.0 x\n", encoding="utf-8")
     common = ["--model", SPARSE_CE, "--topics", str(files / "topics.tsv"), "--run", str(files / "in.run")]
-    done = cli("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
+    done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
     assert done.returncode == 2 and "docno 'd99'" in done.stderr and not (files / "o.run").exists()
     (files / "in.run").write_text("7 Q0 1 1 9.0 x\n", encoding="utf-8")
-    done = cli("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
+    done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
     assert done.returncode == 2 and "qid '7'" in done.stderr
-    done = cli("rerank", *common, "--out", str(files / "o.run"))
+    done = cli_here("rerank", *common, "--out", str(files / "o.run"))
     assert done.returncode == 2 and "--dataset" in done.stderr
 
 
