@@ -318,3 +318,13 @@ def test_pisa_document_frequencies_and_expected_flops(tiny, tmp_path):
     queries = [{"a": 0.5, "zz-unknown": 2.0, "b": 0.001}, {}]
     frequencies = {"a": 3, "b": 6}
     assert expected_flops(queries, frequencies, 6) == pytest.approx((3 / 6 + 0) / 2)  # "b" quantises to 0
+
+
+def test_encoding_benchmark_compares_both_paths(cassette, irds_home, capsys):
+    """benchmarks/splade_encoding.py (smoke): both paths timed, their weights checked equal, one ratio row each."""
+    from _scripts import load_script
+
+    bench = load_script("benchmarks/splade_encoding.py")
+    assert bench.main(["--docs", "6", "--batch-size", "4", "--rounds", "1", "--threads", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line.endswith("x |")]
+    assert len(rows) == 2 and rows[1].endswith("| 1.00x |") and float(rows[0].split("|")[2]) > 0

@@ -6,14 +6,13 @@ per vocabulary entry, most of them zero. Any MLM checkpoint works (ours pretrain
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
-from collections.abc import Iterator
 
 import torch
 from torch import nn
 
+from pyterrier_tite.modeling.vocab_max import head_states, max_over_tokens, projection_is_last
 from pyterrier_tite.tokenization.splade import Role
 
 
@@ -32,10 +31,6 @@ def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, inplace: boo
     return activated.amax(dim=1)
 
 
-# MLMs whose logits are exactly ``output_embeddings(head_hidden_states)``, the decoder last and applied to every token.
-_PROJECTION_LAST = frozenset({"bert", "distilbert", "roberta"})
-
-
 def splade_pool_projected(
     hidden: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -47,50 +42,18 @@ def splade_pool_projected(
 
     ``log1p`` and ``relu`` do not decrease and the bias is the same for every token, so the max moves inside:
     ``max_t log1p(relu(h_t W + b)) = log1p(relu(max_t (h_t W) + b))`` over the unmasked tokens, exactly in floating
-    point too (rounding does not decrease either). Only unmasked tokens are projected (padding costs nothing), the
-    tokens of all texts concatenated and ``block`` at a time (short queries share one pass over the ``[V, H]``
-    weight), and the elementwise work is ``[B, V]``, not ``[B, L, V]``.
+    point too (rounding does not decrease either); the elementwise work is ``[B, V]``, not ``[B, L, V]``. Only the
+    unmasked tokens are projected, ``block`` at a time (:func:`~pyterrier_tite.modeling.vocab_max.max_over_tokens`).
     """
     keep = attention_mask.bool()
-    tokens = hidden[keep]  # [N, H], the texts one after another
-    ends = keep.sum(dim=1).cumsum(dim=0).tolist()
-    starts = [0, *ends[:-1]]
-    best: torch.Tensor | None = None  # [B, V], -inf where a text has no token yet
-    first_text = 0
-    for begin in range(0, tokens.shape[0], block):
-        end = min(begin + block, tokens.shape[0])
-        logits = weight @ tokens[begin:end].T  # [V, end - begin]: the faster orientation for BLAS here
-        if best is None:
-            best = logits.new_full((len(ends), logits.shape[0]), float("-inf"))
-        while ends[first_text] <= begin:
-            first_text += 1
-        for text in range(first_text, len(ends)):
-            if starts[text] >= end:
-                break
-            low, high = max(starts[text], begin) - begin, min(ends[text], end) - begin
-            if high > low:
-                torch.maximum(best[text], logits[:, low:high].amax(dim=1), out=best[text])
+    best = max_over_tokens(  # weight @ tokens.T ([V, n]) is the faster orientation for BLAS here
+        hidden[keep], keep.sum(dim=1).tolist(), lambda tokens, _, __: weight @ tokens.T, token_dim=1, block=block
+    )
     if best is None:  # no tokens at all: the zero vectors
         return hidden.new_zeros(hidden.shape[0], weight.shape[0])
     if bias is not None:
         best += bias.to(best.dtype)
-    return best.relu_().log1p_()
-
-
-@contextlib.contextmanager
-def _logits_before_projection(mlm: nn.Module) -> Iterator[nn.Linear]:
-    """Within the block the MLM's output projection passes its input through, so ``mlm(...).logits`` are the head's
-    hidden states ``[B, L, H]``; yields the projection (an instance attribute shadows ``forward`` until the end)."""
-    projection = mlm.get_output_embeddings()
-    projection.forward = _passthrough
-    try:
-        yield projection
-    finally:
-        del projection.forward
-
-
-def _passthrough(hidden: torch.Tensor) -> torch.Tensor:
-    return hidden
+    return best.relu_().log1p_()  # -inf (a text of no tokens) -> 0
 
 
 def _accepts(module: nn.Module, argument: str) -> bool:
@@ -105,9 +68,7 @@ class SpladeEncoder(nn.Module):
         super().__init__()
         self.mlm = mlm
         self._token_types = _accepts(mlm, "token_type_ids")
-        projection = mlm.get_output_embeddings() if hasattr(mlm, "get_output_embeddings") else None
-        model_type = getattr(getattr(mlm, "config", None), "model_type", None)
-        self._projection_last = model_type in _PROJECTION_LAST and isinstance(projection, nn.Linear)
+        self._projection_last = projection_is_last(mlm)
 
     @property
     def vocab_size(self) -> int:
@@ -127,7 +88,7 @@ class SpladeEncoder(nn.Module):
         """
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._token_types else {}
         if self._projection_last and not torch.is_grad_enabled():
-            with _logits_before_projection(self.mlm) as projection:
+            with head_states(self.mlm) as projection:
                 hidden = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
             return splade_pool_projected(hidden, attention_mask, projection.weight, projection.bias)
         logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
