@@ -84,10 +84,12 @@ class SpladeEncoder(nn.Module):
         """Token ids ``[B, L]`` -> term weights ``[B, V]`` (>= 0).
 
         Token types are dropped for MLMs without them (DistilBERT): texts are single segments, so they are all 0.
-        Without gradients (encoding) the ``[B, L, V]`` logits are never built: see :func:`splade_pool_projected`.
+        Encoding on the CPU (no gradients) never builds the ``[B, L, V]`` logits: see :func:`splade_pool_projected`
+        (``benchmarks/splade_encoding.py``). On a GPU the full logits stay: there one fused pass over them is cheap
+        and per-text reductions would cost a kernel launch each.
         """
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._token_types else {}
-        if self._projection_last and not torch.is_grad_enabled():
+        if self._projection_last and not torch.is_grad_enabled() and input_ids.device.type == "cpu":
             with head_states(self.mlm) as projection:
                 hidden = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
             return splade_pool_projected(hidden, attention_mask, projection.weight, projection.bias)
