@@ -1,10 +1,11 @@
 """Max over a text's tokens of a per-token vocabulary vector, without building ``[B, L, V]``.
 
-SPLADE and Aggretriever both reduce MLM logits ``[B, L, V]`` (the largest tensor of either model: 30,522 floats per
-token) to one ``[B, V]`` vector per text by a max over the text's tokens. When nothing needs gradients (encoding),
-the MLM runs up to its output projection (:func:`head_states`), and :func:`max_over_tokens` projects the unmasked
-tokens of all texts, concatenated, a block at a time, so each block of logits stays in cache, padding costs nothing
-and short texts share one pass over the projection's weight.
+An MLM's logits ``[B, L, V]`` are the largest tensor of a model over them (30,522 floats per token). When a text's
+vector is a max of per-token vectors and nothing needs gradients (SPLADE encoding), the MLM runs up to its output
+projection (:func:`head_states`) and :func:`max_over_tokens` projects the unmasked tokens of all texts, concatenated,
+a block at a time, so each block stays in cache, padding costs nothing and short texts share one pass over the
+projection's weight. (Aggretriever's per-token softmax over the vocabulary was tried this way: equal vectors, but
+slower than its full logits on the CPU, so it keeps them.)
 """
 
 from __future__ import annotations
