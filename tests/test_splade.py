@@ -90,15 +90,17 @@ def test_splade_pool_empty():
     assert splade_pool(torch.zeros(2, 0, 9), torch.zeros(2, 0)).tolist() == [[0.0] * 9] * 2
 
 
-@pytest.mark.parametrize("block", [1, 3, 4, 256])
-def test_projected_pool_equals_pooled_logits(block):
-    """Max moved before the projection: the same weights for masked, empty, block-straddling and padded texts."""
+@pytest.mark.parametrize(("block", "vocab_tile"), [(1, 2), (3, 4), (4, 9), (256, 2048)])
+def test_projected_pool_equals_pooled_logits(block, vocab_tile):
+    """Max moved before the projection: the same weights for masked, empty, block-straddling and padded texts, with
+    the vocabulary in tiles (a last, shorter one included) or whole."""
     torch.manual_seed(2)
     hidden, weight, bias = torch.randn(4, 6, 5), torch.randn(9, 5), torch.randn(9)
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 0, 1]])
     expected = splade_pool(hidden @ weight.T + bias, mask)
-    torch.testing.assert_close(splade_pool_projected(hidden, mask, weight, bias, block=block), expected)
-    torch.testing.assert_close(splade_pool_projected(hidden, mask, weight, None, block=block),
+    got = splade_pool_projected(hidden, mask, weight, bias, block=block, vocab_tile=vocab_tile)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(splade_pool_projected(hidden, mask, weight, None, block=block, vocab_tile=vocab_tile),
                                splade_pool(hidden @ weight.T, mask))  # fmt: skip
     assert splade_pool_projected(hidden, torch.zeros(4, 6), weight, bias).tolist() == [[0.0] * 9] * 4
 

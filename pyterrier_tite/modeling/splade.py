@@ -37,20 +37,29 @@ def splade_pool_projected(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     block: int = 256,
+    vocab_tile: int = 2048,
 ) -> torch.Tensor:
     """:func:`splade_pool` of the logits ``hidden @ weight.T + bias`` without building the ``[B, L, V]`` logits.
 
     ``log1p`` and ``relu`` do not decrease and the bias is the same for every token, so the max moves inside:
     ``max_t log1p(relu(h_t W + b)) = log1p(relu(max_t (h_t W) + b))`` over the unmasked tokens, exactly in floating
     point too (rounding does not decrease either); the elementwise work is ``[B, V]``, not ``[B, L, V]``. Only the
-    unmasked tokens are projected, ``block`` at a time (:func:`~pyterrier_tite.modeling.vocab_max.max_over_tokens`).
+    unmasked tokens are projected, ``block`` tokens by ``vocab_tile`` vocabulary entries at a time, so the logits being
+    reduced stay in cache (:func:`~pyterrier_tite.modeling.vocab_max.max_over_tokens`).
     """
     keep = attention_mask.bool()
-    best = max_over_tokens(  # weight @ tokens.T ([V, n]) is the faster orientation for BLAS here
-        hidden[keep], keep.sum(dim=1).tolist(), lambda tokens, _, __: weight @ tokens.T, token_dim=1, block=block
-    )
-    if best is None:  # no tokens at all: the zero vectors
+    tokens, lengths = hidden[keep], keep.sum(dim=1).tolist()
+    if tokens.shape[0] == 0:  # no tokens at all: the zero vectors
         return hidden.new_zeros(hidden.shape[0], weight.shape[0])
+    tiles = []
+    for first in range(0, weight.shape[0], vocab_tile):
+        rows = weight[first : first + vocab_tile]
+
+        def project(block_tokens: torch.Tensor, _: int, __: int, rows: torch.Tensor = rows) -> torch.Tensor:
+            return rows @ block_tokens.T  # [v, n]: the faster orientation for BLAS here
+
+        tiles.append(max_over_tokens(tokens, lengths, project, token_dim=1, block=block))
+    best = torch.cat(tiles, dim=1)
     if bias is not None:
         best += bias.to(best.dtype)
     return best.relu_().log1p_()  # -inf (a text of no tokens) -> 0
