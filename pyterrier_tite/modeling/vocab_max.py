@@ -11,7 +11,7 @@ slower than its full logits on the CPU, so it keeps them.)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -45,35 +45,33 @@ def _passthrough(states: torch.Tensor) -> torch.Tensor:
 
 
 def max_over_tokens(
-    tokens: torch.Tensor,
-    lengths: list[int],
-    project: Callable[[torch.Tensor, int, int], torch.Tensor],
-    token_dim: int,
-    block: int = 256,
-) -> torch.Tensor | None:
-    """``[B, V]``: for each text the elementwise max over its tokens of ``project``'s vectors; -inf for a text of no
-    tokens, None when there are no tokens at all.
+    tokens: torch.Tensor, lengths: list[int], weight: torch.Tensor, block: int = 256, vocab_tile: int = 2048
+) -> torch.Tensor:
+    """``[B, V]``: for each text the elementwise max over its tokens of ``weight @ token`` (-inf for a text of no
+    tokens; at least one text must have one), computed ``vocab_tile`` vocabulary rows by ``block`` tokens at a time.
 
-    ``tokens`` ``[N, H]`` holds the texts' tokens one text after another (``lengths`` of them each);
-    ``project(tokens[begin:end], begin, end)`` gives their vectors with the token axis at ``token_dim`` (0: ``[n, V]``,
-    1: ``[V, n]``, whichever orientation is faster for the caller's matmul).
+    ``tokens`` ``[N, H]`` holds the texts' tokens one text after another (``lengths`` of them each); ``weight`` is the
+    ``[V, H]`` projection. Each ``[vocab_tile, block]`` piece of logits (``rows @ tokens.T``, the faster orientation
+    for BLAS here) stays in cache while each text's columns of it are reduced.
     """
-    ends = torch.tensor(lengths).cumsum(dim=0).tolist()
+    ends = torch.tensor(lengths, dtype=torch.long).cumsum(dim=0).tolist()
     starts = [0, *ends[:-1]]
-    best: torch.Tensor | None = None
-    first_text = 0
+    pieces = []  # per block of tokens: the texts it holds, each with its columns
     for begin in range(0, tokens.shape[0], block):
         end = min(begin + block, tokens.shape[0])
-        vectors = project(tokens[begin:end], begin, end)
-        if best is None:
-            best = vectors.new_full((len(ends), vectors.shape[1 - token_dim]), float("-inf"))
-        while ends[first_text] <= begin:
-            first_text += 1
-        for text in range(first_text, len(ends)):
-            if starts[text] >= end:
-                break
-            low, high = max(starts[text], begin) - begin, min(ends[text], end) - begin
-            if high > low:
-                text_max = vectors.narrow(token_dim, low, high - low).amax(dim=token_dim)
-                torch.maximum(best[text], text_max, out=best[text])
+        columns = [(text, max(starts[text], begin) - begin, min(ends[text], end) - begin) for text in range(len(ends))
+                   if max(starts[text], begin) < min(ends[text], end)]  # fmt: skip
+        pieces.append((tokens[begin:end].T, columns))
+    if not pieces:
+        raise ValueError("no tokens: every text is empty")
+    best = None
+    for first in range(0, weight.shape[0], vocab_tile):
+        rows = weight[first : first + vocab_tile]
+        for block_tokens, columns in pieces:
+            logits = rows @ block_tokens  # [v, n]
+            if best is None:
+                best = logits.new_full((len(ends), weight.shape[0]), float("-inf"))
+            target = best[:, first : first + vocab_tile]
+            for text, low, high in columns:
+                torch.maximum(target[text], logits[:, low:high].amax(dim=1), out=target[text])
     return best
