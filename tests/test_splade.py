@@ -122,7 +122,7 @@ def test_encoding_without_gradients_equals_the_training_path(mlm, tiny):
     training_path = encoder(**batch)  # gradients enabled: splade_pool over the logits
     with torch.no_grad():
         encoding_path = encoder(**batch)
-    torch.testing.assert_close(encoding_path, training_path.detach(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(encoding_path, training_path.detach())  # fp32 defaults: the matmuls block differently
     assert type(encoder.mlm.get_output_embeddings()).forward is torch.nn.Linear.forward
     assert "forward" not in vars(encoder.mlm.get_output_embeddings())  # the projection is itself again
 
