@@ -18,6 +18,7 @@ from pyterrier_tite.training.vector_distillation import (
     DistillationWeights,
     distill_vectors,
     encode_mixed,
+    freeze_lower_layers,
     group_batches,
     relational_kl,
     teacher_vectors,
@@ -136,6 +137,29 @@ def test_distillation_moves_the_student_towards_the_teacher(teacher_folder, tmp_
     assert after < 0.7 * before, (before, after)
     with pytest.raises(ValueError, match="teacher vectors for"):
         distill_vectors(student.text_encoder, TEXTS, targets[:-1], args, student.save_pretrained)
+
+
+def test_frozen_lower_layers_keep_their_weights_while_the_rest_trains(teacher_folder, tmp_path):
+    import argparse
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3)
+    teacher = build_teacher(flags, device="cpu")
+    student = build_student(flags, teacher, device="cpu")
+    model = student.text_encoder.model
+    with pytest.raises(ValueError, match="cannot freeze 5 of 4 layers"):
+        freeze_lower_layers(model, 5)
+    freeze_lower_layers(model, 1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, learning_rate=3e-3, warmup_steps=0,
+                             verbose=False)  # fmt: skip
+    distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4)
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    frozen = {k for k in before if k.startswith(("embeddings.", "encoder.layers.0."))}
+    assert frozen and not changed & frozen
+    assert {k for k in before if k.startswith("encoder.layers.1.") and k.endswith(".weight")} <= changed
 
 
 def test_distillation_texts_pair_documents_with_their_pseudo_queries(irds_home):

@@ -50,6 +50,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=0.0,
         help="layer-wise loss against the teacher's pooled states (0: off; runs the teacher per step)",
     )
+    parser.add_argument(
+        "--freeze-layers", type=int, default=0,
+        help="keep the embeddings and the first N layers at the teacher's weights (faster steps; 0: train all)",
+    )  # fmt: skip
     parser.add_argument("--teacher-batch-size", type=int, default=64)
     parser.add_argument(
         "--evaluate", default=DEFAULT_EVALUATION, help=f"collections of the final tables ('none': skip; default "
@@ -88,7 +92,12 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.dense_experiment import dense_experiment
     from pyterrier_tite.pt.tite import TITE
     from pyterrier_tite.training.distillation_texts import collect_distillation_texts
-    from pyterrier_tite.training.vector_distillation import DistillationWeights, distill_vectors, teacher_vectors
+    from pyterrier_tite.training.vector_distillation import (
+        DistillationWeights,
+        distill_vectors,
+        freeze_lower_layers,
+        teacher_vectors,
+    )
 
     targs = training_arguments(args)
     targs.precision = recipe_precision(args)
@@ -104,6 +113,7 @@ def run_distill_tite(args: argparse.Namespace) -> int:
         teacher.text_encoder, data, os.path.join(args.output_dir, "teacher-vectors"),
         batch_size=args.teacher_batch_size, precision=targs.precision, verbose=not args.quiet,
     )  # fmt: skip
+    freeze_lower_layers(student.text_encoder.model, args.freeze_layers)
     weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, args.hidden_weight)
     log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
                           batch_size=args.batch_size, weights=weights, resume=not args.no_resume,

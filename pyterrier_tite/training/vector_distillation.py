@@ -178,6 +178,20 @@ def group_batches(groups: Sequence[list[int]], batch_size: int, seed: int) -> Ca
     return batches
 
 
+def freeze_lower_layers(model: torch.nn.Module, layers: int) -> None:
+    """Keep the embeddings and the first ``layers`` layers of a ``TiteModel`` at their weights (no gradients).
+
+    A TITE made from its teacher's BERT computes exactly the teacher's states up to its first pooling layer, so
+    freezing the layers below it keeps targets the student already meets, and each step skips their backward pass
+    (the costliest part of the step: those layers see every token).
+    """
+    stack = model.encoder.layers
+    if not 0 <= layers <= len(stack):
+        raise ValueError(f"cannot freeze {layers} of {len(stack)} layers")
+    for module in (model.embeddings, *stack[:layers]):
+        module.requires_grad_(False)
+
+
 def distill_vectors(
     student: TextEncoder,
     data: DistillationTexts,
