@@ -147,7 +147,12 @@ def train(args: argparse.Namespace) -> None:
     import torch
 
     from pyterrier_tite.training.loop import TrainingArguments, seed_everything
-    from pyterrier_tite.training.vector_distillation import DistillationWeights, distill_vectors, teacher_vectors
+    from pyterrier_tite.training.vector_distillation import (
+        DistillationWeights,
+        distill_vectors,
+        freeze_lower_layers,
+        teacher_vectors,
+    )
 
     began = time.perf_counter()
     device = torch.device(args.device)
@@ -187,6 +192,7 @@ def train(args: argparse.Namespace) -> None:
         began_seed = time.perf_counter()
         seed_everything(seed)
         student = build_student(start, teacher, **structure).to(device)
+        freeze_lower_layers(student.model, args.freeze_layers)
         targs = TrainingArguments(
             output_dir=os.path.join(args.workdir, f"tite-seed-{seed}"), max_steps=args.max_steps,
             learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
@@ -223,7 +229,7 @@ def save_tite(encoder, folder: str) -> None:
 
 def recipe_of(args: argparse.Namespace) -> dict:
     keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
-            "kernel", "arrangement", "pooling_layers", "precision")  # fmt: skip
+            "kernel", "arrangement", "pooling_layers", "freeze_layers", "precision")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -257,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
     p.add_argument("--pooling-layers", type=int, default=5)
+    p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
     p.add_argument("--teacher-batch-size", type=int, default=256)
     p.add_argument("--eval-batch-size", type=int, default=256)
     p.add_argument("--speed-docs", type=int, default=8192, help="evaluation documents the speed is measured on")

@@ -84,7 +84,8 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
     tite_script.main(
         ["train", "--bundle", str(bundle), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu",
          "--precision", "fp32", "--seeds", "1,2", "--max-steps", "3", "--warmup-steps", "1", "--batch-size", "2",
-         "--eval-batch-size", "4", "--speed-docs", "4", "--keep", "2", "--keep-dtype", "float32"]
+         "--eval-batch-size", "4", "--speed-docs", "4", "--keep", "2", "--keep-dtype", "float32",
+         "--freeze-layers", "1"]
     )  # fmt: skip
     scores = np.load(out / "scores.npz")
     assert sorted(scores.files) == ["teacher|0|vaswani", "tite-start|0|vaswani", "tite|1|vaswani", "tite|2|vaswani"]
@@ -94,6 +95,7 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
     summary = json.loads((out / "models.json").read_text())
     assert [m["seed"] for m in summary["models"]] == [1, 2] and all(m["steps"] == 3 for m in summary["models"])
     assert summary["speed"]["docs"] == 4 and summary["speed"]["ratio"] > 0
+    assert summary["recipe"]["freeze_layers"] == 1
     # the kept seed comes back as a TITE folder that from_pretrained loads and that scores as the trained one did
     split.main(["unpack", "--parts", str(out / "tite-seed-2"), "--out", str(tmp_path / "models")])
     tite = TITE.from_pretrained(str(tmp_path / "models" / "tite-seed-2"), device="cpu")
