@@ -270,3 +270,17 @@ def test_layer_targets_match_an_unpooled_student_and_the_layer_loss_trains_it_cl
                           weights=weights, teacher=teacher.text_encoder)  # fmt: skip
     assert len(log) == 30 and log[0]["hidden"] > 0
     assert layer_loss() < 0.8 * before
+
+
+def test_step_benchmark_times_each_freeze_setting(teacher_folder, irds_home, capsys):
+    """benchmarks/tite_distill_step.py (smoke): one row per setting, the base at 1.00x."""
+    from _scripts import load_script
+
+    bench = load_script("benchmarks/tite_distill_step.py")
+    argv = ["--teacher", teacher_folder, "--pooling-layers", "3", "--freeze-layers", "0,1", "--collections",
+            "cranfield", "--queries", "beir/scifact/train", "--groups", "4", "--batches", "2", "--rounds", "1",
+            "--threads", "1"]  # fmt: skip
+    assert bench.main(argv) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [r.split("|")[1].strip() for r in rows] == ["0", "1"] and rows[0].endswith("| 1.00 |")
+    assert all(float(r.split("|")[2]) > 0 for r in rows)
