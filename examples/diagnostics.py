@@ -13,6 +13,9 @@
         how close a TITE made from a bi-encoder's BERT (before any training) is to it, per pooling structure
         (layers:kernel:location): cosine of its document / query vectors to the teacher's, overlap of each query's
         top 10 documents, and per layer the cosine of its rows to the teacher's states pooled the same way
+    python examples/diagnostics.py dense-paired runs/distill/lr1e-4,runs/distill/pool4 --datasets scifact,dl19
+        paired comparison of distill-tite runs against the first (95% interval of the difference, p) from the
+        indexes their own evaluation cached under <folder>/eval (so only queries, or DL's re-ranking, are encoded)
 """
 
 from __future__ import annotations
@@ -131,6 +134,31 @@ def tite_start(teacher_name: str, structures: list[str], docs: int, queries: int
     return result
 
 
+def dense_paired(folders: list[str], collections: list[str]) -> list[dict]:
+    import os
+
+    from pyterrier.measures import nDCG
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.dense_experiment import dense_pipeline
+    from pyterrier_tite.pt.rerank_experiment import per_query, summarise
+    from pyterrier_tite.pt.tite import TITE
+
+    rows = []
+    for dataset in collections:
+        ds = datasets.get_dataset(datasets.irds_id(dataset))
+        topics, qrels = ds.get_topics(), ds.get_qrels()
+        frames = {}
+        for folder in folders:  # the name distill-tite evaluated it under, so its cached index is found
+            model = TITE.from_pretrained(folder, batch_size=64)
+            run = dense_pipeline(model, "TITE, distilled", dataset, os.path.join(folder, "eval"), verbose=False)
+            frames[folder] = run(topics)
+        values = per_query(frames, topics, qrels, nDCG @ 10)
+        summary = summarise(values, {f: [f] for f in folders}, {f: [folders[0]] for f in folders[1:]})
+        rows += [{**{k: v for k, v in r.items() if k not in ("seeds", "std")}, "dataset": dataset} for r in summary]
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -151,6 +179,9 @@ def main(argv=None) -> int:
     start.add_argument("--structures", default="5:2:intra", help="layers:kernel:location, comma-separated")
     start.add_argument("--docs", type=int, default=256)
     start.add_argument("--queries", type=int, default=300)
+    paired = commands.add_parser("dense-paired")
+    paired.add_argument("folders", help="distill-tite output folders, comma-separated; the first is the baseline")
+    paired.add_argument("--datasets", default="scifact")
     args = parser.parse_args(argv)
     if args.command == "log":
         result = log_summary(args.path, args.first, args.last)
@@ -158,6 +189,8 @@ def main(argv=None) -> int:
         result = teacher_margins(args.path)
     elif args.command == "tite-start":
         result = tite_start(args.teacher, args.structures.split(","), args.docs, args.queries)
+    elif args.command == "dense-paired":
+        result = dense_paired(args.folders.split(","), args.datasets.split(","))
     elif args.command == "splade-similarity":
         result = splade_similarity(args.folder, args.dataset, args.docs)
     else:
