@@ -197,6 +197,19 @@ def test_distill_tite_command_trains_saves_and_ends_with_experiment_tables(teach
     assert float(minutes["TITE, distilled"]) >= 0 and minutes["TITE, not distilled"] == minutes["BM25"] == ""
     (distilled,) = [k for k in os.listdir(out / "eval") if k.startswith("TITE__distilled-")]
     assert os.path.isdir(out / "eval" / distilled / "local__cranfield-graded.flex")
+    # examples/diagnostics.py dense-paired reuses the run's cached index and pairs it with a copy of the run
+    import shutil
+
+    from _scripts import load_script
+
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("eval"))
+    indexes = sorted(os.listdir(out / "eval"))
+    paired = load_script("examples/diagnostics.py").dense_paired([str(out), str(copy)], ["cranfield-graded"])
+    assert sorted(os.listdir(out / "eval")) == indexes
+    ndcg = {r["name"]: float(r["nDCG@10"]) for r in rows if r["dataset"] == "cranfield-graded"}
+    assert [r["vs"] for r in paired] == [None, str(out)] and paired[1]["delta"] == 0 and paired[1]["p"] == 1.0
+    assert paired[0]["mean"] == pytest.approx(ndcg["TITE, distilled"], abs=1e-4)
 
 
 def test_layer_targets_pool_the_teacher_states_through_the_students_windows():
