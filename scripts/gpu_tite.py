@@ -150,7 +150,6 @@ def train(args: argparse.Namespace) -> None:
     from pyterrier_tite.training.vector_distillation import (
         DistillationWeights,
         distill_vectors,
-        freeze_lower_layers,
         teacher_vectors,
     )
 
@@ -192,7 +191,6 @@ def train(args: argparse.Namespace) -> None:
         began_seed = time.perf_counter()
         seed_everything(seed)
         student = build_student(start, teacher, **structure).to(device)
-        freeze_lower_layers(student.model, args.freeze_layers)
         targs = TrainingArguments(
             output_dir=os.path.join(args.workdir, f"tite-seed-{seed}"), max_steps=args.max_steps,
             learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
@@ -200,7 +198,7 @@ def train(args: argparse.Namespace) -> None:
         )  # fmt: skip
         weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
         log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
-                              weights=weights, resume=False)  # fmt: skip
+                              weights=weights, resume=False, freeze_layers=args.freeze_layers)  # fmt: skip
         train_seconds = time.perf_counter() - began_seed
         student.eval()
         score_all("tite", seed, student)

@@ -150,12 +150,13 @@ def test_frozen_lower_layers_keep_their_weights_while_the_rest_trains(teacher_fo
     model = student.text_encoder.model
     with pytest.raises(ValueError, match="cannot freeze 5 of 4 layers"):
         freeze_lower_layers(model, 5)
-    freeze_lower_layers(model, 1)
+    freeze_lower_layers(model, 0)  # the default: every weight trains, the embeddings too
+    assert all(p.requires_grad for p in model.parameters())
     before = {k: v.clone() for k, v in model.state_dict().items()}
     targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, learning_rate=3e-3, warmup_steps=0,
                              verbose=False)  # fmt: skip
-    distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4)
+    distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4, freeze_layers=1)
     changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
     frozen = {k for k in before if k.startswith(("embeddings.", "encoder.layers.0."))}
     assert frozen and not changed & frozen

@@ -99,7 +99,6 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.vector_distillation import (
         DistillationWeights,
         distill_vectors,
-        freeze_lower_layers,
         teacher_vectors,
     )
 
@@ -117,11 +116,11 @@ def run_distill_tite(args: argparse.Namespace) -> int:
         teacher.text_encoder, data, os.path.join(args.output_dir, "teacher-vectors"),
         batch_size=args.teacher_batch_size, precision=targs.precision, verbose=not args.quiet,
     )  # fmt: skip
-    freeze_lower_layers(student.text_encoder.model, args.freeze_layers)
     weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, args.hidden_weight)
     log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
                           batch_size=args.batch_size, weights=weights, resume=not args.no_resume,
-                          teacher=teacher.text_encoder if args.hidden_weight else None)  # fmt: skip
+                          teacher=teacher.text_encoder if args.hidden_weight else None,
+                          freeze_layers=args.freeze_layers)  # fmt: skip
     if log:
         print(f"distilled {len(log)} steps; last loss {log[-1]['loss']:.4f} -> {args.output_dir}")
     collections = _names(args.evaluate)

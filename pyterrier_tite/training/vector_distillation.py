@@ -179,7 +179,8 @@ def group_batches(groups: Sequence[list[int]], batch_size: int, seed: int) -> Ca
 
 
 def freeze_lower_layers(model: torch.nn.Module, layers: int) -> None:
-    """Keep the embeddings and the first ``layers`` layers of a ``TiteModel`` at their weights (no gradients).
+    """Keep the embeddings and the first ``layers`` layers of a ``TiteModel`` at their weights (no gradients);
+    ``layers=0`` freezes nothing, not even the embeddings.
 
     A TITE made from its teacher's BERT computes exactly the teacher's states up to its first pooling layer, so
     freezing the layers below it keeps targets the student already meets, and each step skips their backward pass
@@ -188,6 +189,8 @@ def freeze_lower_layers(model: torch.nn.Module, layers: int) -> None:
     stack = model.encoder.layers
     if not 0 <= layers <= len(stack):
         raise ValueError(f"cannot freeze {layers} of {len(stack)} layers")
+    if layers == 0:
+        return
     for module in (model.embeddings, *stack[:layers]):
         module.requires_grad_(False)
 
@@ -203,6 +206,7 @@ def distill_vectors(
     weights: DistillationWeights | None = None,
     resume: bool = True,
     teacher: TextEncoder | None = None,
+    freeze_layers: int = 0,
 ) -> list[dict[str, float]]:
     """Train ``student`` (its ``.model``) to reproduce ``targets`` (teacher vectors, one per text of ``data``);
     ``batch_size`` counts groups. Saves with ``save(args.output_dir)``; returns the per-step log. ``teacher`` (the
@@ -217,6 +221,7 @@ def distill_vectors(
         raise ValueError("the layer-wise loss (hidden weight > 0) needs the teacher model")
     if teacher is not None:
         teacher.eval()
+    freeze_lower_layers(student.model, freeze_layers)
 
     def loss_fn(module, batch: list[int], step: int):
         texts, roles = [data.texts[i] for i in batch], [data.roles[i] for i in batch]
