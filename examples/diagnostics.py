@@ -144,13 +144,13 @@ def dense_paired(folders: list[str], collections: list[str]) -> list[dict]:
     from pyterrier_tite.pt.rerank_experiment import per_query, summarise
     from pyterrier_tite.pt.tite import TITE
 
+    models = {folder: TITE.from_pretrained(folder, batch_size=64) for folder in folders}  # loaded once, all sets
     rows = []
     for dataset in collections:
         ds = datasets.get_dataset(datasets.irds_id(dataset))
         topics, qrels = ds.get_topics(), ds.get_qrels()
         frames = {}
-        for folder in folders:  # the name distill-tite evaluated it under, so its cached index is found
-            model = TITE.from_pretrained(folder, batch_size=64)
+        for folder, model in models.items():  # the name distill-tite evaluated it under, so its cached index is found
             run = dense_pipeline(model, "TITE, distilled", dataset, os.path.join(folder, "eval"), verbose=False)
             frames[folder] = run(topics)
         values = per_query(frames, topics, qrels, nDCG @ 10)
