@@ -12,7 +12,9 @@
     python examples/diagnostics.py tite-start --teacher minilm --structures 5:2:intra,5:2:post,4:4:intra --docs 256
         how close a TITE made from a bi-encoder's BERT (before any training) is to it, per pooling structure
         (layers:kernel:location): cosine of its document / query vectors to the teacher's, overlap of each query's
-        top 10 documents, and per layer the cosine of its rows to the teacher's states pooled the same way
+        top 10 documents, and per layer the cosine of its rows to the teacher's states pooled the same way.
+        Instead of a number of (late) pooling layers, "-/2/2/2/2/-:intra:mean" gives each layer's kernel (= stride;
+        "-": none), and a fourth field "mean" skips the global pooling step and averages the last layer's rows
     python examples/diagnostics.py dense-paired runs/distill/lr1e-4,runs/distill/pool4 --datasets scifact,dl19
         paired comparison of distill-tite runs against the first (95% interval of the difference, p) from the
         indexes their own evaluation cached under <folder>/eval (so only queries, or DL's re-ranking, are encoded)
@@ -87,6 +89,43 @@ def splade_similarity(folder: str, dataset: str, count: int, max_length: int = 1
             "mean_nonzeros": round(float((reps > 0).sum(1).float().mean()), 1), "top_terms": top}  # fmt: skip
 
 
+def with_kernels(model, kernels: list[int | None]):
+    """The same TITE weights with pooling kernels (= strides) ``kernels`` per layer. The structure may end in several
+    rows, which ``TiteConfig`` refuses for a model (it must end in one vector), so its check is bypassed: a probe."""
+    import copy
+
+    from pyterrier_tite.modeling import TiteModel
+
+    if len(kernels) != model.config.num_hidden_layers:
+        raise SystemExit(f"{len(kernels)} kernels for {model.config.num_hidden_layers} layers")
+    config = copy.deepcopy(model.config)
+    config.kernel_sizes, config.strides = list(kernels), list(kernels)
+    rebuilt = TiteModel(config)
+    rebuilt.load_state_dict(model.state_dict(), strict=True)
+    return rebuilt.eval()
+
+
+def mean_of_rows(encoder, texts: list[str], role: str, batch_size: int = 32):
+    """L2-normalised mean of each text's last-layer rows (a TITE whose layers do not pool to one vector)."""
+    import torch
+    import torch.nn.functional as F
+
+    from pyterrier_tite.modeling.tite_packing import PackedLayout
+
+    vectors = []
+    for start in range(0, len(texts), batch_size):
+        batch = encoder.inputs(texts[start : start + batch_size], role)
+        mask = batch["attention_mask"].bool()
+        cu = torch.zeros(mask.shape[0] + 1, dtype=torch.int32)
+        cu[1:] = mask.sum(1).cumsum(0)
+        out = encoder.model.forward_packed(batch["input_ids"][mask], cu, (mask.cumsum(1) - 1)[mask])
+        layout = PackedLayout.from_lengths(torch.diff(out.cu_seqlens.long()), "cpu")
+        sums = torch.zeros(layout.batch_size, out.last_hidden_state.shape[-1], dtype=out.last_hidden_state.dtype)
+        sums.index_add_(0, layout.row_sequence, out.last_hidden_state)
+        vectors.append(F.normalize(sums / layout.lengths.unsqueeze(1).to(sums.dtype), dim=-1))
+    return torch.cat(vectors)
+
+
 def tite_start(teacher_name: str, structures: list[str], docs: int, queries: int) -> dict:
     import torch
     import torch.nn.functional as F
@@ -106,15 +145,24 @@ def tite_start(teacher_name: str, structures: list[str], docs: int, queries: int
         t_docs, t_queries = teacher.encode_docs(doc_texts, 32), teacher.encode_queries(query_texts, 32)
     result = {"docs": len(doc_texts), "queries": len(query_texts)}
     for structure in structures:
-        layers, kernel, location = structure.split(":")
-        pooling = {"num_pooling_layers": int(layers), "kernel": int(kernel), "arrangement": "late",
-                   "pooling_location": location, "max_length": max(teacher.inputs.query_max_length,
-                                                                   teacher.inputs.doc_max_length)}  # fmt: skip
+        layers, kernel, location, *final = structure.split(":")
+        mean, explicit = final == ["mean"], "/" in layers
+        pooling = {"num_pooling_layers": 0 if explicit or mean else int(layers), "kernel": int(kernel),
+                   "arrangement": "late", "pooling_location": location, "final_pooling": "none" if mean else "global",
+                   "max_length": max(teacher.inputs.query_max_length, teacher.inputs.doc_max_length)}  # fmt: skip
         student = TITE.from_bert(resolve(teacher_name), pooling, query_marker=None, doc_marker=None,
                                  normalize=teacher.normalize, query_max_length=teacher.inputs.query_max_length,
                                  doc_max_length=teacher.inputs.doc_max_length, device="cpu").text_encoder  # fmt: skip
+        if explicit or mean:
+            count = student.model.config.num_hidden_layers
+            kernels = ([None if k == "-" else int(k) for k in layers.split("/")] if explicit else
+                       [int(kernel) if i >= count - int(layers) else None for i in range(count)])  # fmt: skip
+            student.model = with_kernels(student.model, kernels)
         with torch.inference_mode():
-            s_docs, s_queries = student.encode_docs(doc_texts, 32), student.encode_queries(query_texts, 32)
+            if mean:
+                s_docs, s_queries = mean_of_rows(student, doc_texts, "doc"), mean_of_rows(student, query_texts, "query")
+            else:
+                s_docs, s_queries = student.encode_docs(doc_texts, 32), student.encode_queries(query_texts, 32)
             per_layer = []
             for start in range(0, len(doc_texts), 32):
                 _, out, targets = layer_targets(student, teacher, doc_texts[start : start + 32], "doc")

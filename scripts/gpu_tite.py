@@ -72,17 +72,21 @@ def build_teacher(folder: str):
     )
 
 
-def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late", pooling_layers: int = 5):
+def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late", pooling_layers: int = 5,
+                  dropout: float | None = None):  # fmt: skip
     """The TITE of ``distill-tite``'s ``build_student``: pooling inserted into the teacher's BERT, the teacher's
-    tokenizer, lengths and normalisation, no markers."""
+    tokenizer, lengths and normalisation, no markers; ``dropout`` replaces the teacher's (None: keep it)."""
     from pyterrier_tite.modeling.biencoder import PooledEncoder
     from pyterrier_tite.modeling.tite_from_bert import tite_from_bert
+    from pyterrier_tite.ops.dropout import set_dropout
     from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
     q, d = teacher.inputs.query_max_length, teacher.inputs.doc_max_length
     model = tite_from_bert(
         folder, kernel=kernel, arrangement=arrangement, num_pooling_layers=pooling_layers, max_length=max(q, d)
     )
+    if dropout is not None:
+        set_dropout(model, dropout)
     inputs = BiEncoderInputs(teacher.inputs.tokenizer, q, d, None, None)
     return PooledEncoder(model, inputs, "single", teacher.normalize)
 
@@ -176,7 +180,8 @@ def train(args: argparse.Namespace) -> None:
                               batch_size=args.teacher_batch_size, precision=args.precision, verbose=False)  # fmt: skip
     print(f"{len(train_data)} teacher vectors in {time.perf_counter() - t:.1f} s", flush=True)
     score_all("teacher", 0, teacher)
-    structure = {"kernel": args.kernel, "arrangement": args.arrangement, "pooling_layers": args.pooling_layers}
+    structure = {"kernel": args.kernel, "arrangement": args.arrangement, "pooling_layers": args.pooling_layers,
+                 "dropout": args.dropout}  # fmt: skip
     untrained = build_student(start, teacher, **structure).to(device).eval()
     score_all("tite-start", 0, untrained)
     docs = [texts[i] for i in dict.fromkeys(i for rows in evaluation.values() for i in rows["text"])][: args.speed_docs]
@@ -227,7 +232,7 @@ def save_tite(encoder, folder: str) -> None:
 
 def recipe_of(args: argparse.Namespace) -> dict:
     keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
-            "kernel", "arrangement", "pooling_layers", "freeze_layers", "precision")  # fmt: skip
+            "kernel", "arrangement", "pooling_layers", "freeze_layers", "dropout", "precision")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -262,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
     p.add_argument("--pooling-layers", type=int, default=5)
     p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
+    p.add_argument("--dropout", type=float, default=None, help="the student's dropout (default: the teacher's)")
     p.add_argument("--teacher-batch-size", type=int, default=256)
     p.add_argument("--eval-batch-size", type=int, default=256)
     p.add_argument("--speed-docs", type=int, default=8192, help="evaluation documents the speed is measured on")

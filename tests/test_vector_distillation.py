@@ -117,7 +117,7 @@ def test_distillation_moves_the_student_towards_the_teacher(teacher_folder, tmp_
 
     from pyterrier_tite.cli.distill import build_student, build_teacher
 
-    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3)
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None)
     teacher = build_teacher(flags, device="cpu")
     student = build_student(flags, teacher, device="cpu")
     assert student.query_marker is None and student.normalize and student.doc_max_length == 32
@@ -139,12 +139,37 @@ def test_distillation_moves_the_student_towards_the_teacher(teacher_folder, tmp_
         distill_vectors(student.text_encoder, TEXTS, targets[:-1], args, student.save_pretrained)
 
 
+def test_dropout_flag_sets_the_students_dropout_and_records_it(teacher_folder, tmp_path):
+    import argparse
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from pyterrier_tite.modeling import TiteModel
+
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None)
+    teacher = build_teacher(flags, device="cpu")
+    default = build_student(flags, teacher, device="cpu").text_encoder.model
+    batch = teacher.text_encoder.inputs(TEXTS.texts[:4], "doc")
+    default.train()
+    torch.manual_seed(0)
+    assert not torch.equal(default(**batch).last_hidden_state, default(**batch).last_hidden_state)  # teacher's 0.1
+    flags.dropout = 0.0
+    student = build_student(flags, teacher, device="cpu")
+    model = student.text_encoder.model.train()
+    assert model.config.dropout_prob == 0.0
+    torch.testing.assert_close(model(**batch).last_hidden_state, model.eval()(**batch).last_hidden_state)
+    student.save_pretrained(str(tmp_path / "s"))
+    assert TiteModel.from_pretrained(str(tmp_path / "s")).config.dropout_prob == 0.0
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        flags.dropout = 1.5
+        build_student(flags, teacher, device="cpu")
+
+
 def test_frozen_lower_layers_keep_their_weights_while_the_rest_trains(teacher_folder, tmp_path):
     import argparse
 
     from pyterrier_tite.cli.distill import build_student, build_teacher
 
-    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3)
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None)
     teacher = build_teacher(flags, device="cpu")
     student = build_student(flags, teacher, device="cpu")
     model = student.text_encoder.model
@@ -242,7 +267,7 @@ def test_layer_targets_match_an_unpooled_student_and_the_layer_loss_trains_it_cl
         pooled_teacher_targets,
     )
 
-    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=0)
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=0, dropout=None)
     teacher = build_teacher(flags, device="cpu")
     unpooled = build_student(flags, teacher, device="cpu")  # the teacher's own BERT with one final global pooling
     encoder = unpooled.text_encoder

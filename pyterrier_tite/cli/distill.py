@@ -55,6 +55,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="layer-wise loss against the teacher's pooled states (0: off; runs the teacher per step)",
     )
     parser.add_argument(
+        "--dropout", type=float, default=None,
+        help="the student's dropout probability while it trains (default: the teacher's, 0.1 for MiniLM)",
+    )  # fmt: skip
+    parser.add_argument(
         "--freeze-layers", type=int, default=0,
         help="keep the embeddings and the first N layers at the teacher's weights (faster steps; 0: train all)",
     )  # fmt: skip
@@ -84,10 +88,15 @@ def build_student(args: argparse.Namespace, teacher, **kwargs):
     longest = max(teacher.query_max_length, teacher.doc_max_length)
     structure = {"kernel": args.kernel, "arrangement": args.arrangement, "num_pooling_layers": args.pooling_layers,
                  "max_length": longest}  # fmt: skip
-    return TITE.from_bert(
+    student = TITE.from_bert(
         resolve(args.teacher), structure, query_marker=None, doc_marker=None, normalize=teacher.normalize,
         query_max_length=teacher.query_max_length, doc_max_length=teacher.doc_max_length, **kwargs,
     )  # fmt: skip
+    if args.dropout is not None:
+        from pyterrier_tite.ops.dropout import set_dropout
+
+        set_dropout(student.text_encoder.model, args.dropout)
+    return student
 
 
 def run_distill_tite(args: argparse.Namespace) -> int:
