@@ -13,8 +13,9 @@
         how close a TITE made from a bi-encoder's BERT (before any training) is to it, per pooling structure
         (layers:kernel:location): cosine of its document / query vectors to the teacher's, overlap of each query's
         top 10 documents, and per layer the cosine of its rows to the teacher's states pooled the same way.
-        Instead of a number of (late) pooling layers, "-/2/2/2/2/-:intra:mean" gives each layer's kernel (= stride;
-        "-": none), and a fourth field "mean" skips the global pooling step and averages the last layer's rows
+        Instead of a number of (late) pooling layers, "-/2/2/2/2/-:2:intra:mean" gives each layer's kernel (= stride;
+        "-": none; the kernel field is then unused), and a fourth field "mean" skips the global pooling step and
+        averages the last layer's rows
     python examples/diagnostics.py dense-paired runs/distill/lr1e-4,runs/distill/pool4 --datasets scifact,dl19
         paired comparison of distill-tite runs against the first (95% interval of the difference, p) from the
         indexes their own evaluation cached under <folder>/eval (so only queries, or DL's re-ranking, are encoded)
