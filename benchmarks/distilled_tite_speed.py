@@ -53,6 +53,7 @@ def main(argv=None) -> int:
     p.add_argument("--pooling-layers", type=int, default=5)
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", default="late")
+    p.set_defaults(dropout=None)  # build_student's flag; no effect on encoding speed (eval mode)
     p.add_argument("--docs", type=int, default=512)
     p.add_argument("--queries", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=32)

@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     settings = [int(x) for x in args.freeze_layers.split(",")]
 
     flags = argparse.Namespace(teacher=args.teacher, kernel=args.kernel, arrangement="late",
-                               pooling_layers=args.pooling_layers)  # fmt: skip
+                               pooling_layers=args.pooling_layers, dropout=None)  # fmt: skip
     teacher = build_teacher(flags, device="cpu")
     data = collect_distillation_texts(
         args.collections.split(","), args.queries.split(","), max_docs=args.groups * args.batches,
