@@ -55,6 +55,16 @@ def test_equal_when_the_same_folder_and_settings_determine_the_scores(folder):
     assert in_memory == SparseCE(in_memory.scorer, tokenizer=in_memory.tokenizer)  # the same model object
 
 
+def test_repr_tells_attention_patterns_apart(folder):
+    """Two sparse models that score differently must not print alike in a log or an experiment table."""
+    assert repr(SparseCE(folder)) == "SparseCE(w=4, head='cls')"
+    assert repr(SparseCE(folder, symmetric=True)) == "SparseCE(w=4, symmetric=True, head='cls')"
+    assert repr(SparseCE(folder, w=None, doc_cls_attention=False)) == (
+        "SparseCE(w=inf, doc_cls_attention=False, head='cls')"
+    )
+    assert repr(MonoCE(tiny_bert(), tokenizer=TOKENIZER)) == "MonoCE(w=inf, head='cls')"
+
+
 class FirstStage(pt.Transformer):
     """A first-stage stub that counts its calls (on topics: ``pt.inspect`` probes with empty frames)."""
 

@@ -82,7 +82,20 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer):
 
     def __repr__(self) -> str:
         window = self._settings()["w"]
-        return f"{type(self).__name__}(w={'inf' if window is None else window}, head={self.scorer.head_name!r})"
+        return (
+            f"{type(self).__name__}(w={'inf' if window is None else window}{self._pattern_repr()}, "
+            f"head={self.scorer.head_name!r})"
+        )
+
+    def _pattern_repr(self) -> str:
+        """``, symmetric=True`` where the query also attends to [CLS] and the doc, plus any other attention flag that
+        is off, so two sparse models with different patterns never print alike (runs, logs, experiment tables)."""
+        if not self.scorer.is_sparse:
+            return ""
+        config = self.scorer.config
+        symmetric = config.query_cls_attention and config.query_doc_attention
+        off = [f for f in FLAGS if f not in ("query_cls_attention", "query_doc_attention") and not getattr(config, f)]
+        return (", symmetric=True" if symmetric else "") + "".join(f", {f}=False" for f in off)
 
     # -- PyTerrier citizenship -----------------------------------------------------------------------------------------
     def _eq_key(self) -> tuple:
