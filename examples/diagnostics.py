@@ -1,7 +1,8 @@
 """Numbers behind the README's explanations of the training runs, each from saved artefacts:
 
     python examples/diagnostics.py log runs/tite/exp-dot/cls/log.jsonl --first 5 --last 5
-        mean of every logged loss term (and step seconds) over the first and last N steps, and the training minutes
+        mean of every logged loss term (and step seconds) over the first and last N steps, and the training minutes;
+        --windows 50 adds the mean loss of every 50-step window (a step logged twice by a resumed run counts once)
     python examples/diagnostics.py teacher-margins runs/tite/scifact_train_minilmdot_teacher_n7.jsonl
         mean teacher margin (positive minus each negative) of a bi-encoder samples file
     python examples/diagnostics.py aggretriever-parts runs/scifact/agg-scratch-long --texts 3
@@ -27,14 +28,20 @@ import argparse
 import json
 
 
-def log_summary(path: str, first: int, last: int) -> dict:
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+def log_summary(path: str, first: int, last: int, windows: int = 0) -> dict:
+    """Means of the first / last steps (and of every ``windows``-step window); a step logged twice (a run resumed
+    from a checkpoint older than its last logged step) counts once, with its later record."""
+    records = [json.loads(line) for line in open(path) if line.strip()]
+    rows = list({r.get("step", i): r for i, r in enumerate(records)}.values())
+    rows.sort(key=lambda r: r.get("step", 0))
     keys = [k for k in rows[0] if k not in ("step", "lr")]
 
     def mean(part):
         return {k: round(sum(r.get(k, 0.0) for r in part) / len(part), 3) for k in keys}
 
     summary = {"steps": len(rows), f"first_{first}": mean(rows[:first]), f"last_{last}": mean(rows[-last:])}
+    if windows:
+        summary[f"loss_per_{windows}"] = [mean(rows[i : i + windows])["loss"] for i in range(0, len(rows), windows)]
     if all("seconds" in r for r in rows):  # step times (logs since they were recorded): the run's training time
         summary["minutes"] = round(sum(r["seconds"] for r in rows) / 60, 2)
     return summary
@@ -215,6 +222,7 @@ def main(argv=None) -> int:
     log.add_argument("path")
     log.add_argument("--first", type=int, default=10)
     log.add_argument("--last", type=int, default=10)
+    log.add_argument("--windows", type=int, default=0, help="also the mean loss of every N-step window")
     commands.add_parser("teacher-margins").add_argument("path")
     agg = commands.add_parser("aggretriever-parts")
     agg.add_argument("folder")
@@ -233,7 +241,7 @@ def main(argv=None) -> int:
     paired.add_argument("--datasets", default="scifact")
     args = parser.parse_args(argv)
     if args.command == "log":
-        result = log_summary(args.path, args.first, args.last)
+        result = log_summary(args.path, args.first, args.last, args.windows)
     elif args.command == "teacher-margins":
         result = teacher_margins(args.path)
     elif args.command == "tite-start":

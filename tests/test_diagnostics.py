@@ -25,6 +25,17 @@ def test_log_summary_means_first_and_last_steps(diagnostics, tmp_path):
     assert summary["last_2"] == {"loss": 1.0, "seconds": 10.5} and summary["minutes"] == 0.5
 
 
+def test_log_summary_counts_a_resumed_step_once_and_means_windows(diagnostics, tmp_path):
+    """A run killed at step 4 and resumed from its step-2 checkpoint logs steps 3-4 twice: the later record counts."""
+    first_try = [{"step": i, "loss": 9.0} for i in (1, 2, 3, 4)]
+    resumed = [{"step": i, "loss": float(i)} for i in (3, 4, 5)]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in first_try + resumed))
+    summary = diagnostics.log_summary(str(path), first=2, last=3, windows=2)
+    assert summary["steps"] == 5 and summary["last_3"] == {"loss": 4.0}
+    assert summary["loss_per_2"] == [9.0, 3.5, 5.0]
+
+
 def test_teacher_margins_are_positive_minus_each_negative(diagnostics, tmp_path):
     save_samples([Sample("q", ["p", "n1", "n2"], [3.0, 1.0, 2.0]), Sample("r", ["p", "n"], [0.5, 1.5])],
                  str(tmp_path / "s.jsonl"))  # fmt: skip
