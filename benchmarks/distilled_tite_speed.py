@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", default="minilm")
     p.add_argument("--student", default=None, help="a distilled TITE folder (default: the recipe's structure)")
-    p.add_argument("--pooling-layers", type=int, default=5)
+    p.add_argument("--pooling-layers", type=int, default=4)  # distill-tite's default
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", default="late")
     p.set_defaults(dropout=None)  # build_student's flag; no effect on encoding speed (eval mode)

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", default="minilm")
-    p.add_argument("--pooling-layers", type=int, default=5)
+    p.add_argument("--pooling-layers", type=int, default=4)  # distill-tite's default
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--freeze-layers", default="0,1", help="settings to compare, comma-separated; the first is the base")
     p.add_argument("--collections", default="scifact,cranfield")

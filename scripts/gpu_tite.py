@@ -72,7 +72,7 @@ def build_teacher(folder: str):
     )
 
 
-def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late", pooling_layers: int = 5,
+def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late", pooling_layers: int = 4,
                   dropout: float | None = None):  # fmt: skip
     """The TITE of ``distill-tite``'s ``build_student``: pooling inserted into the teacher's BERT, the teacher's
     tokenizer, lengths and normalisation, no markers; ``dropout`` replaces the teacher's (None: keep it)."""
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--temperature", type=float, default=0.05)
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
-    p.add_argument("--pooling-layers", type=int, default=5)
+    p.add_argument("--pooling-layers", type=int, default=4)  # distill-tite's default
     p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
     p.add_argument("--dropout", type=float, default=None, help="the student's dropout (default: the teacher's)")
     p.add_argument("--teacher-batch-size", type=int, default=256)
