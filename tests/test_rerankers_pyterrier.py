@@ -62,6 +62,7 @@ def test_repr_tells_attention_patterns_apart(folder):
     assert repr(SparseCE(folder, w=None, doc_cls_attention=False)) == (
         "SparseCE(w=inf, doc_cls_attention=False, head='cls')"
     )
+    assert repr(SparseCE(folder, query_cls_attention=True)) == "SparseCE(w=4, query_cls_attention=True, head='cls')"
     assert repr(MonoCE(tiny_bert(), tokenizer=TOKENIZER)) == "MonoCE(w=inf, head='cls')"
 
 

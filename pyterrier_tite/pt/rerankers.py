@@ -93,9 +93,13 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer):
         if not self.scorer.is_sparse:
             return ""
         config = self.scorer.config
-        symmetric = config.query_cls_attention and config.query_doc_attention
-        off = [f for f in FLAGS if f not in ("query_cls_attention", "query_doc_attention") and not getattr(config, f)]
-        return (", symmetric=True" if symmetric else "") + "".join(f", {f}=False" for f in off)
+        query = ("query_cls_attention", "query_doc_attention")
+        if all(getattr(config, f) for f in query):
+            changed = {"symmetric": True}
+        else:  # the released pattern has both off: name one that is on
+            changed = {f: True for f in query if getattr(config, f)}
+        changed |= {f: False for f in FLAGS if f not in query and not getattr(config, f)}
+        return "".join(f", {k}={v}" for k, v in changed.items())
 
     # -- PyTerrier citizenship -----------------------------------------------------------------------------------------
     def _eq_key(self) -> tuple:
