@@ -43,14 +43,14 @@ def timed(encode, texts: list[str], batch_size: int) -> float:
 def main(argv=None) -> int:
     from encode_throughput import load_texts
 
-    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS, build_student, build_teacher
     from pyterrier_tite.devices import autocast
     from pyterrier_tite.pt.tite import TITE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", default="minilm")
     p.add_argument("--student", default=None, help="a distilled TITE folder (default: the recipe's structure)")
-    p.add_argument("--pooling-layers", type=int, default=4)  # distill-tite's default
+    p.add_argument("--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS)
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", default="late")
     p.set_defaults(dropout=None)  # build_student's flag; no effect on encoding speed (eval mode)

@@ -19,7 +19,7 @@ import torch
 
 
 def main(argv=None) -> int:
-    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS, build_student, build_teacher
     from pyterrier_tite.devices import autocast
     from pyterrier_tite.training.distillation_texts import collect_distillation_texts
     from pyterrier_tite.training.vector_distillation import (
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", default="minilm")
-    p.add_argument("--pooling-layers", type=int, default=4)  # distill-tite's default
+    p.add_argument("--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS)
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--freeze-layers", default="0,1", help="settings to compare, comma-separated; the first is the base")
     p.add_argument("--collections", default="scifact,cranfield")

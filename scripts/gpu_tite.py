@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_rerankers as split  # noqa: E402  (the bundle format, model transfer and evaluation are shared)
 
 EVALUATION = "dl19,dl20,vaswani,cranfield,scifact"
+POOLING_LAYERS = 4  # distill-tite's default (the device has no PyTerrier to import it from; a test pins the two)
 
 
 # ------------------------------------------------------------------------------------------------------------ bundle
@@ -72,8 +73,8 @@ def build_teacher(folder: str):
     )
 
 
-def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late", pooling_layers: int = 4,
-                  dropout: float | None = None):  # fmt: skip
+def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late",
+                  pooling_layers: int = POOLING_LAYERS, dropout: float | None = None):  # fmt: skip
     """The TITE of ``distill-tite``'s ``build_student``: pooling inserted into the teacher's BERT, the teacher's
     tokenizer, lengths and normalisation, no markers; ``dropout`` replaces the teacher's (None: keep it)."""
     from pyterrier_tite.modeling.biencoder import PooledEncoder
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--temperature", type=float, default=0.05)
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
-    p.add_argument("--pooling-layers", type=int, default=4)  # distill-tite's default
+    p.add_argument("--pooling-layers", type=int, default=POOLING_LAYERS)
     p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
     p.add_argument("--dropout", type=float, default=None, help="the student's dropout (default: the teacher's)")
     p.add_argument("--teacher-batch-size", type=int, default=256)

@@ -36,6 +36,12 @@ def tiny_sentence_bert(tmp_path_factory) -> str:
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_sbert"), layers=6, sentence_transformers=True)
 
 
+def test_the_script_defaults_to_distill_tites_structure():
+    """The GPU script cannot import the command's default (no PyTerrier on the device), so the two are pinned."""
+    from pyterrier_tite.cli import distill
+
+    assert tite_script.POOLING_LAYERS == distill.DEFAULT_POOLING_LAYERS
+
 def test_the_script_builds_distill_tites_teacher_and_student(minilm):
     from pyterrier_tite.cli import distill
 

@@ -20,6 +20,7 @@ from pyterrier_tite.cli.recipes import names as _names
 from pyterrier_tite.start_points import resolve
 
 DEFAULT_EVALUATION = "scifact,vaswani,cranfield-graded,dl19,dl20"
+DEFAULT_POOLING_LAYERS = 4  # of MiniLM's 6; docs/results.md, "Four pooling layers against five with a second seed"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -34,7 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--teacher", default="minilm", help="'minilm' or a sentence-transformers / BERT folder")
     parser.add_argument(
-        "--pooling-layers", type=int, default=4,
+        "--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS,
         help="layers that pool (of MiniLM's 6: 4 encode documents 2.6x faster on a 2-core CPU in fp32, and learn "
         "the teacher faster than 5 (3.7x): +0.07 nDCG@10 on scifact, +0.05-0.07 on TREC DL at equal steps, two "
         "seeds; docs/results.md)",
