@@ -198,17 +198,22 @@ def test_variants_and_their_comparisons():
         with pytest.raises(ValueError, match="unknown model"):
             parse_variant(bad)
     against = comparisons(["mono", "sparse-w4", "sparse-winf", "celi-mono", "celi-w4", "celi-w16"])
-    assert against["sparse-w4"] == ["BM25", "sparse-winf"] and against["sparse-winf"] == ["BM25"]
+    assert against["sparse-w4"] == ["BM25", "sparse-winf", "mono"] and against["sparse-winf"] == ["BM25", "mono"]
     assert against["celi-mono"] == ["BM25", "mono"] and against["celi-w4"] == ["BM25", "sparse-w4"]
     assert against["celi-w16"] == ["BM25"]  # no sparse-w16 trained: nothing to pair it with
     sweep = comparisons(["sparse-w0", "sparse-w16", "sparse-w4", "mono"])  # no full attention: the widest window
-    assert sweep["sparse-w0"] == sweep["sparse-w4"] == ["BM25", "sparse-w16"] and sweep["sparse-w16"] == ["BM25"]
+    assert sweep["sparse-w0"] == sweep["sparse-w4"] == ["BM25", "sparse-w16", "mono"]
+    assert sweep["sparse-w16"] == ["BM25", "mono"] and sweep["mono"] == ["BM25"]
     assert comparisons(["sparse-w4"]) == {"sparse-w4": ["BM25"]}
     # windows of the symmetric pattern pair with its own widest; each with its asymmetric twin when trained
     against = comparisons(["sparse-w4", "sparse-winf", "sparse-w4-sym", "sparse-w16-sym", "celi-w4-sym"])
     assert against["sparse-w4"] == ["BM25", "sparse-winf"]
     assert against["sparse-w4-sym"] == ["BM25", "sparse-w16-sym", "sparse-w4"]
     assert against["sparse-w16-sym"] == ["BM25"] and against["celi-w4-sym"] == ["BM25", "sparse-w4-sym"]
+    # with MonoCE trained, every SparseCE (not CELI) is also paired with it
+    against = comparisons(["sparse-w4", "sparse-w4-sym", "mono", "celi-w4"])
+    assert against["sparse-w4-sym"] == ["BM25", "sparse-w4", "mono"] and against["sparse-w4"] == ["BM25", "mono"]
+    assert against["celi-w4"] == ["BM25", "sparse-w4"]
 
 
 def test_finished_steps_counts_only_a_saved_model(tmp_path):

@@ -56,8 +56,9 @@ def parse_variant(name: str) -> dict:
 def comparisons(variants: list[str]) -> dict[str, list[str]]:
     """What each variant is tested against: BM25; a windowed SparseCE also against the widest attention of the same
     query pattern in the run (full attention, ``sparse-winf``, when it is trained; so a window sweep pairs every window
-    with it); a symmetric one (``-sym``) against its asymmetric twin; CELI against the same backbone's [CLS] model
-    (``celi-mono`` vs ``mono``, ``celi-w<k>`` vs ``sparse-w<k>``)."""
+    with it); a symmetric one (``-sym``) against its asymmetric twin; every SparseCE against MonoCE (``mono``) when
+    it is trained (the paper's question: does the sparse pattern cost effectiveness?); CELI against the same backbone's
+    [CLS] model (``celi-mono`` vs ``mono``, ``celi-w<k>`` vs ``sparse-w<k>``)."""
     sparse = [v for v in variants if v.startswith("sparse-w")]
 
     def width(variant: str) -> float:
@@ -75,6 +76,8 @@ def comparisons(variants: list[str]) -> dict[str, list[str]]:
             against.append(widest[symmetric(v)])
         if v in sparse and symmetric(v) and v[: -len("-sym")] in variants:
             against.append(v[: -len("-sym")])
+        if v in sparse and "mono" in variants:
+            against.append("mono")
         if v.startswith("celi-"):
             base = "mono" if v == "celi-mono" else "sparse-" + v[len("celi-") :]
             if base in variants:
