@@ -5,9 +5,11 @@ Both models go through their full PyTerrier-side path (``encode_docs`` / ``encod
 pooling) on the same real texts (half scifact documents, half DL passages; scifact / DL queries), each under its own
 length limits and the chosen dtype, round-robin for ``--rounds`` rounds, keeping each model's fastest round. The
 student defaults to the recipe's structure built from the teacher (speed does not depend on the weights); pass
-``--student`` for a trained folder.
+``--student`` for a trained folder, or ``--structures`` for several structures in the same run (their ratios are then
+comparable with each other: between runs the teacher's own speed moves by up to 10 % on a shared machine).
 
     python benchmarks/distilled_tite_speed.py --threads 2 --docs 512 --queries 512 --dtype bfloat16
+    python benchmarks/distilled_tite_speed.py --structures 4:2,4:3,5:2     # pooling layers:kernel, one run
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ def main(argv=None) -> int:
     p.add_argument("--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS)
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", default="late")
+    p.add_argument(
+        "--structures",
+        default=None,
+        help="comma list of POOLING_LAYERS:KERNEL students measured in one run (instead of --pooling-layers/--kernel)",
+    )
     p.set_defaults(dropout=None)  # build_student's flag; no effect on encoding speed (eval mode)
     p.add_argument("--docs", type=int, default=512)
     p.add_argument("--queries", type=int, default=512)
@@ -64,11 +71,18 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     teacher = build_teacher(args, device="cpu")
-    student = (
-        TITE.from_pretrained(args.student, device="cpu") if args.student else build_student(args, teacher, device="cpu")
-    )
+    if args.student:
+        students = {"TITE": TITE.from_pretrained(args.student, device="cpu")}
+    elif args.structures:
+        students = {}
+        for spec in args.structures.split(","):
+            layers, kernel = (int(x) for x in spec.split(":"))
+            structure = argparse.Namespace(**{**vars(args), "pooling_layers": layers, "kernel": kernel})
+            students[f"TITE {layers}:{kernel}"] = build_student(structure, teacher, device="cpu")
+    else:
+        students = {"TITE": build_student(args, teacher, device="cpu")}
     docs, queries = load_texts(args.docs, args.queries, args.seed)
-    models = {"teacher": teacher.text_encoder, "TITE": student.text_encoder}
+    models = {"teacher": teacher.text_encoder, **{name: student.text_encoder for name, student in students.items()}}
     best: dict[tuple[str, str], float] = {}
     precision = {"bfloat16": "bf16", "float16": "fp16"}.get(args.dtype, "fp32")
     for _ in range(args.rounds):
@@ -80,7 +94,7 @@ def main(argv=None) -> int:
                 with autocast("cpu", precision):
                     seconds = timed(encode, texts, args.batch_size)
                 best[(name, role)] = min(best.get((name, role), float("inf")), seconds)
-    structure = student.model.config.kernel_sizes
+    structure = "; ".join(f"{name}: {student.model.config.kernel_sizes}" for name, student in students.items())
     print(f"# teacher {args.teacher}, TITE {args.student or 'recipe structure'} (kernels {structure}); "
           f"{args.dtype}, {args.threads} threads, CPU flags {cpu_flags()}; {len(docs)} docs, {len(queries)} queries, "
           f"batch {args.batch_size}, best of {args.rounds} rounds")  # fmt: skip
