@@ -71,16 +71,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     teacher = build_teacher(args, device="cpu")
+    students = {}
     if args.student:
-        students = {"TITE": TITE.from_pretrained(args.student, device="cpu")}
-    elif args.structures:
-        students = {}
-        for spec in args.structures.split(","):
-            layers, kernel = (int(x) for x in spec.split(":"))
-            structure = argparse.Namespace(**{**vars(args), "pooling_layers": layers, "kernel": kernel})
-            students[f"TITE {layers}:{kernel}"] = build_student(structure, teacher, device="cpu")
-    else:
-        students = {"TITE": build_student(args, teacher, device="cpu")}
+        students["TITE"] = TITE.from_pretrained(args.student, device="cpu")
+    for spec in [] if args.student else (args.structures or f"{args.pooling_layers}:{args.kernel}").split(","):
+        layers, kernel = (int(x) for x in spec.split(":"))
+        structure = argparse.Namespace(**{**vars(args), "pooling_layers": layers, "kernel": kernel})
+        students[f"TITE {layers}:{kernel}"] = build_student(structure, teacher, device="cpu")
     docs, queries = load_texts(args.docs, args.queries, args.seed)
     models = {"teacher": teacher.text_encoder, **{name: student.text_encoder for name, student in students.items()}}
     best: dict[tuple[str, str], float] = {}

@@ -42,6 +42,7 @@ def test_the_script_defaults_to_distill_tites_structure():
 
     assert tite_script.POOLING_LAYERS == distill.DEFAULT_POOLING_LAYERS
 
+
 def test_the_script_builds_distill_tites_teacher_and_student(minilm):
     from pyterrier_tite.cli import distill
 
