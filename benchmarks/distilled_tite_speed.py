@@ -35,6 +35,17 @@ def cpu_flags() -> str:
     return ",".join(w for w in wanted if w in flags) or "none of avx2/avx512/amx"
 
 
+def parse_structures(spec: str) -> list[tuple[int, int]]:
+    """``"4:2,4:3"`` -> ``[(4, 2), (4, 3)]`` (pooling layers, kernel); a malformed entry names itself."""
+    out = []
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) != 2 or not all(part.isdigit() for part in parts):
+            raise ValueError(f"--structures entry {item!r}: expected POOLING_LAYERS:KERNEL, e.g. 4:2")
+        out.append((int(parts[0]), int(parts[1])))
+    return out
+
+
 def timed(encode, texts: list[str], batch_size: int) -> float:
     began = time.perf_counter()
     with torch.inference_mode():
@@ -69,15 +80,23 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.student and args.structures:
+        p.error("--student measures one trained folder; --structures builds students from the teacher: pick one")
+    try:
+        structures = parse_structures(args.structures or f"{args.pooling_layers}:{args.kernel}")
+    except ValueError as error:
+        p.error(str(error))
     torch.set_num_threads(args.threads)
     teacher = build_teacher(args, device="cpu")
-    students = {}
     if args.student:
-        students["TITE"] = TITE.from_pretrained(args.student, device="cpu")
-    for spec in [] if args.student else (args.structures or f"{args.pooling_layers}:{args.kernel}").split(","):
-        layers, kernel = (int(x) for x in spec.split(":"))
-        structure = argparse.Namespace(**{**vars(args), "pooling_layers": layers, "kernel": kernel})
-        students[f"TITE {layers}:{kernel}"] = build_student(structure, teacher, device="cpu")
+        students = {"TITE": TITE.from_pretrained(args.student, device="cpu")}
+    else:
+        students = {
+            f"TITE {layers}:{kernel}": build_student(
+                argparse.Namespace(**{**vars(args), "pooling_layers": layers, "kernel": kernel}), teacher, device="cpu"
+            )
+            for layers, kernel in structures
+        }
     docs, queries = load_texts(args.docs, args.queries, args.seed)
     models = {"teacher": teacher.text_encoder, **{name: student.text_encoder for name, student in students.items()}}
     best: dict[tuple[str, str], float] = {}
