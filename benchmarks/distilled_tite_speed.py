@@ -98,14 +98,19 @@ def main(argv=None) -> int:
             for layers, kernel in structures
         }
     docs, queries = load_texts(args.docs, args.queries, args.seed)
-    models = {"teacher": teacher.text_encoder, **{name: student.text_encoder for name, student in students.items()}}
+    models = {"teacher": (teacher.text_encoder, teacher.text_encoder)}
+    for name, student in students.items():  # a student saved with a query model encodes its queries with it
+        query_model = getattr(student, "query_model", None)
+        queries_by = student.text_encoder if query_model is None else query_model.text_encoder
+        label = name if query_model is None else f"{name} (queries: its query model)"
+        models[label] = (student.text_encoder, queries_by)
     best: dict[tuple[str, str], float] = {}
     precision = {"bfloat16": "bf16", "float16": "fp16"}.get(args.dtype, "fp32")
     for _ in range(args.rounds):
-        for name, encoder in models.items():
+        for name, (doc_encoder, query_encoder) in models.items():
             for role, texts, encode in (
-                ("docs", docs, encoder.encode_docs),
-                ("queries", queries, encoder.encode_queries),
+                ("docs", docs, doc_encoder.encode_docs),
+                ("queries", queries, query_encoder.encode_queries),
             ):
                 with autocast("cpu", precision):
                     seconds = timed(encode, texts, args.batch_size)

@@ -19,7 +19,11 @@
         averages the last layer's rows
     python examples/diagnostics.py dense-paired runs/distill/lr1e-4,runs/distill/pool4 --datasets scifact,dl19
         paired comparison of distill-tite runs against the first (95% interval of the difference, p) from the
-        indexes their own evaluation cached under <folder>/eval (so only queries, or DL's re-ranking, are encoded)
+        indexes their own evaluation cached under <folder>/eval (so only queries, or DL's re-ranking, are encoded).
+        FOLDER@minilm (or @<bi-encoder folder>) encodes that run's queries with that bi-encoder instead, FOLDER@tite
+        with the TITE itself (a run saved with a query_encoder/ otherwise uses it): e.g.
+        "runs/distill/k2-seed43,runs/distill/k2-seed43@minilm" asks what the teacher's query vectors add;
+        --against-all pairs each run with every run before it, not only the first
 """
 
 from __future__ import annotations
@@ -190,7 +194,21 @@ def tite_start(teacher_name: str, structures: list[str], docs: int, queries: int
     return result
 
 
-def dense_paired(folders: list[str], collections: list[str]) -> list[dict]:
+def paired_model(entry: str):
+    """A distill-tite run as ``dense-paired`` names it: FOLDER (as saved), FOLDER@tite (its own query vectors) or
+    FOLDER@<bi-encoder> (that model's; 'minilm' or a folder)."""
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.pt.tite import TITE
+    from pyterrier_tite.start_points import resolve
+
+    folder, _, queries = entry.partition("@")
+    if not queries:
+        return TITE.from_pretrained(folder, batch_size=64)
+    query_model = None if queries == "tite" else BertBiEncoder.from_pretrained(resolve(queries), batch_size=64)
+    return TITE.from_pretrained(folder, batch_size=64, query_model=query_model)
+
+
+def dense_paired(folders: list[str], collections: list[str], against_all: bool = False) -> list[dict]:
     import os
 
     from pyterrier.measures import nDCG
@@ -198,19 +216,19 @@ def dense_paired(folders: list[str], collections: list[str]) -> list[dict]:
     from pyterrier_tite import datasets
     from pyterrier_tite.pt.dense_experiment import dense_pipeline
     from pyterrier_tite.pt.rerank_experiment import per_query, summarise
-    from pyterrier_tite.pt.tite import TITE
 
-    models = {folder: TITE.from_pretrained(folder, batch_size=64) for folder in folders}  # loaded once, all sets
+    models = {entry: paired_model(entry) for entry in folders}  # loaded once, all sets
     rows = []
     for dataset in collections:
         ds = datasets.get_dataset(datasets.irds_id(dataset))
         topics, qrels = ds.get_topics(), ds.get_qrels()
         frames = {}
-        for folder, model in models.items():  # the name distill-tite evaluated it under, so its cached index is found
-            run = dense_pipeline(model, "TITE, distilled", dataset, os.path.join(folder, "eval"), verbose=False)
-            frames[folder] = run(topics)
+        for entry, model in models.items():  # the name distill-tite evaluated it under, so its cached index is found
+            index_root = os.path.join(entry.partition("@")[0], "eval")
+            frames[entry] = dense_pipeline(model, "TITE, distilled", dataset, index_root, verbose=False)(topics)
         values = per_query(frames, topics, qrels, nDCG @ 10)
-        summary = summarise(values, {f: [f] for f in folders}, {f: [folders[0]] for f in folders[1:]})
+        earlier = {f: folders[:i] if against_all else [folders[0]] for i, f in enumerate(folders) if i}
+        summary = summarise(values, {f: [f] for f in folders}, earlier)
         rows += [{**{k: v for k, v in r.items() if k not in ("seeds", "std")}, "dataset": dataset} for r in summary]
     return rows
 
@@ -239,6 +257,7 @@ def main(argv=None) -> int:
     paired = commands.add_parser("dense-paired")
     paired.add_argument("folders", help="distill-tite output folders, comma-separated; the first is the baseline")
     paired.add_argument("--datasets", default="scifact")
+    paired.add_argument("--against-all", action="store_true", help="pair each run with every run before it")
     args = parser.parse_args(argv)
     if args.command == "log":
         result = log_summary(args.path, args.first, args.last, args.windows)
@@ -247,7 +266,7 @@ def main(argv=None) -> int:
     elif args.command == "tite-start":
         result = tite_start(args.teacher, args.structures.split(","), args.docs, args.queries)
     elif args.command == "dense-paired":
-        result = dense_paired(args.folders.split(","), args.datasets.split(","))
+        result = dense_paired(args.folders.split(","), args.datasets.split(","), args.against_all)
     elif args.command == "splade-similarity":
         result = splade_similarity(args.folder, args.dataset, args.docs)
     else:

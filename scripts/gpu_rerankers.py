@@ -145,7 +145,7 @@ def pack_model(folder: str, out: str, name: str, dtype: str) -> list[str]:
     import io
     import tarfile
 
-    for weights in glob.glob(os.path.join(folder, "*.safetensors")):
+    for weights in glob.glob(os.path.join(folder, "**", "*.safetensors"), recursive=True):  # query_encoder/ too
         cast_weights(weights, dtype)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
@@ -175,7 +175,7 @@ def unpack_model(args: argparse.Namespace) -> None:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(args.out, filter="data")
     folder = os.path.join(args.out, name)
-    for weights in glob.glob(os.path.join(folder, "*.safetensors")):
+    for weights in glob.glob(os.path.join(folder, "**", "*.safetensors"), recursive=True):
         cast_weights(weights, "float32")
     print(f"{len(parts)} parts -> {folder}")
 

@@ -34,6 +34,7 @@ import gpu_rerankers as split  # noqa: E402  (the bundle format, model transfer 
 
 EVALUATION = "dl19,dl20,vaswani,cranfield,scifact"
 POOLING_LAYERS = 4  # distill-tite's default (the device has no PyTerrier to import it from; a test pins the two)
+QUERIES_FROM_TEACHER = True  # likewise distill-tite's default: TITE encodes the documents, the teacher the queries
 
 
 # ------------------------------------------------------------------------------------------------------------ bundle
@@ -107,8 +108,10 @@ def first_groups(train: dict, texts: list[str], limit: int | None):
     )
 
 
-def cosine_scores(encoder, rows: dict, texts: list[str], batch_size: int, precision: str) -> np.ndarray:
-    """The dot product of each candidate's query and document vectors (cosine for a normalising encoder)."""
+def cosine_scores(encoder, rows: dict, texts: list[str], batch_size: int, precision: str,
+                  query_encoder=None) -> np.ndarray:  # fmt: skip
+    """The dot product of each candidate's query and document vectors (cosine for a normalising encoder); the
+    queries by ``query_encoder`` when given (a TITE distilled for its teacher's queries)."""
     import torch
 
     from pyterrier_tite.devices import autocast
@@ -116,7 +119,7 @@ def cosine_scores(encoder, rows: dict, texts: list[str], batch_size: int, precis
     queries = list(dict.fromkeys(rows["query"]))
     docs = list(dict.fromkeys(rows["text"]))
     with torch.inference_mode(), autocast(encoder.device, precision):
-        q = encoder.encode_queries([texts[i] for i in queries], batch_size).float()
+        q = (query_encoder or encoder).encode_queries([texts[i] for i in queries], batch_size).float()
         d = encoder.encode_docs([texts[i] for i in docs], batch_size).float()
     qi = torch.tensor(_positions(queries, rows["query"]), device=q.device)
     di = torch.tensor(_positions(docs, rows["text"]), device=d.device)
@@ -167,11 +170,12 @@ def train(args: argparse.Namespace) -> None:
     evaluation = {k: split.first_queries(v, args.max_eval_queries) for k, v in data["eval"].items()}
     results = split.Results(args.out, {**data["recipe"], **recipe_of(args)})
 
-    def score_all(name: str, seed: int, encoder) -> None:
+    def score_all(name: str, seed: int, encoder, query_encoder=None) -> None:
         t = time.perf_counter()
         for dataset, rows in evaluation.items():
             key = f"{name}|{seed}|{dataset}"
-            results.scores[key] = cosine_scores(encoder, rows, texts, args.eval_batch_size, args.precision)
+            results.scores[key] = cosine_scores(encoder, rows, texts, args.eval_batch_size, args.precision,
+                                                query_encoder)  # fmt: skip
         results.save()
         print(f"{name} seed {seed}: scored in {time.perf_counter() - t:.1f} s", flush=True)
 
@@ -184,7 +188,8 @@ def train(args: argparse.Namespace) -> None:
     structure = {"kernel": args.kernel, "arrangement": args.arrangement, "pooling_layers": args.pooling_layers,
                  "dropout": args.dropout}  # fmt: skip
     untrained = build_student(start, teacher, **structure).to(device).eval()
-    score_all("tite-start", 0, untrained)
+    queries_by = teacher if args.queries_from_teacher else None
+    score_all("tite-start", 0, untrained, queries_by)
     docs = [texts[i] for i in dict.fromkeys(i for rows in evaluation.values() for i in rows["text"])][: args.speed_docs]
     speed = {name: encoding_speed(enc, docs, args.eval_batch_size, args.precision)
              for name, enc in (("teacher", teacher), ("tite", untrained))}  # fmt: skip
@@ -204,13 +209,14 @@ def train(args: argparse.Namespace) -> None:
         )  # fmt: skip
         weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
         log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
-                              weights=weights, resume=False, freeze_layers=args.freeze_layers)  # fmt: skip
+                              weights=weights, resume=False, freeze_layers=args.freeze_layers,
+                              queries_from_teacher=args.queries_from_teacher)  # fmt: skip
         train_seconds = time.perf_counter() - began_seed
         student.eval()
-        score_all("tite", seed, student)
+        score_all("tite", seed, student, queries_by)
         if str(seed) in split.names(args.keep):
             folder = os.path.join(args.workdir, "keep", f"tite-seed-{seed}")
-            save_tite(student, folder)
+            save_tite(student, folder, queries_by)
             split.pack_model(folder, args.out, f"tite-seed-{seed}", args.keep_dtype)
         losses = [h["loss"] for h in log]
         return {"seed": seed, "steps": len(log), "train_s": round(train_seconds, 1),
@@ -221,19 +227,30 @@ def train(args: argparse.Namespace) -> None:
     split.run_budgeted(jobs, args.budget, began, results)
 
 
-def save_tite(encoder, folder: str) -> None:
-    """A distilled TITE as ``TITE.save_pretrained`` writes it (``TITE.from_pretrained`` loads it)."""
+def save_tite(encoder, folder: str, query_encoder=None) -> None:
+    """A distilled TITE as ``TITE.save_pretrained`` writes it (``TITE.from_pretrained`` loads it), with the teacher
+    in ``query_encoder/`` as ``BertBiEncoder.save_pretrained`` writes it when it encodes the queries."""
     from pyterrier_tite.convert.checkpoint import write_pt_meta
 
     os.makedirs(folder, exist_ok=True)
     encoder.model.save_pretrained(folder)
     encoder.inputs.tokenizer.save_pretrained(folder)
-    write_pt_meta(folder, "tite", {**encoder.inputs.settings(), "normalize": encoder.normalize})
+    settings = {**encoder.inputs.settings(), "normalize": encoder.normalize}
+    if query_encoder is not None:
+        queries = os.path.join(folder, "query_encoder")
+        os.makedirs(queries, exist_ok=True)
+        query_encoder.model.save_pretrained(queries)
+        query_encoder.inputs.tokenizer.save_pretrained(queries)
+        write_pt_meta(queries, "bert-biencoder", {**query_encoder.inputs.settings(), "pooling": query_encoder.pooling,
+                                                  "normalize": query_encoder.normalize})  # fmt: skip
+        settings["query_encoder"] = "query_encoder"
+    write_pt_meta(folder, "tite", settings)
 
 
 def recipe_of(args: argparse.Namespace) -> dict:
     keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
-            "kernel", "arrangement", "pooling_layers", "freeze_layers", "dropout", "precision")  # fmt: skip
+            "kernel", "arrangement", "pooling_layers", "freeze_layers", "dropout", "precision",
+            "queries_from_teacher")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -269,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pooling-layers", type=int, default=POOLING_LAYERS)
     p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
     p.add_argument("--dropout", type=float, default=None, help="the student's dropout (default: the teacher's)")
+    p.add_argument("--queries-from-teacher", action=argparse.BooleanOptionalAction, default=QUERIES_FROM_TEACHER,
+                   help="TITE learns the documents only and the teacher encodes the queries (distill-tite's default)")
     p.add_argument("--teacher-batch-size", type=int, default=256)
     p.add_argument("--eval-batch-size", type=int, default=256)
     p.add_argument("--speed-docs", type=int, default=8192, help="evaluation documents the speed is measured on")

@@ -41,6 +41,7 @@ def test_the_script_defaults_to_distill_tites_structure():
     from pyterrier_tite.cli import distill
 
     assert tite_script.POOLING_LAYERS == distill.DEFAULT_POOLING_LAYERS
+    assert tite_script.QUERIES_FROM_TEACHER == distill.DEFAULT_QUERIES_FROM_TEACHER
 
 
 def test_the_script_builds_distill_tites_teacher_and_student(minilm):

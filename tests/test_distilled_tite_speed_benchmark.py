@@ -23,3 +23,24 @@ def test_structures_beside_a_trained_student_are_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--student", "some/folder", "--structures", "4:2"])
     assert "pick one" in capsys.readouterr().err
+
+
+def test_a_student_with_a_query_model_is_timed_with_it_for_queries(tmp_path, irds_home, capsys):
+    """A TITE saved with its teacher as query encoder (distill-tite's default) is used that way: the queries row times
+    the query model, not TITE's own query path."""
+    import argparse
+
+    from _tiny_bert import save_tiny_bert
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+
+    teacher_folder = save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True)
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=4, dropout=None,
+                               queries_from_teacher=True)  # fmt: skip
+    build_student(flags, build_teacher(flags, device="cpu"), device="cpu").save_pretrained(str(tmp_path / "student"))
+    bench = load_script("benchmarks/distilled_tite_speed.py")
+    argv = ["--teacher", teacher_folder, "--student", str(tmp_path / "student"), "--docs", "4", "--queries", "4",
+            "--rounds", "1", "--threads", "1"]  # fmt: skip
+    assert bench.main(argv) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| TITE")]
+    assert len(rows) == 1 and rows[0].startswith("| TITE (queries: its query model) |")

@@ -4,6 +4,7 @@ empty frames, FlexIndex indexing + numpy retrieval, scorer, save/load, gradients
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pandas as pd
@@ -126,6 +127,49 @@ def test_save_and_load_roundtrip(minilm, tmp_path):
     for q, d in itertools.product(QUERIES["query"], DOCS.text):
         np.testing.assert_allclose(loaded.encode_queries([q]), model.encode_queries([q]), atol=1e-6)
         np.testing.assert_allclose(loaded.encode_docs([d]), model.encode_docs([d]), atol=1e-6)
+
+
+def tiny_bert_biencoder(minilm: str, hidden: int = 32):
+    """A mean-pooled, cosine BERT bi-encoder (the shape of a distillation teacher) as a TITE's query model."""
+    from transformers import BertConfig, BertModel
+
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    torch.manual_seed(1)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=32)  # fmt: skip
+    return BertBiEncoder(BertModel(config, add_pooling_layer=False).eval(), tokenizer, pooling="mean", normalize=True,
+                         query_max_length=8, doc_max_length=16, device="cpu")  # fmt: skip
+
+
+def test_a_query_model_encodes_the_queries_everywhere_and_travels_with_the_checkpoint(minilm, tmp_path):
+    queries = tiny_bert_biencoder(minilm)
+    plain, model = make(minilm), make(minilm, query_model=queries)
+    texts = list(QUERIES["query"])
+    np.testing.assert_array_equal(model.encode_queries(texts), queries.encode_queries(texts))
+    assert not np.allclose(model.encode_queries(texts), plain.encode_queries(texts))
+    np.testing.assert_array_equal(model.encode_docs(list(DOCS.text)), plain.encode_docs(list(DOCS.text)))
+    torch.testing.assert_close(model.encode_queries_torch(texts), queries.encode_queries_torch(texts))
+    # the transformers: query encoder and re-scorer both take the query model's vectors
+    encoded = model.query_encoder()(QUERIES)
+    np.testing.assert_array_equal(np.stack(encoded["query_vec"]), queries.encode_queries(texts))
+    pairs = QUERIES.merge(DOCS, how="cross")
+    scored = model.scorer()(pairs)
+    expected = (queries.encode_queries(list(pairs["query"])) * plain.encode_docs(list(pairs["text"]))).sum(-1)
+    np.testing.assert_allclose(scored.sort_index()["score"].to_numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert model != plain and "query_model=BertBiEncoder" in repr(model)
+    # saved in query_encoder/, loaded back with it; query_model=None drops it
+    model.save_pretrained(str(tmp_path / "m"))
+    assert os.path.isfile(tmp_path / "m" / "query_encoder" / "model.safetensors")
+    loaded = TITE.from_pretrained(str(tmp_path / "m"), device="cpu")
+    np.testing.assert_allclose(loaded.encode_queries(texts), queries.encode_queries(texts), atol=1e-6)
+    np.testing.assert_allclose(loaded.encode_docs(list(DOCS.text)), plain.encode_docs(list(DOCS.text)), atol=1e-6)
+    alone = TITE.from_pretrained(str(tmp_path / "m"), device="cpu", query_model=None)
+    assert alone.query_model is None and alone != loaded
+    np.testing.assert_allclose(alone.encode_queries(texts), plain.encode_queries(texts), atol=1e-6)
+    with pytest.raises(ValueError, match="64 dimensions, TITE's 32"):
+        make(minilm, query_model=tiny_bert_biencoder(minilm, hidden=64))
 
 
 def test_torch_encoders_keep_gradients(minilm):

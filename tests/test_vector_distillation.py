@@ -139,6 +139,65 @@ def test_distillation_moves_the_student_towards_the_teacher(teacher_folder, tmp_
         distill_vectors(student.text_encoder, TEXTS, targets[:-1], args, student.save_pretrained)
 
 
+def test_the_cosine_term_counts_only_the_rows_the_student_encoded():
+    torch.manual_seed(0)
+    teacher = torch.nn.functional.normalize(torch.randn(6, 8), dim=-1)
+    student = teacher.clone()
+    student[[1, 3]] = torch.nn.functional.normalize(torch.randn(2, 8), dim=-1)
+    learned = torch.tensor([1, 3])
+    _, terms = vector_distillation_loss(student, teacher, DistillationWeights(), learned)
+    assert terms["cosine"] == pytest.approx(float((1 - (student[learned] * teacher[learned]).sum(-1)).mean()))
+
+
+def test_queries_from_the_teacher_train_only_documents_against_the_teachers_queries(teacher_folder, tmp_path):
+    import argparse
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from pyterrier_tite.pt.tite import TITE
+
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None,
+                               queries_from_teacher=True)  # fmt: skip
+    teacher = build_teacher(flags, device="cpu")
+    student = build_student(flags, teacher, device="cpu")
+    assert student.query_model is teacher
+    targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
+    docs = [i for i, role in enumerate(TEXTS.roles) if role == "doc"]
+
+    def distance() -> float:  # the documents against their teacher vectors, in the teacher queries' rows
+        with torch.inference_mode():
+            vectors = targets.clone()
+            vectors[docs] = student.text_encoder.encode([TEXTS.texts[i] for i in docs], "doc", 8)
+        return float(vector_distillation_loss(vectors, targets, DistillationWeights(), torch.tensor(docs))[0])
+
+    before = distance()
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=30, learning_rate=3e-3, warmup_steps=0,
+                             verbose=False)  # fmt: skip
+    log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
+                          queries_from_teacher=True)  # fmt: skip
+    assert len(log) == 30 and distance() < 0.7 * before
+    trained = TITE.from_pretrained(str(tmp_path / "out"), device="cpu")
+    queries = [TEXTS.texts[i] for i, role in enumerate(TEXTS.roles) if role == "query"]
+    torch.testing.assert_close(torch.from_numpy(trained.encode_queries(queries)), targets[[1, 3, 5, 6]], atol=1e-5,
+                               rtol=1e-5)  # fmt: skip
+    only_queries = DistillationTexts(TEXTS.texts, TEXTS.roles, [[1], [3], [5], [6]])
+    with pytest.raises(ValueError, match="a batch without documents"):
+        distill_vectors(student.text_encoder, only_queries, targets, args, student.save_pretrained, batch_size=2,
+                        queries_from_teacher=True, resume=False)  # fmt: skip
+    with pytest.raises(ValueError, match="not supported with queries_from_teacher"):
+        distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
+                        weights=DistillationWeights(hidden=1.0), teacher=teacher.text_encoder,
+                        queries_from_teacher=True)  # fmt: skip
+
+
+def test_the_command_refuses_layer_targets_with_the_teachers_queries(tmp_path):
+    from pyterrier_tite.cli import main
+
+    argv = ["distill-tite", "--output-dir", str(tmp_path / "run"), "--hidden-weight", "1", "--queries-from-teacher"]
+    with pytest.raises(SystemExit, match="--hidden-weight needs the student's query vectors"):
+        main(argv)
+    assert not (tmp_path / "run").exists()
+
+
 def test_dropout_flag_sets_the_students_dropout_and_records_it(teacher_folder, tmp_path):
     import argparse
 
@@ -212,7 +271,9 @@ def test_distill_tite_command_trains_saves_and_ends_with_experiment_tables(teach
             "--pooling-layers", "3", "--evaluate", "cranfield-graded,dl19", "--quiet",
             "--precision", "fp32"]  # fmt: skip
     assert main(argv) == 0
-    assert TITE.from_pretrained(str(out)).query_marker is None
+    distilled = TITE.from_pretrained(str(out))
+    assert distilled.query_marker is None  # the default: the teacher encodes the queries, from the run's own copy
+    assert distilled.query_model is not None and os.path.isdir(out / "query_encoder")
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert [(r["dataset"], r["name"]) for r in rows] == [
         (d, n) for d in ("cranfield-graded", "dl19")
@@ -231,11 +292,15 @@ def test_distill_tite_command_trains_saves_and_ends_with_experiment_tables(teach
     copy = tmp_path / "copy"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("eval"))
     indexes = sorted(os.listdir(out / "eval"))
-    paired = load_script("examples/diagnostics.py").dense_paired([str(out), str(copy)], ["cranfield-graded"])
+    diagnostics = load_script("examples/diagnostics.py")
+    entries = [str(out), str(copy), f"{out}@{teacher_folder}"]  # @: this query encoder (here the one it was saved with)
+    paired = diagnostics.dense_paired(entries, ["cranfield-graded"])
     assert sorted(os.listdir(out / "eval")) == indexes
     ndcg = {r["name"]: float(r["nDCG@10"]) for r in rows if r["dataset"] == "cranfield-graded"}
-    assert [r["vs"] for r in paired] == [None, str(out)] and paired[1]["delta"] == 0 and paired[1]["p"] == 1.0
+    assert [r["vs"] for r in paired] == [None] + [str(out)] * 2
+    assert all(r["delta"] == 0 and r["p"] == 1.0 for r in paired[1:])
     assert paired[0]["mean"] == pytest.approx(ndcg["TITE, distilled"], abs=1e-4)
+    assert diagnostics.paired_model(f"{out}@tite").query_model is None  # TITE's own query vectors
 
 
 def test_layer_targets_pool_the_teacher_states_through_the_students_windows():

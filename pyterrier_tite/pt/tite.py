@@ -7,27 +7,39 @@ pre-training module (``webis/tite-2-late``), Lightning IR bi-encoders (``webis/t
 lengths, markers and similarity are used) and folders saved by ``save_pretrained`` (settings in ``pt_meta.json``);
 explicit keyword arguments override stored settings. ``TITE.from_bert(bert_folder, ...)`` inserts pooling into a BERT
 checkpoint (``tite_from_bert``) so TITE can be fine-tuned from e.g. MiniLM.
+
+``query_model``: another bi-encoder that encodes the queries (TITE only the documents). ``distill-tite
+--queries-from-teacher`` trains a TITE for its teacher's query vectors and saves the teacher in the checkpoint's
+``query_encoder/`` folder, which ``from_pretrained`` loads back: documents are encoded at TITE's speed, a query (a few
+tokens, one per search) by the model the index imitates.
 """
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
+import torch
+
 from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_meta
 from pyterrier_tite.convert.tite import biencoder_settings, load_tite_model
 from pyterrier_tite.modeling.biencoder import PooledEncoder
 from pyterrier_tite.modeling.tite import TiteModel
 from pyterrier_tite.modeling.tite_from_bert import tite_from_bert
-from pyterrier_tite.pt.bert_biencoder import SETTINGS
+from pyterrier_tite.pt.bert_biencoder import SETTINGS, BertBiEncoder
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
 from pyterrier_tite.tokenization.biencoder import DOC_MARKER, QUERY_MARKER, BiEncoderInputs
+
+#: the sub-folder of a saved TITE that holds its query model, when it has one
+QUERY_ENCODER_FOLDER = "query_encoder"
 
 
 class TITE(DenseBiEncoder):
     """Single-vector dense retrieval with a ``TiteModel`` (its one output row per text is the vector).
 
     ``normalize``: L2-normalise the vectors (Lightning IR ``cosine`` similarity or normalisation), so that the dot
-    product a FlexIndex retrieves with is the checkpoint's cosine score.
+    product a FlexIndex retrieves with is the checkpoint's cosine score. ``query_model``: a bi-encoder of the same
+    dimension that encodes the queries instead (module docstring).
 
     Example::
 
@@ -47,6 +59,7 @@ class TITE(DenseBiEncoder):
         query_marker: str | None = QUERY_MARKER,
         doc_marker: str | None = DOC_MARKER,
         normalize: bool = False,
+        query_model: DenseBiEncoder | None = None,
         **kwargs,
     ):
         longest = max(query_max_length, doc_max_length)
@@ -56,6 +69,9 @@ class TITE(DenseBiEncoder):
             )
         inputs = BiEncoderInputs(tokenizer, query_max_length, doc_max_length, query_marker, doc_marker)
         super().__init__(PooledEncoder(model, inputs, "single", normalize), **kwargs)
+        if query_model is not None and query_model.dim != self.dim:
+            raise ValueError(f"the query model's vectors have {query_model.dim} dimensions, TITE's {self.dim}")
+        self.query_model = query_model
 
     @property
     def normalize(self) -> bool:
@@ -70,6 +86,10 @@ class TITE(DenseBiEncoder):
         meta = read_meta(folder)
         stored = {k: meta[k] for k in (*SETTINGS, "normalize") if k in meta}
         settings = {**biencoder_settings(folder), **stored, **kwargs}
+        if "query_model" not in settings and meta.get("query_encoder"):
+            runtime = {k: kwargs[k] for k in ("batch_size", "device", "dtype", "verbose") if k in kwargs}
+            query_folder = os.path.join(folder, meta["query_encoder"])
+            settings["query_model"] = BertBiEncoder.from_pretrained(query_folder, **runtime)
         model = cls(load_tite_model(folder), load_tokenizer(folder), **settings)
         model._loaded_from(path, os.path.realpath(folder))
         return model
@@ -89,12 +109,34 @@ class TITE(DenseBiEncoder):
         return model
 
     def settings(self) -> dict:
-        """Lengths, markers and normalisation (``pt_meta.json``)."""
-        return {**super().settings(), "normalize": self.normalize}
+        """Lengths, markers and normalisation (``pt_meta.json``); the query model's folder when there is one."""
+        settings = {**super().settings(), "normalize": self.normalize}
+        if self.query_model is not None:
+            settings["query_encoder"] = QUERY_ENCODER_FOLDER
+        return settings
+
+    def eq_key(self) -> tuple:
+        """The document model's key and the query model's (None: TITE encodes its queries)."""
+        return (*super().eq_key(), self.query_model.eq_key() if self.query_model is not None else None)
+
+    def encode(self, texts, role: str, batch_size: int | None = None, progress: str | None = None) -> np.ndarray:
+        """Queries go to the query model when there is one, documents (and queries otherwise) to TITE."""
+        if role == "query" and self.query_model is not None:
+            return self.query_model.encode(texts, role, batch_size or self.batch_size, progress)
+        return super().encode(texts, role, batch_size, progress)
+
+    def encode_queries_torch(self, texts, batch_size: int | None = None) -> torch.Tensor:
+        if self.query_model is not None:
+            return self.query_model.encode_queries_torch(texts, batch_size or self.batch_size)
+        return super().encode_queries_torch(texts, batch_size)
 
     def save_pretrained(self, path: str) -> None:
-        """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json``."""
+        """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json``; the query model,
+        when there is one, in ``query_encoder/``."""
         self._save(path, "tite")
+        if self.query_model is not None:
+            self.query_model.save_pretrained(os.path.join(path, QUERY_ENCODER_FOLDER))
 
     def __repr__(self) -> str:
-        return f"TITE({getattr(self, 'model_name', '')!r})"
+        queries = f", query_model={self.query_model!r}" if self.query_model is not None else ""
+        return f"TITE({getattr(self, 'model_name', '')!r}{queries})"
