@@ -34,7 +34,7 @@ import gpu_rerankers as split  # noqa: E402  (the bundle format, model transfer 
 
 EVALUATION = "dl19,dl20,vaswani,cranfield,scifact"
 POOLING_LAYERS = 4  # distill-tite's default (the device has no PyTerrier to import it from; a test pins the two)
-QUERIES_FROM_TEACHER = True  # likewise distill-tite's default: TITE encodes the documents, the teacher the queries
+QUERY_ENCODER = "teacher"  # likewise distill-tite's default: TITE encodes the documents, the teacher the queries
 
 
 # ------------------------------------------------------------------------------------------------------------ bundle
@@ -188,7 +188,7 @@ def train(args: argparse.Namespace) -> None:
     structure = {"kernel": args.kernel, "arrangement": args.arrangement, "pooling_layers": args.pooling_layers,
                  "dropout": args.dropout}  # fmt: skip
     untrained = build_student(start, teacher, **structure).to(device).eval()
-    queries_by = teacher if args.queries_from_teacher else None
+    queries_by = teacher if args.query_encoder == "teacher" else None
     score_all("tite-start", 0, untrained, queries_by)
     docs = [texts[i] for i in dict.fromkeys(i for rows in evaluation.values() for i in rows["text"])][: args.speed_docs]
     speed = {name: encoding_speed(enc, docs, args.eval_batch_size, args.precision)
@@ -210,7 +210,7 @@ def train(args: argparse.Namespace) -> None:
         weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
         log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
                               weights=weights, resume=False, freeze_layers=args.freeze_layers,
-                              queries_from_teacher=args.queries_from_teacher)  # fmt: skip
+                              documents_only=args.documents_only)  # fmt: skip
         train_seconds = time.perf_counter() - began_seed
         student.eval()
         score_all("tite", seed, student, queries_by)
@@ -250,7 +250,7 @@ def save_tite(encoder, folder: str, query_encoder=None) -> None:
 def recipe_of(args: argparse.Namespace) -> dict:
     keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
             "kernel", "arrangement", "pooling_layers", "freeze_layers", "dropout", "precision",
-            "queries_from_teacher")  # fmt: skip
+            "query_encoder", "documents_only")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -286,14 +286,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pooling-layers", type=int, default=POOLING_LAYERS)
     p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
     p.add_argument("--dropout", type=float, default=None, help="the student's dropout (default: the teacher's)")
-    p.add_argument("--queries-from-teacher", action=argparse.BooleanOptionalAction, default=QUERIES_FROM_TEACHER,
-                   help="TITE learns the documents only and the teacher encodes the queries (distill-tite's default)")
+    p.add_argument("--query-encoder", choices=["teacher", "tite"], default=QUERY_ENCODER,
+                   help="what scores (and is kept for) the queries: the teacher (distill-tite's default) or TITE")
+    p.add_argument("--documents-only", action="store_true", help="train TITE's document vectors only")
     p.add_argument("--teacher-batch-size", type=int, default=256)
     p.add_argument("--eval-batch-size", type=int, default=256)
     p.add_argument("--speed-docs", type=int, default=8192, help="evaluation documents the speed is measured on")
     p.add_argument("--max-groups", type=int, default=None, help="a smoke test's subset of the training text groups")
     p.set_defaults(func=train)
     args = parser.parse_args(argv)
+    if getattr(args, "documents_only", False) and args.query_encoder != "teacher":
+        parser.error("--documents-only leaves TITE's query vectors untrained: it needs --query-encoder teacher")
     args.func(args)
 
 

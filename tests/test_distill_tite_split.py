@@ -41,7 +41,7 @@ def test_the_script_defaults_to_distill_tites_structure():
     from pyterrier_tite.cli import distill
 
     assert tite_script.POOLING_LAYERS == distill.DEFAULT_POOLING_LAYERS
-    assert tite_script.QUERIES_FROM_TEACHER == distill.DEFAULT_QUERIES_FROM_TEACHER
+    assert tite_script.QUERY_ENCODER == distill.DEFAULT_QUERY_ENCODER
 
 
 def test_the_script_builds_distill_tites_teacher_and_student(minilm):
@@ -109,10 +109,11 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
     summary = json.loads((out / "models.json").read_text())
     assert [m["seed"] for m in summary["models"]] == [1, 2] and all(m["steps"] == 3 for m in summary["models"])
     assert summary["speed"]["docs"] == 4 and summary["speed"]["ratio"] > 0
-    assert summary["recipe"]["freeze_layers"] == 1
+    assert summary["recipe"]["freeze_layers"] == 1 and summary["recipe"]["query_encoder"] == "teacher"
     # the kept seed comes back as a TITE folder that from_pretrained loads and that scores as the trained one did
     split.main(["unpack", "--parts", str(out / "tite-seed-2"), "--out", str(tmp_path / "models")])
     tite = TITE.from_pretrained(str(tmp_path / "models" / "tite-seed-2"), device="cpu")
+    assert tite.query_model is not None  # the teacher, kept beside it: the scores above took its query vectors
     q = tite.encode_queries(candidates["query"].tolist())
     d = tite.encode_docs(candidates["text"].tolist())
     np.testing.assert_allclose((q * d).sum(1), scores["tite|2|vaswani"], rtol=1e-4, atol=1e-5)

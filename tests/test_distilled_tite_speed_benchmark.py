@@ -36,7 +36,7 @@ def test_a_student_with_a_query_model_is_timed_with_it_for_queries(tmp_path, ird
 
     teacher_folder = save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True)
     flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=4, dropout=None,
-                               queries_from_teacher=True)  # fmt: skip
+                               query_encoder="teacher")  # fmt: skip
     build_student(flags, build_teacher(flags, device="cpu"), device="cpu").save_pretrained(str(tmp_path / "student"))
     bench = load_script("benchmarks/distilled_tite_speed.py")
     argv = ["--teacher", teacher_folder, "--student", str(tmp_path / "student"), "--docs", "4", "--queries", "4",

@@ -149,14 +149,14 @@ def test_the_cosine_term_counts_only_the_rows_the_student_encoded():
     assert terms["cosine"] == pytest.approx(float((1 - (student[learned] * teacher[learned]).sum(-1)).mean()))
 
 
-def test_queries_from_the_teacher_train_only_documents_against_the_teachers_queries(teacher_folder, tmp_path):
+def test_documents_only_training_learns_against_the_teachers_queries_and_keeps_them(teacher_folder, tmp_path):
     import argparse
 
     from pyterrier_tite.cli.distill import build_student, build_teacher
     from pyterrier_tite.pt.tite import TITE
 
     flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None,
-                               queries_from_teacher=True)  # fmt: skip
+                               query_encoder="teacher")  # fmt: skip
     teacher = build_teacher(flags, device="cpu")
     student = build_student(flags, teacher, device="cpu")
     assert student.query_model is teacher
@@ -173,7 +173,7 @@ def test_queries_from_the_teacher_train_only_documents_against_the_teachers_quer
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=30, learning_rate=3e-3, warmup_steps=0,
                              verbose=False)  # fmt: skip
     log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
-                          queries_from_teacher=True)  # fmt: skip
+                          documents_only=True)  # fmt: skip
     assert len(log) == 30 and distance() < 0.7 * before
     trained = TITE.from_pretrained(str(tmp_path / "out"), device="cpu")
     queries = [TEXTS.texts[i] for i, role in enumerate(TEXTS.roles) if role == "query"]
@@ -182,19 +182,21 @@ def test_queries_from_the_teacher_train_only_documents_against_the_teachers_quer
     only_queries = DistillationTexts(TEXTS.texts, TEXTS.roles, [[1], [3], [5], [6]])
     with pytest.raises(ValueError, match="a batch without documents"):
         distill_vectors(student.text_encoder, only_queries, targets, args, student.save_pretrained, batch_size=2,
-                        queries_from_teacher=True, resume=False)  # fmt: skip
-    with pytest.raises(ValueError, match="not supported with queries_from_teacher"):
+                        documents_only=True, resume=False)  # fmt: skip
+    with pytest.raises(ValueError, match="not supported with documents_only"):
         distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
                         weights=DistillationWeights(hidden=1.0), teacher=teacher.text_encoder,
-                        queries_from_teacher=True)  # fmt: skip
+                        documents_only=True)  # fmt: skip
 
 
-def test_the_command_refuses_layer_targets_with_the_teachers_queries(tmp_path):
+def test_the_command_refuses_documents_only_training_without_the_teachers_queries(tmp_path):
     from pyterrier_tite.cli import main
 
-    argv = ["distill-tite", "--output-dir", str(tmp_path / "run"), "--hidden-weight", "1", "--queries-from-teacher"]
+    base = ["distill-tite", "--output-dir", str(tmp_path / "run"), "--documents-only"]
     with pytest.raises(SystemExit, match="--hidden-weight needs the student's query vectors"):
-        main(argv)
+        main([*base, "--hidden-weight", "1"])
+    with pytest.raises(SystemExit, match="it needs --query-encoder teacher"):
+        main([*base, "--query-encoder", "tite"])
     assert not (tmp_path / "run").exists()
 
 

@@ -8,10 +8,10 @@ lengths, markers and similarity are used) and folders saved by ``save_pretrained
 explicit keyword arguments override stored settings. ``TITE.from_bert(bert_folder, ...)`` inserts pooling into a BERT
 checkpoint (``tite_from_bert``) so TITE can be fine-tuned from e.g. MiniLM.
 
-``query_model``: another bi-encoder that encodes the queries (TITE only the documents). ``distill-tite
---queries-from-teacher`` trains a TITE for its teacher's query vectors and saves the teacher in the checkpoint's
-``query_encoder/`` folder, which ``from_pretrained`` loads back: documents are encoded at TITE's speed, a query (a few
-tokens, one per search) by the model the index imitates.
+``query_model``: another bi-encoder that encodes the queries (TITE only the documents). ``distill-tite`` saves the
+teacher it distilled TITE from in the checkpoint's ``query_encoder/`` folder (by default), which ``from_pretrained``
+loads back: documents are encoded at TITE's speed, a query (a few tokens, one per search) by the model the index
+imitates; ``from_pretrained(folder, query_model=None)`` uses TITE's own query vectors instead.
 """
 
 from __future__ import annotations

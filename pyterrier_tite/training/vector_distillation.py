@@ -12,10 +12,11 @@ a document, :func:`~pyterrier_tite.training.pseudo_queries.cloze_pair`). For a b
   does. A document travels with its pseudo-query, so every batch holds query-document pairs the teacher finds
   similar. ``tau = 0.05`` is the scale sentence-transformers trains MiniLM with (20).
 
-With ``queries_from_teacher`` the student encodes only the documents: every query row of the batch keeps the teacher's
-own vector, so the KL teaches the student's documents to sit where the teacher's queries find them (the student is
-then used with the teacher as its query encoder, ``TITE(query_model=teacher)``: a short query costs little to encode,
-and pooling a few query tokens loses most; docs/results.md, "The teacher as query encoder").
+With ``documents_only`` the student encodes only the documents: every query row of the batch keeps the teacher's own
+vector, so the KL teaches the student's documents to sit where the teacher's queries find them. Such a student must be
+used with the teacher as its query encoder (``TITE(query_model=teacher)``, which ``distill-tite`` saves by default for
+every student: a short query costs little to encode, and pooling a few query tokens loses most); its steps are
+cheaper, its quality the same as training both sides (docs/results.md, "The teacher as query encoder").
 
 The teacher's vectors are computed once, in shards cached on disk (an interrupted run loses at most one shard), and
 the training runs through the shared :class:`~pyterrier_tite.training.loop.Trainer` (resume, precision, logging).
@@ -191,8 +192,8 @@ def _documents_only_loss(
     """The loss with the teacher's vectors in the query rows and the student's in the document rows."""
     rows = [i for i, role in enumerate(roles) if role == "doc"]
     if not rows:
-        raise ValueError("a batch without documents: with queries from the teacher, every batch needs documents "
-                         "(a larger batch size)")  # fmt: skip
+        raise ValueError("a batch without documents: with documents_only, every batch needs documents (a larger "
+                         "batch size)")  # fmt: skip
     vectors = student.encode([texts[i] for i in rows], "doc", len(rows))
     learned = torch.tensor(rows, device=vectors.device)
     teacher = targets.to(vectors.device)
@@ -229,12 +230,12 @@ def distill_vectors(
     resume: bool = True,
     teacher: TextEncoder | None = None,
     freeze_layers: int = 0,
-    queries_from_teacher: bool = False,
+    documents_only: bool = False,
 ) -> list[dict[str, float]]:
     """Train ``student`` (its ``.model``) to reproduce ``targets`` (teacher vectors, one per text of ``data``);
     ``batch_size`` counts groups. Saves with ``save(args.output_dir)``; returns the per-step log. ``teacher`` (the
     model behind ``targets``) is needed only for ``weights.hidden > 0``: it runs in every step for the layer-wise
-    targets. ``queries_from_teacher``: the student encodes only the documents (module docstring)."""
+    targets. ``documents_only``: the student encodes only the documents (module docstring)."""
     if targets.shape[0] != len(data):
         raise ValueError(f"{targets.shape[0]} teacher vectors for {len(data)} texts")
     if len(data.groups) < batch_size:
@@ -242,15 +243,15 @@ def distill_vectors(
     weights = weights or DistillationWeights()
     if weights.hidden and teacher is None:
         raise ValueError("the layer-wise loss (hidden weight > 0) needs the teacher model")
-    if weights.hidden and queries_from_teacher:
-        raise ValueError("the layer-wise loss is not supported with queries_from_teacher")
+    if weights.hidden and documents_only:
+        raise ValueError("the layer-wise loss is not supported with documents_only")
     if teacher is not None:
         teacher.eval()
     freeze_lower_layers(student.model, freeze_layers)
 
     def loss_fn(module, batch: list[int], step: int):
         texts, roles = [data.texts[i] for i in batch], [data.roles[i] for i in batch]
-        if queries_from_teacher:
+        if documents_only:
             return _documents_only_loss(student, texts, roles, targets[batch], weights)
         if not weights.hidden:
             vectors = encode_mixed(student, texts, roles, len(batch))
