@@ -255,7 +255,8 @@ def main(argv=None) -> int:
     start.add_argument("--docs", type=int, default=256)
     start.add_argument("--queries", type=int, default=300)
     paired = commands.add_parser("dense-paired")
-    paired.add_argument("folders", help="distill-tite output folders, comma-separated; the first is the baseline")
+    paired.add_argument("folders", help="distill-tite output folders (FOLDER@ENCODER: other query vectors), "
+                        "comma-separated; the first is the baseline")
     paired.add_argument("--datasets", default="scifact")
     paired.add_argument("--against-all", action="store_true", help="pair each run with every run before it")
     args = parser.parse_args(argv)
