@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     docs, queries = load_texts(args.docs, args.queries, args.seed)
     models = {"teacher": (teacher.text_encoder, teacher.text_encoder)}
     for name, student in students.items():  # a student saved with a query model encodes its queries with it
-        query_model = getattr(student, "query_model", None)
+        query_model = student.query_model
         queries_by = student.text_encoder if query_model is None else query_model.text_encoder
         label = name if query_model is None else f"{name} (queries: its query model)"
         models[label] = (student.text_encoder, queries_by)

@@ -230,21 +230,16 @@ def train(args: argparse.Namespace) -> None:
 def save_tite(encoder, folder: str, query_encoder=None) -> None:
     """A distilled TITE as ``TITE.save_pretrained`` writes it (``TITE.from_pretrained`` loads it), with the teacher
     in ``query_encoder/`` as ``BertBiEncoder.save_pretrained`` writes it when it encodes the queries."""
-    from pyterrier_tite.convert.checkpoint import write_pt_meta
+    from pyterrier_tite.convert.checkpoint import save_model_folder
 
-    os.makedirs(folder, exist_ok=True)
-    encoder.model.save_pretrained(folder)
-    encoder.inputs.tokenizer.save_pretrained(folder)
     settings = {**encoder.inputs.settings(), "normalize": encoder.normalize}
     if query_encoder is not None:
-        queries = os.path.join(folder, "query_encoder")
-        os.makedirs(queries, exist_ok=True)
-        query_encoder.model.save_pretrained(queries)
-        query_encoder.inputs.tokenizer.save_pretrained(queries)
-        write_pt_meta(queries, "bert-biencoder", {**query_encoder.inputs.settings(), "pooling": query_encoder.pooling,
-                                                  "normalize": query_encoder.normalize})  # fmt: skip
+        queries = {**query_encoder.inputs.settings(), "pooling": query_encoder.pooling,
+                   "normalize": query_encoder.normalize}  # fmt: skip
+        save_model_folder(os.path.join(folder, "query_encoder"), query_encoder.model, query_encoder.inputs.tokenizer,
+                          "bert-biencoder", queries)  # fmt: skip
         settings["query_encoder"] = "query_encoder"
-    write_pt_meta(folder, "tite", settings)
+    save_model_folder(folder, encoder.model, encoder.inputs.tokenizer, "tite", settings)
 
 
 def recipe_of(args: argparse.Namespace) -> dict:

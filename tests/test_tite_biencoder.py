@@ -92,8 +92,9 @@ def test_too_long_for_the_model_is_rejected(minilm):
         make(minilm, doc_max_length=64)
 
 
-def test_empty_frames(minilm):
-    model = make(minilm)
+@pytest.mark.parametrize("with_query_model", [False, True])
+def test_empty_frames(minilm, with_query_model):
+    model = make(minilm, query_model=tiny_bert_biencoder(minilm) if with_query_model else None)
     assert len(model.query_encoder()(pd.DataFrame({"qid": [], "query": []}))) == 0
     out = model.doc_encoder()(pd.DataFrame({"docno": [], "text": []}))
     assert "doc_vec" in out.columns and len(out) == 0

@@ -198,6 +198,15 @@ def warn_fresh(source: str, created: list[str]) -> None:
                       stacklevel=3)  # fmt: skip
 
 
+def save_model_folder(path: str | os.PathLike, model, tokenizer, fmt: str, settings: dict | None = None) -> None:
+    """A model folder: Hugging Face layout (``model.save_pretrained`` + ``tokenizer.save_pretrained``) and
+    ``pt_meta.json`` (:func:`write_pt_meta`); needs no PyTerrier, so the GPU scripts write the same folders."""
+    os.makedirs(path, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    write_pt_meta(path, fmt, settings)
+
+
 def write_pt_meta(path: str | os.PathLike, fmt: str, settings: dict | None = None) -> None:
     """``pt_meta.json`` of a saved model: the artifact fields (``pt.Artifact.load`` finds the class by ``format``)
     and the settings ``from_pretrained`` reads back."""

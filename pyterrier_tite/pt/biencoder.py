@@ -26,7 +26,7 @@ import pyterrier_dr
 import torch
 from more_itertools import chunked, peekable
 
-from pyterrier_tite.convert.checkpoint import write_pt_meta
+from pyterrier_tite.convert.checkpoint import save_model_folder
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.pt.schematic import NamedSchematic
@@ -277,10 +277,7 @@ class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder)
     # -- persistence ------------------------------------------------------------------------------------------
     def _save(self, path: str, fmt: str) -> None:
         """HF layout (model + tokenizer) + ``pt_meta.json`` with :meth:`settings`."""
-        os.makedirs(path, exist_ok=True)
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
-        write_pt_meta(path, fmt, self.settings())
+        save_model_folder(path, self.model, self.tokenizer, fmt, self.settings())
 
 
 class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
