@@ -207,7 +207,8 @@ def train(args: argparse.Namespace) -> None:
             learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
             verbose=False, log_every=0,
         )  # fmt: skip
-        weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature)
+        weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature,
+                                      anchor=args.anchor_weight)  # fmt: skip
         log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
                               weights=weights, resume=False, freeze_layers=args.freeze_layers,
                               documents_only=args.documents_only)  # fmt: skip
@@ -244,7 +245,7 @@ def save_tite(encoder, folder: str, query_encoder=None) -> None:
 
 def recipe_of(args: argparse.Namespace) -> dict:
     keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
-            "kernel", "arrangement", "pooling_layers", "freeze_layers", "dropout", "precision",
+            "anchor_weight", "kernel", "arrangement", "pooling_layers", "freeze_layers", "dropout", "precision",
             "query_encoder", "documents_only")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
@@ -276,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cosine-weight", type=float, default=1.0)
     p.add_argument("--kl-weight", type=float, default=1.0)
     p.add_argument("--temperature", type=float, default=0.05)
+    p.add_argument("--anchor-weight", type=float, default=0.0, help="KL against the bank of teacher query vectors")
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
     p.add_argument("--pooling-layers", type=int, default=POOLING_LAYERS)

@@ -16,10 +16,12 @@ from pyterrier_tite.training.loop import TrainingArguments
 from pyterrier_tite.training.vector_distillation import (
     DistillationTexts,
     DistillationWeights,
+    anchor_kl,
     distill_vectors,
     encode_mixed,
     freeze_lower_layers,
     group_batches,
+    query_bank,
     relational_kl,
     teacher_vectors,
     vector_distillation_loss,
@@ -66,6 +68,50 @@ def test_losses_vanish_when_the_student_reproduces_the_teacher_and_grow_when_it_
     rotation, _ = torch.linalg.qr(torch.randn(8, 8))
     assert float(relational_kl(torch.nn.functional.normalize(teacher @ rotation, dim=-1),
                                torch.nn.functional.normalize(teacher, dim=-1), 0.05)) < 1e-5  # fmt: skip
+
+
+def test_the_anchor_term_ranks_a_fixed_query_bank_both_ways():
+    torch.manual_seed(0)
+    normalize = torch.nn.functional.normalize
+    docs, bank = normalize(torch.randn(5, 8), dim=-1), normalize(torch.randn(12, 8), dim=-1)
+    assert float(anchor_kl(docs, docs, bank, 0.05)) == pytest.approx(0.0, abs=1e-6)
+    other = normalize(docs + 0.3 * torch.randn(5, 8), dim=-1)
+
+    def kl(student_scores, teacher_scores):  # mean over rows of KL(teacher || student)
+        p, q = teacher_scores.softmax(-1), student_scores.softmax(-1)
+        return float((p * (p.log() - q.log())).sum(-1).mean())
+
+    s, t = other @ bank.T / 0.05, docs @ bank.T / 0.05
+    assert float(anchor_kl(other, docs, bank, 0.05)) == pytest.approx((kl(s, t) + kl(s.T, t.T)) / 2, rel=1e-4)
+    assert float(anchor_kl(other[:1], docs[:1], bank, 0.05)) == pytest.approx(kl(s[:1], t[:1]), rel=1e-4)
+    # unlike the in-batch KL, the bank pins directions: a rotation of the documents alone is a loss
+    rotation, _ = torch.linalg.qr(torch.randn(8, 8))
+    assert float(relational_kl(docs @ rotation, docs, 0.05)) < 1e-5
+    assert float(anchor_kl(docs @ rotation, docs, bank, 0.05)) > 0.1
+
+
+def test_the_anchor_term_counts_the_document_rows_only_and_needs_its_bank():
+    torch.manual_seed(0)
+    teacher = torch.nn.functional.normalize(torch.randn(6, 8), dim=-1)
+    bank = torch.nn.functional.normalize(torch.randn(10, 8), dim=-1)
+    weights, documents = DistillationWeights(anchor=2.0), torch.tensor([0, 2, 4])
+    student = teacher.clone()
+    student[[1, 3]] = torch.randn(2, 8)  # query rows differ: no anchor loss
+    _, terms = vector_distillation_loss(student, teacher, weights, anchors=bank, documents=documents)
+    assert terms["anchor"] == pytest.approx(0.0, abs=1e-6) and terms["kl"] > 0.01
+    student[2] = torch.randn(8)
+    loss, terms = vector_distillation_loss(student, teacher, weights, anchors=bank, documents=documents)
+    expected = 2.0 * float(anchor_kl(torch.nn.functional.normalize(student[documents], dim=-1), teacher[documents],
+                                     bank, 0.05))  # fmt: skip
+    assert terms["anchor"] == pytest.approx(expected, rel=1e-5) and float(loss) == pytest.approx(sum(terms.values()))
+    assert "anchor" not in vector_distillation_loss(student, teacher, DistillationWeights())[1]
+    with pytest.raises(ValueError, match="bank of query vectors"):
+        vector_distillation_loss(student, teacher, weights)
+    bank_of_texts = query_bank(TEXTS, torch.randn(len(TEXTS), 8), "cpu")
+    assert bank_of_texts.shape == (4, 8) and torch.allclose(bank_of_texts.norm(dim=-1), torch.ones(4))
+    no_queries = DistillationTexts(["a", "b"], ["doc", "doc"], [[0], [1]])
+    with pytest.raises(ValueError, match="documents only"):
+        query_bank(no_queries, torch.randn(2, 8), "cpu")
 
 
 def test_batches_keep_groups_together_are_seeded_and_shard_disjointly():
@@ -132,9 +178,23 @@ def test_distillation_moves_the_student_towards_the_teacher(teacher_folder, tmp_
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=30, learning_rate=3e-3, warmup_steps=0,
                              verbose=False)  # fmt: skip
     log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4)
-    assert len(log) == 30 and {"cosine", "kl"} <= set(log[0])
+    assert len(log) == 30 and {"cosine", "kl"} <= set(log[0]) and "anchor" not in log[0]
     after = distance()
     assert after < 0.7 * before, (before, after)
+    bank, docs = query_bank(TEXTS, targets, "cpu"), [i for i, role in enumerate(TEXTS.roles) if role == "doc"]
+
+    def anchor_distance() -> float:
+        with torch.inference_mode():
+            vectors = student.text_encoder.encode([TEXTS.texts[i] for i in docs], "doc", 8)
+        return float(anchor_kl(torch.nn.functional.normalize(vectors, dim=-1),
+                               torch.nn.functional.normalize(targets[docs], dim=-1), bank, 0.05))  # fmt: skip
+
+    before_bank = anchor_distance()  # twenty more steps with the bank of the data's query vectors
+    args = TrainingArguments(output_dir=str(tmp_path / "bank"), max_steps=20, learning_rate=3e-3, warmup_steps=0,
+                             verbose=False)  # fmt: skip
+    log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
+                          weights=DistillationWeights(anchor=1.0))  # fmt: skip
+    assert len(log) == 20 and all(h["anchor"] >= 0 for h in log) and anchor_distance() < before_bank
     with pytest.raises(ValueError, match="teacher vectors for"):
         distill_vectors(student.text_encoder, TEXTS, targets[:-1], args, student.save_pretrained)
 
@@ -175,6 +235,9 @@ def test_documents_only_training_learns_against_the_teachers_queries_and_keeps_t
     log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
                           documents_only=True)  # fmt: skip
     assert len(log) == 30 and distance() < 0.7 * before
+    with_bank = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
+                                documents_only=True, resume=False, weights=DistillationWeights(anchor=1.0))  # fmt: skip
+    assert all(h["anchor"] > 0 for h in with_bank)
     trained = TITE.from_pretrained(str(tmp_path / "out"), device="cpu")
     queries = [TEXTS.texts[i] for i, role in enumerate(TEXTS.roles) if role == "query"]
     torch.testing.assert_close(torch.from_numpy(trained.encode_queries(queries)), targets[[1, 3, 5, 6]], atol=1e-5,

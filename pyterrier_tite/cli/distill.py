@@ -53,6 +53,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--kl-weight", type=float, default=1.0)
     parser.add_argument("--temperature", type=float, default=0.05, help="of the in-batch similarity KL")
     parser.add_argument(
+        "--anchor-weight", type=float, default=0.0,
+        help="KL of the documents' scores against a bank of the teacher's query vectors (every query and "
+        "pseudo-query; 0: off)",
+    )  # fmt: skip
+    parser.add_argument(
         "--hidden-weight",
         type=float,
         default=0.0,
@@ -147,7 +152,8 @@ def run_distill_tite(args: argparse.Namespace) -> int:
         teacher.text_encoder, data, os.path.join(args.output_dir, "teacher-vectors"),
         batch_size=args.teacher_batch_size, precision=targs.precision, verbose=not args.quiet,
     )  # fmt: skip
-    weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, args.hidden_weight)
+    weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, args.hidden_weight,
+                                  args.anchor_weight)  # fmt: skip
     log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
                           batch_size=args.batch_size, weights=weights, resume=not args.no_resume,
                           teacher=teacher.text_encoder if args.hidden_weight else None,

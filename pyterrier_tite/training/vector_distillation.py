@@ -11,6 +11,10 @@ a document, :func:`~pyterrier_tite.training.pseudo_queries.cloze_pair`). For a b
   ``T = t t^T``, ``S = s s^T`` (diagonal left out), i.e. the student ranks the batch's other texts as the teacher
   does. A document travels with its pseudo-query, so every batch holds query-document pairs the teacher finds
   similar. ``tau = 0.05`` is the scale sentence-transformers trains MiniLM with (20).
+- ``anchor`` (off by default): the same KL between the student's documents and a fixed bank of the teacher's query
+  vectors (every query and pseudo-query of the data, cached, so free to use): each document ranks the bank's queries,
+  and each query of the bank ranks the batch's documents, as the teacher's do. The in-batch KL sees about 30 queries
+  per step; the bank holds thousands, so the student's scarce capacity goes to the directions queries look in.
 
 With ``documents_only`` the student encodes only the documents: every query row of the batch keeps the teacher's own
 vector, so the KL teaches the student's documents to sit where the teacher's queries find them. Such a student must be
@@ -75,6 +79,8 @@ class DistillationWeights:
     #: weight of the layer-wise loss (:mod:`~pyterrier_tite.training.hidden_distillation`); it needs the teacher
     #: model in every step, so 0 (off) trains from the cached vectors alone
     hidden: float = 0.0
+    #: weight of the KL against the bank of teacher query vectors (:func:`anchor_kl`; 0: off)
+    anchor: float = 0.0
 
 
 def relational_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -89,11 +95,34 @@ def relational_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: flo
     return F.kl_div(F.log_softmax(s, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
 
 
+def anchor_kl(student: torch.Tensor, teacher: torch.Tensor, anchors: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL of the documents' scores against a bank of fixed query vectors, both ways, averaged: each document's
+    distribution over the bank (which queries find it) and each bank query's distribution over the documents (how
+    it ranks them). ``student`` / ``teacher``: ``[n, D]`` L2-normalised vectors of the same documents; ``anchors``:
+    ``[M, D]`` L2-normalised. The second direction needs two documents or more."""
+    s = student @ anchors.T / temperature
+    t = teacher @ anchors.T / temperature
+    docs_rank_queries = F.kl_div(F.log_softmax(s, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
+    if student.shape[0] < 2:
+        return docs_rank_queries
+    queries_rank_docs = F.kl_div(F.log_softmax(s.T, -1), F.log_softmax(t.T, -1), log_target=True,
+                                 reduction="batchmean")  # fmt: skip
+    return (docs_rank_queries + queries_rank_docs) / 2
+
+
 def vector_distillation_loss(
-    student: torch.Tensor, teacher: torch.Tensor, weights: DistillationWeights, learned: torch.Tensor | None = None
+    student: torch.Tensor,
+    teacher: torch.Tensor,
+    weights: DistillationWeights,
+    learned: torch.Tensor | None = None,
+    *,
+    anchors: torch.Tensor | None = None,
+    documents: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Cosine + relational KL (module docstring), computed in fp32 whatever the forward's precision. ``learned``
-    (row indices) limits the cosine term to the rows the student encoded; the others hold the teacher's vectors."""
+    (row indices) limits the cosine term to the rows the student encoded; the others hold the teacher's vectors.
+    With ``weights.anchor``, ``anchors`` (the bank, L2-normalised) and ``documents`` (row indices of the batch's
+    documents) add :func:`anchor_kl`."""
     s = F.normalize(student.float(), dim=-1)
     t = F.normalize(teacher.float(), dim=-1)
     rows = slice(None) if learned is None else learned
@@ -101,6 +130,11 @@ def vector_distillation_loss(
         "cosine": weights.cosine * (1 - (s[rows] * t[rows]).sum(-1)).mean(),
         "kl": weights.kl * relational_kl(s, t, weights.temperature),
     }
+    if weights.anchor:
+        if anchors is None or documents is None:
+            raise ValueError("the anchor term needs the bank of query vectors and the batch's document rows")
+        if len(documents):
+            terms["anchor"] = weights.anchor * anchor_kl(s[documents], t[documents], anchors, weights.temperature)
     return sum(terms.values()), {k: float(v.detach()) for k, v in terms.items()}
 
 
@@ -187,7 +221,12 @@ def group_batches(groups: Sequence[list[int]], batch_size: int, seed: int) -> Ca
 
 
 def _documents_only_loss(
-    student: TextEncoder, texts: list[str], roles: list[Role], targets: torch.Tensor, weights: DistillationWeights
+    student: TextEncoder,
+    texts: list[str],
+    roles: list[Role],
+    targets: torch.Tensor,
+    weights: DistillationWeights,
+    anchors: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss with the teacher's vectors in the query rows and the student's in the document rows."""
     rows = [i for i, role in enumerate(roles) if role == "doc"]
@@ -198,7 +237,15 @@ def _documents_only_loss(
     learned = torch.tensor(rows, device=vectors.device)
     teacher = targets.to(vectors.device)
     mixed = teacher.index_put((learned,), vectors.float())
-    return vector_distillation_loss(mixed, teacher, weights, learned)
+    return vector_distillation_loss(mixed, teacher, weights, learned, anchors=anchors, documents=learned)
+
+
+def query_bank(data: DistillationTexts, targets: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """The anchor term's bank: the teacher's vectors of every query and pseudo-query of ``data``, L2-normalised."""
+    rows = [i for i, role in enumerate(data.roles) if role == "query"]
+    if not rows:
+        raise ValueError("the anchor term needs queries or pseudo-queries in the data; it has documents only")
+    return F.normalize(targets[rows].float(), dim=-1).to(device)
 
 
 def freeze_lower_layers(model: torch.nn.Module, layers: int) -> None:
@@ -248,16 +295,20 @@ def distill_vectors(
     if teacher is not None:
         teacher.eval()
     freeze_lower_layers(student.model, freeze_layers)
+    anchors = query_bank(data, targets, student.device) if weights.anchor else None
 
     def loss_fn(module, batch: list[int], step: int):
         texts, roles = [data.texts[i] for i in batch], [data.roles[i] for i in batch]
         if documents_only:
-            return _documents_only_loss(student, texts, roles, targets[batch], weights)
+            return _documents_only_loss(student, texts, roles, targets[batch], weights, anchors)
+        documents = torch.tensor([i for i, role in enumerate(roles) if role == "doc"], dtype=torch.long)
         if not weights.hidden:
             vectors = encode_mixed(student, texts, roles, len(batch))
-            return vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights)
+            return vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights, anchors=anchors,
+                                            documents=documents.to(vectors.device))  # fmt: skip
         vectors, hidden = encode_with_hidden_loss(student, teacher, texts, roles)
-        loss, terms = vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights)
+        loss, terms = vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights, anchors=anchors,
+                                               documents=documents.to(vectors.device))  # fmt: skip
         terms["hidden"] = float(hidden.detach()) * weights.hidden
         return loss + weights.hidden * hidden, terms
 
