@@ -35,6 +35,7 @@ import gpu_rerankers as split  # noqa: E402  (the bundle format, model transfer 
 EVALUATION = "dl19,dl20,vaswani,cranfield,scifact"
 POOLING_LAYERS = 4  # distill-tite's default (the device has no PyTerrier to import it from; a test pins the two)
 QUERY_ENCODER = "teacher"  # likewise distill-tite's default: TITE encodes the documents, the teacher the queries
+ANCHOR_WEIGHT = 1.0  # likewise: the KL against the bank of the teacher's query vectors
 
 
 # ------------------------------------------------------------------------------------------------------------ bundle
@@ -277,7 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cosine-weight", type=float, default=1.0)
     p.add_argument("--kl-weight", type=float, default=1.0)
     p.add_argument("--temperature", type=float, default=0.05)
-    p.add_argument("--anchor-weight", type=float, default=0.0, help="KL against the bank of teacher query vectors")
+    p.add_argument("--anchor-weight", type=float, default=ANCHOR_WEIGHT,
+                   help="KL against the bank of teacher query vectors (distill-tite's default; 0: off)")
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
     p.add_argument("--pooling-layers", type=int, default=POOLING_LAYERS)

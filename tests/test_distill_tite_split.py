@@ -42,6 +42,7 @@ def test_the_script_defaults_to_distill_tites_structure():
 
     assert tite_script.POOLING_LAYERS == distill.DEFAULT_POOLING_LAYERS
     assert tite_script.QUERY_ENCODER == distill.DEFAULT_QUERY_ENCODER
+    assert tite_script.ANCHOR_WEIGHT == distill.DEFAULT_ANCHOR_WEIGHT
 
 
 def test_the_script_builds_distill_tites_teacher_and_student(minilm):
@@ -99,7 +100,7 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
         ["train", "--bundle", str(bundle), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu",
          "--precision", "fp32", "--seeds", "1,2", "--max-steps", "3", "--warmup-steps", "1", "--batch-size", "2",
          "--eval-batch-size", "4", "--speed-docs", "4", "--keep", "2", "--keep-dtype", "float32",
-         "--freeze-layers", "1"]
+         "--freeze-layers", "1", "--anchor-weight", "1"]
     )  # fmt: skip
     scores = np.load(out / "scores.npz")
     assert sorted(scores.files) == ["teacher|0|vaswani", "tite-start|0|vaswani", "tite|1|vaswani", "tite|2|vaswani"]
@@ -110,6 +111,7 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
     assert [m["seed"] for m in summary["models"]] == [1, 2] and all(m["steps"] == 3 for m in summary["models"])
     assert summary["speed"]["docs"] == 4 and summary["speed"]["ratio"] > 0
     assert summary["recipe"]["freeze_layers"] == 1 and summary["recipe"]["query_encoder"] == "teacher"
+    assert summary["recipe"]["anchor_weight"] == 1
     # the kept seed comes back as a TITE folder that from_pretrained loads and that scores as the trained one did
     split.main(["unpack", "--parts", str(out / "tite-seed-2"), "--out", str(tmp_path / "models")])
     tite = TITE.from_pretrained(str(tmp_path / "models" / "tite-seed-2"), device="cpu")

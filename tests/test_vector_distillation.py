@@ -366,6 +366,11 @@ def test_distill_tite_command_trains_saves_and_ends_with_experiment_tables(teach
     assert all(r["delta"] == 0 and r["p"] == 1.0 for r in paired[1:])
     assert paired[0]["mean"] == pytest.approx(ndcg["TITE, distilled"], abs=1e-4)
     assert diagnostics.paired_model(f"{out}@tite").query_model is None  # TITE's own query vectors
+    # the default anchor term needs the texts' queries: documents alone are refused before any training
+    argv[argv.index(str(out))] = str(tmp_path / "documents-alone")
+    with pytest.raises(SystemExit, match="--anchor-weight needs queries or pseudo-queries"):
+        main([*argv, "--no-pseudo-queries"])
+    assert not os.path.exists(tmp_path / "documents-alone" / "log.jsonl")
 
 
 def test_layer_targets_pool_the_teacher_states_through_the_students_windows():
