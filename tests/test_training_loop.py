@@ -11,7 +11,7 @@ import torch
 from _torchrun import torchrun
 from torch import nn
 
-from pyterrier_tite.training.loop import Trainer, TrainingArguments, steps_for, training_seconds
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, check_recipe, steps_for, training_seconds
 
 TRUE_W = torch.tensor([[1.5, -2.0, 0.5]])
 
@@ -180,3 +180,12 @@ def test_torchrun_two_processes_average_gradients(tmp_path):
     ddp_state = torch.load(tmp_path / "ddp" / "weights.pt")
     for name, value in single.state_dict().items():
         torch.testing.assert_close(ddp_state[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_loss_settings_are_checked_on_resume_and_unrecorded_ones_are_named():
+    check_recipe({"kl": 1.0, "anchor": 1.0}, {"anchor": 1.0, "kl": 1.0}, "ckpt")  # the same: resumes
+    with pytest.raises(ValueError, match=r"changed loss settings \(anchor 1.0 -> 0.0, hidden None -> 2.0\)"):
+        check_recipe({"kl": 1.0, "anchor": 1.0}, {"kl": 1.0, "anchor": 0.0, "hidden": 2.0}, "ckpt")
+    with pytest.warns(UserWarning, match="records no loss settings; resuming with"):
+        check_recipe(None, {"anchor": 1.0}, "ckpt")  # a checkpoint from before recipes were recorded
+    check_recipe(None, {}, "ckpt")  # a caller without a recipe: nothing to say

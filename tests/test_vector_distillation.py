@@ -195,6 +195,10 @@ def test_distillation_moves_the_student_towards_the_teacher(teacher_folder, tmp_
     log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4,
                           weights=DistillationWeights(anchor=1.0))  # fmt: skip
     assert len(log) == 20 and all(h["anchor"] >= 0 for h in log) and anchor_distance() < before_bank
+    # the loss settings travel with the checkpoint: resuming under other weights is refused, naming them
+    args.max_steps = 25
+    with pytest.raises(ValueError, match=r"changed loss settings \(anchor 1.0 -> 0.0\)"):
+        distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=4)
     with pytest.raises(ValueError, match="teacher vectors for"):
         distill_vectors(student.text_encoder, TEXTS, targets[:-1], args, student.save_pretrained)
 

@@ -7,7 +7,9 @@ The loop knows nothing about models or losses. A caller gives it
   its arguments (seed it from them) so that a resumed run sees the same data,
 - ``loss_fn(model, batch, step)``: returns the loss tensor, or ``(loss, {name: float})`` for the log,
 - ``save_fn(model, path)``: writes a loadable model folder (e.g. ``save_pretrained``); called for checkpoints and
-  for the final model.
+  for the final model,
+- optionally ``recipe``: the loss settings the loop cannot see (weights, terms); a checkpoint records them and a
+  resume under other values is refused, as for the run-defining arguments.
 
 Plain ``nn.Dropout`` modules of the model are swapped for the counter-based CPU kernel
 (:mod:`pyterrier_tite.ops.dropout`: the same dropout, drawn several times faster on a CPU; other devices keep theirs).
@@ -151,8 +153,12 @@ class Trainer:
         loss_fn: Callable[[nn.Module, object, int], LossOutput],
         save_fn: Callable[[nn.Module, str], None],
         args: TrainingArguments,
+        recipe: dict | None = None,
     ):
+        """``recipe``: the caller's settings that shape the loss (weights, terms), recorded in each checkpoint and
+        checked on resume like the run-defining arguments."""
         self.model = model
+        self.recipe = dict(recipe or {})
         use_fast_dropout(model)
         self.batches = batches
         self.loss_fn = loss_fn
@@ -199,6 +205,7 @@ class Trainer:
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             },
             "args": asdict(self.args),
+            "recipe": self.recipe,
         }
         tmp = os.path.join(self.checkpoint_dir, STATE_FILE + ".tmp")
         torch.save(state, tmp)
@@ -212,6 +219,7 @@ class Trainer:
             return False
         state = torch.load(path, map_location="cpu", weights_only=False)
         check_resumable(state.get("args", {}), self.args, state["step"], path)
+        check_recipe(state.get("recipe"), self.recipe, path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -359,6 +367,23 @@ def check_resumable(saved: dict, args: TrainingArguments, step: int, path: str) 
             f"resuming {path} at step {step} with max_steps {steps[0]} -> {steps[1]}: the learning-rate decay is "
             f"re-planned to reach zero at step {steps[1]}",
             stacklevel=3,
+        )
+
+
+def check_recipe(saved: dict | None, recipe: dict, path: str) -> None:
+    """A resume with other loss settings than the checkpoint's is refused; a checkpoint that recorded none (written
+    before recipes were recorded) resumes with a warning naming the settings it cannot check."""
+    if saved is None:
+        if recipe:
+            warnings.warn(f"{path} records no loss settings; resuming with {recipe}", stacklevel=3)
+        return
+    keys = sorted(set(saved) | set(recipe))
+    changed = {k: (saved.get(k), recipe.get(k)) for k in keys if saved.get(k) != recipe.get(k)}
+    if changed:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise ValueError(
+            f"cannot resume {path} with changed loss settings ({listed}): rerun with the checkpoint's values to "
+            "continue, pass --no-resume (resume=False) to start over, or choose another output directory"
         )
 
 

@@ -34,7 +34,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -314,6 +314,8 @@ def distill_vectors(
         terms["hidden"] = float(hidden.detach()) * weights.hidden
         return loss + weights.hidden * hidden, terms
 
+    recipe = {**asdict(weights), "batch_size": batch_size, "freeze_layers": freeze_layers,
+              "documents_only": documents_only}  # fmt: skip
     trainer = Trainer(student.model, group_batches(data.groups, batch_size, args.seed), loss_fn,
-                      lambda module, path: save(path), args)  # fmt: skip
+                      lambda module, path: save(path), args, recipe)  # fmt: skip
     return trainer.train(resume=resume)
