@@ -94,7 +94,13 @@ def relational_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: flo
     off_diagonal = ~torch.eye(n, dtype=torch.bool, device=student.device)
     s = (student @ student.T / temperature)[off_diagonal].view(n, n - 1)
     t = (teacher @ teacher.T / temperature)[off_diagonal].view(n, n - 1)
-    return F.kl_div(F.log_softmax(s, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
+    return _rows_kl(s, t)
+
+
+def _rows_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of KL(softmax(teacher row) || softmax(student row))."""
+    return F.kl_div(F.log_softmax(student_logits, -1), F.log_softmax(teacher_logits, -1), log_target=True,
+                    reduction="batchmean")  # fmt: skip
 
 
 def anchor_kl(student: torch.Tensor, teacher: torch.Tensor, anchors: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -104,12 +110,9 @@ def anchor_kl(student: torch.Tensor, teacher: torch.Tensor, anchors: torch.Tenso
     ``[M, D]`` L2-normalised. The second direction needs two documents or more."""
     s = student @ anchors.T / temperature
     t = teacher @ anchors.T / temperature
-    docs_rank_queries = F.kl_div(F.log_softmax(s, -1), F.log_softmax(t, -1), log_target=True, reduction="batchmean")
     if student.shape[0] < 2:
-        return docs_rank_queries
-    queries_rank_docs = F.kl_div(F.log_softmax(s.T, -1), F.log_softmax(t.T, -1), log_target=True,
-                                 reduction="batchmean")  # fmt: skip
-    return (docs_rank_queries + queries_rank_docs) / 2
+        return _rows_kl(s, t)
+    return (_rows_kl(s, t) + _rows_kl(s.T, t.T)) / 2  # documents rank queries; queries rank documents
 
 
 def vector_distillation_loss(
@@ -303,14 +306,18 @@ def distill_vectors(
         texts, roles = [data.texts[i] for i in batch], [data.roles[i] for i in batch]
         if documents_only:
             return _documents_only_loss(student, texts, roles, targets[batch], weights, anchors)
-        documents = torch.tensor([i for i, role in enumerate(roles) if role == "doc"], dtype=torch.long)
-        if not weights.hidden:
+        if weights.hidden:
+            vectors, hidden = encode_with_hidden_loss(student, teacher, texts, roles)
+        else:
             vectors = encode_mixed(student, texts, roles, len(batch))
-            return vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights, anchors=anchors,
-                                            documents=documents.to(vectors.device))  # fmt: skip
-        vectors, hidden = encode_with_hidden_loss(student, teacher, texts, roles)
+        documents = None
+        if anchors is not None:
+            documents = torch.tensor([i for i, role in enumerate(roles) if role == "doc"], dtype=torch.long,
+                                     device=vectors.device)  # fmt: skip
         loss, terms = vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights, anchors=anchors,
-                                               documents=documents.to(vectors.device))  # fmt: skip
+                                               documents=documents)  # fmt: skip
+        if not weights.hidden:
+            return loss, terms
         terms["hidden"] = float(hidden.detach()) * weights.hidden
         return loss + weights.hidden * hidden, terms
 
