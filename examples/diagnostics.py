@@ -43,7 +43,11 @@ def log_summary(path: str, first: int, last: int, windows: int = 0) -> dict:
     def mean(part):
         return {k: round(sum(r.get(k, 0.0) for r in part) / len(part), 3) for k in keys}
 
-    summary = {"steps": len(rows), f"first_{first}": mean(rows[:first]), f"last_{last}": mean(rows[-last:])}
+    summary: dict = {"steps": len(rows)}
+    if first > 0:
+        summary[f"first_{first}"] = mean(rows[:first])
+    if last > 0:  # rows[-0:] would be every row
+        summary[f"last_{last}"] = mean(rows[-last:])
     if windows:
         summary[f"loss_per_{windows}"] = [mean(rows[i : i + windows])["loss"] for i in range(0, len(rows), windows)]
     if all("seconds" in r for r in rows):  # step times (logs since they were recorded): the run's training time

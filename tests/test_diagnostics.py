@@ -36,6 +36,15 @@ def test_log_summary_counts_a_resumed_step_once_and_means_windows(diagnostics, t
     assert summary["loss_per_2"] == [9.0, 3.5, 5.0]
 
 
+def test_log_summary_with_no_first_or_last_steps_leaves_them_out(diagnostics, tmp_path):
+    """``--first 0 --last 0 --windows N`` prints the windows alone (a zero count once divided by zero, and a last-0
+    slice would have been every step)."""
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps({"step": i, "loss": float(i)}) + "\n" for i in range(1, 5)))
+    summary = diagnostics.log_summary(str(path), first=0, last=0, windows=2)
+    assert summary == {"steps": 4, "loss_per_2": [1.5, 3.5]}
+
+
 def test_teacher_margins_are_positive_minus_each_negative(diagnostics, tmp_path):
     save_samples([Sample("q", ["p", "n1", "n2"], [3.0, 1.0, 2.0]), Sample("r", ["p", "n"], [0.5, 1.5])],
                  str(tmp_path / "s.jsonl"))  # fmt: skip
