@@ -356,12 +356,7 @@ def check_resumable(saved: dict, args: TrainingArguments, step: int, path: str) 
         )
     changed = {k: (saved[k], getattr(args, k)) for k in RUN_DEFINING if k in saved and saved[k] != getattr(args, k)}
     steps = changed.pop("max_steps", None)
-    if changed:
-        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
-        raise ValueError(
-            f"cannot resume {path} with changed settings ({listed}): rerun with the checkpoint's values to continue, "
-            "pass --no-resume (resume=False) to start over, or choose another output directory"
-        )
+    _refuse_changes(changed, "settings", path)
     if steps is not None:
         warnings.warn(
             f"resuming {path} at step {step} with max_steps {steps[0]} -> {steps[1]}: the learning-rate decay is "
@@ -378,12 +373,17 @@ def check_recipe(saved: dict | None, recipe: dict, path: str) -> None:
             warnings.warn(f"{path} records no loss settings; resuming with {recipe}", stacklevel=3)
         return
     keys = sorted(set(saved) | set(recipe))
-    changed = {k: (saved.get(k), recipe.get(k)) for k in keys if saved.get(k) != recipe.get(k)}
+    _refuse_changes({k: (saved.get(k), recipe.get(k)) for k in keys if saved.get(k) != recipe.get(k)},
+                    "loss settings", path)  # fmt: skip
+
+
+def _refuse_changes(changed: dict, what: str, path: str) -> None:
+    """Raise naming each ``{name: (checkpoint's, now)}`` difference and the ways out; nothing when none."""
     if changed:
         listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ValueError(
-            f"cannot resume {path} with changed loss settings ({listed}): rerun with the checkpoint's values to "
-            "continue, pass --no-resume (resume=False) to start over, or choose another output directory"
+            f"cannot resume {path} with changed {what} ({listed}): rerun with the checkpoint's values to continue, "
+            "pass --no-resume (resume=False) to start over, or choose another output directory"
         )
 
 
