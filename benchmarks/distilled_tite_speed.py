@@ -1,10 +1,14 @@
 """Encoding speed of a distilled TITE against the bi-encoder it replaces (``pyterrier-tite distill-tite``), measured
 in one run: the ratio a user sees when swapping the teacher for its TITE in an indexing or query pipeline.
 
-Both models go through their full PyTerrier-side path (``encode_docs`` / ``encode_queries``: tokenisation, forward,
-pooling) on the same real texts (half scifact documents, half DL passages; scifact / DL queries), each under its own
-length limits and the chosen dtype, round-robin for ``--rounds`` rounds, keeping each model's fastest round. The
-student defaults to the recipe's structure built from the teacher (speed does not depend on the weights); pass
+Both models encode the same real texts (half scifact documents, half DL passages; scifact / DL queries), each under
+its own length limits and the chosen dtype, round-robin for ``--rounds`` rounds, keeping each model's fastest round.
+``--path pipeline`` (the default) times what an indexing or query pipeline runs: the bi-encoder's ``encode_docs`` /
+``encode_queries``, which batch texts of similar length together (little padding) under the model's own autocast.
+``--path torch`` times the torch-side encoders on batches in the texts' given order (mixed lengths, so more padding;
+the measurements before this option were taken that way).
+
+The student defaults to the recipe's structure built from the teacher (speed does not depend on the weights); pass
 ``--student`` for a trained folder, or ``--structures`` for several structures in the same run (their ratios are then
 comparable with each other: between runs the teacher's own speed moves by up to 10 % on a shared machine).
 
@@ -53,6 +57,15 @@ def timed(encode, texts: list[str], batch_size: int) -> float:
     return time.perf_counter() - began
 
 
+def encoders(model, path: str, precision: str):
+    """``(encode_docs, encode_queries)`` of a PyTerrier bi-encoder on the chosen path; on the pipeline path the model
+    is set to ``precision`` (its own autocast), on the torch path the caller's autocast applies."""
+    if path == "pipeline":
+        model.precision = precision
+        return model.encode_docs, model.encode_queries
+    return model.text_encoder.encode_docs, model.text_encoder.encode_queries
+
+
 def main(argv=None) -> int:
     from encode_throughput import load_texts
 
@@ -79,6 +92,13 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--path",
+        default="pipeline",
+        choices=["pipeline", "torch"],
+        help="pipeline: the bi-encoders' own encode_docs / encode_queries (length-sorted batches); torch: the "
+        "torch-side encoders on batches in the given order",
+    )
     args = p.parse_args(argv)
     if args.student and args.structures:
         p.error("--student measures one trained folder; --structures builds students from the teacher: pick one")
@@ -98,27 +118,26 @@ def main(argv=None) -> int:
             for layers, kernel in structures
         }
     docs, queries = load_texts(args.docs, args.queries, args.seed)
-    models = {"teacher": (teacher.text_encoder, teacher.text_encoder)}
+    precision = {"bfloat16": "bf16", "float16": "fp16"}.get(args.dtype, "fp32")
+    models = {"teacher": encoders(teacher, args.path, precision)}
     for name, student in students.items():  # a student saved with a query model encodes its queries with it
         query_model = student.query_model
-        queries_by = student.text_encoder if query_model is None else query_model.text_encoder
+        encode_docs, encode_queries = encoders(student, args.path, precision)
+        if query_model is not None:
+            encode_queries = encoders(query_model, args.path, precision)[1]
         label = name if query_model is None else f"{name} (queries: its query model)"
-        models[label] = (student.text_encoder, queries_by)
+        models[label] = (encode_docs, encode_queries)
     best: dict[tuple[str, str], float] = {}
-    precision = {"bfloat16": "bf16", "float16": "fp16"}.get(args.dtype, "fp32")
     for _ in range(args.rounds):
-        for name, (doc_encoder, query_encoder) in models.items():
-            for role, texts, encode in (
-                ("docs", docs, doc_encoder.encode_docs),
-                ("queries", queries, query_encoder.encode_queries),
-            ):
-                with autocast("cpu", precision):
+        for name, (encode_docs, encode_queries) in models.items():
+            for role, texts, encode in (("docs", docs, encode_docs), ("queries", queries, encode_queries)):
+                with autocast("cpu", precision if args.path == "torch" else "fp32"):  # pipeline: the model's own
                     seconds = timed(encode, texts, args.batch_size)
                 best[(name, role)] = min(best.get((name, role), float("inf")), seconds)
     structure = "; ".join(f"{name}: {student.model.config.kernel_sizes}" for name, student in students.items())
     print(f"# teacher {args.teacher}, TITE {args.student or 'recipe structure'} (kernels {structure}); "
-          f"{args.dtype}, {args.threads} threads, CPU flags {cpu_flags()}; {len(docs)} docs, {len(queries)} queries, "
-          f"batch {args.batch_size}, best of {args.rounds} rounds")  # fmt: skip
+          f"{args.dtype}, {args.path} path, {args.threads} threads, CPU flags {cpu_flags()}; {len(docs)} docs, "
+          f"{len(queries)} queries, batch {args.batch_size}, best of {args.rounds} rounds")  # fmt: skip
     print("| model | docs/s | x teacher | queries/s | x teacher |")
     print("|---|---|---|---|---|")
     for name in models:

@@ -44,3 +44,21 @@ def test_a_student_with_a_query_model_is_timed_with_it_for_queries(tmp_path, ird
     assert bench.main(argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| TITE")]
     assert len(rows) == 1 and rows[0].startswith("| TITE (queries: its query model) |")
+
+
+def test_the_pipeline_path_times_the_bi_encoders_own_encoding(tmp_path):
+    """The default path is what a pipeline runs (the bi-encoder's length-sorted ``encode_docs`` at the chosen
+    precision); ``--path torch`` keeps the torch-side encoders of the earlier measurements."""
+    import argparse
+
+    from _tiny_bert import save_tiny_bert
+
+    from pyterrier_tite.cli.distill import build_teacher
+
+    flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=2, sentence_transformers=True))
+    teacher = build_teacher(flags, device="cpu")
+    bench = load_script("benchmarks/distilled_tite_speed.py")
+    docs, queries = bench.encoders(teacher, "pipeline", "bf16")
+    assert (docs, queries) == (teacher.encode_docs, teacher.encode_queries) and teacher.precision == "bf16"
+    docs, queries = bench.encoders(teacher, "torch", "fp32")
+    assert (docs, queries) == (teacher.text_encoder.encode_docs, teacher.text_encoder.encode_queries)
