@@ -38,9 +38,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--teacher", default="minilm", help="'minilm' or a sentence-transformers / BERT folder")
     parser.add_argument(
         "--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS,
-        help="layers that pool (of MiniLM's 6: 4 encode documents 2.5x faster than it on a 2-core CPU in fp32, 2.2x "
-        "in bf16, and learn the teacher faster than 5 (3.5-4x / 3.1-3.4x): +0.07 nDCG@10 on scifact, +0.05-0.07 on "
-        "TREC DL at equal steps, two seeds; --kernel 3 with 4 layers: 2.6x in both, 0.03 lower, two seeds; "
+        help="layers that pool (of MiniLM's 6: 4 encode documents 2.1-2.2x faster than it in a pipeline on a 2-core "
+        "CPU, fp32 or bf16, and learn the teacher faster than 5 (3.1x): +0.07 nDCG@10 on scifact, +0.05-0.07 on "
+        "TREC DL at equal steps, two seeds; --kernel 3 with 4 layers: 2.4-2.5x, 0.03 lower, two seeds; "
         "docs/results.md)",
     )  # fmt: skip
     parser.add_argument("--kernel", type=int, default=2, help="kernel = stride of the pooling layers")
