@@ -28,7 +28,8 @@ def test_pad_places_rows_and_zeros_padding(lengths: list[int], dtype: torch.dtyp
 
 
 def test_pad_overwrites_uninitialised_memory() -> None:
-    """The padded tensor starts empty: every padding slot must be written, whatever the allocator returns."""
+    """Every padding slot is zero even when the allocator hands out dirty memory (an implementation that starts from
+    an empty tensor must write the padding)."""
     layout = PackedLayout.from_lengths(torch.tensor([1, 6, 2]), "cpu")
     for _ in range(20):
         torch.full((64, 8), float("nan"))  # leave NaN-filled blocks in the allocator's cache
