@@ -10,7 +10,7 @@ the measurements before this option were taken that way).
 
 The student defaults to the recipe's structure built from the teacher (speed does not depend on the weights); pass
 ``--student`` for a trained folder, or ``--structures`` for several structures in the same run (their ratios are then
-comparable with each other: between runs the teacher's own speed moves by up to 10 % on a shared machine).
+comparable with each other: between runs the teacher's own speed moves by up to 15 % on a shared machine).
 
     python benchmarks/distilled_tite_speed.py --threads 2 --docs 512 --queries 512 --dtype bfloat16
     python benchmarks/distilled_tite_speed.py --structures 4:2,4:3,5:2     # pooling layers:kernel, one run
