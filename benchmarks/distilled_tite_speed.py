@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     from encode_throughput import load_texts
 
     from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS, build_student, build_teacher
-    from pyterrier_tite.devices import autocast
+    from pyterrier_tite.devices import autocast, resolve_precision
     from pyterrier_tite.pt.tite import TITE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
             for layers, kernel in structures
         }
     docs, queries = load_texts(args.docs, args.queries, args.seed)
-    precision = {"bfloat16": "bf16", "float16": "fp16"}.get(args.dtype, "fp32")
+    precision = resolve_precision(args.dtype)
     models = {"teacher": encoders(teacher, args.path, precision)}
     for name, student in students.items():  # a student saved with a query model encodes its queries with it
         query_model = student.query_model
