@@ -77,11 +77,11 @@ class PackedLayout:
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """``[total, ...]`` -> ``[B, max_len, ...]`` with zeros in the padding."""
+        shape = (self.batch_size, self.max_len, *x.shape[1:])
         if self.is_dense:
-            return x.view(self.batch_size, self.max_len, *x.shape[1:])
+            return x.view(shape)
         out = x.new_zeros(self.batch_size * self.max_len, *x.shape[1:])
-        out.index_copy_(0, self.pad_index, x)
-        return out.view(self.batch_size, self.max_len, *x.shape[1:])
+        return out.index_copy_(0, self.pad_index, x).view(shape)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, max_len, ...]`` -> ``[total, ...]`` (padding rows dropped)."""
