@@ -139,25 +139,24 @@ def check_corpus_source(source: str) -> None:
 def run_index(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import build_index
     from pyterrier_tite.pt.index_build import refuse_existing
-    from pyterrier_tite.training.loop import distributed_context
+    from pyterrier_tite.training.loop import distributed_context, leave_process_group
 
     apply_runtime_arguments(args)
     refuse_existing(args.index, args.overwrite)
     check_corpus_source(args.dataset)
     rank, world_size = distributed_context()
     device = _device_for_rank(args.device, world_size)
+    completed = False
     try:
         kind = build_index(
             args.model, corpus_documents(args.dataset), args.index, corpus_name=args.dataset, device=device,
             batch_size=args.batch_size, precision=args.precision, threads=args.threads or 1, overwrite=args.overwrite,
             verbose=not args.quiet and rank == 0, rank=rank, world_size=world_size,
         )  # fmt: skip
+        completed = True
     finally:
         if world_size > 1:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            leave_process_group(wait_for_others=completed)
     if rank == 0:
         print(f"{kind} index of {args.dataset} with {args.model} written to {args.index}")
     return 0

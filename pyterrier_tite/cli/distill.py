@@ -85,6 +85,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="train TITE's document vectors only, against the teacher's query vectors (cheaper steps, the same "
         "quality with the teacher as query encoder; needs --query-encoder teacher)",
     )  # fmt: skip
+    parser.add_argument(
+        "--topic-clusters", type=int, default=0,
+        help="draw each batch from one of N k-means clusters of the teacher's vectors (TAS-Balanced's sampling: the "
+        "in-batch KL compares texts the teacher finds close); 0: random batches",
+    )  # fmt: skip
     parser.add_argument("--teacher-batch-size", type=int, default=64)
     parser.add_argument(
         "--evaluate", default=DEFAULT_EVALUATION, help=f"collections of the final tables ('none': skip; default "
@@ -162,8 +167,8 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
                           batch_size=args.batch_size, weights=weights, resume=not args.no_resume,
                           teacher=teacher.text_encoder if args.hidden_weight else None,
-                          freeze_layers=args.freeze_layers,
-                          documents_only=args.documents_only)  # fmt: skip
+                          freeze_layers=args.freeze_layers, documents_only=args.documents_only,
+                          topic_clusters=args.topic_clusters)  # fmt: skip
     if log:
         print(f"distilled {len(log)} steps; last loss {log[-1]['loss']:.4f} -> {args.output_dir}")
     collections = _names(args.evaluate)

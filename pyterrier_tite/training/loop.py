@@ -102,6 +102,20 @@ def distributed_context() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def leave_process_group(wait_for_others: bool = True) -> None:
+    """Leave the ``torchrun`` process group (a no-op outside one), after a barrier when ``wait_for_others``.
+
+    Without the barrier a rank that finished its share destroys its gloo group while rank 0 still works (writing the
+    index) and now and then aborts ("terminate called without an active exception"), failing a job that succeeded.
+    After an error, skip the barrier: the other ranks may never reach it, and torchrun stops them anyway.
+    """
+    if not dist.is_initialized():
+        return
+    if wait_for_others:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 @contextmanager
 def main_process_first() -> Iterator[bool]:
     """Run the block on rank 0 first, then on the other ranks (yields ``is_main``).

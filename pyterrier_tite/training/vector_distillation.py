@@ -36,6 +36,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -44,6 +45,7 @@ from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.tokenization.biencoder import Role
 from pyterrier_tite.training.hidden_distillation import encode_with_hidden_loss
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
+from pyterrier_tite.training.topic_batches import cluster_groups, group_keys, topic_batches
 
 
 @dataclass
@@ -283,11 +285,13 @@ def distill_vectors(
     teacher: TextEncoder | None = None,
     freeze_layers: int = 0,
     documents_only: bool = False,
+    topic_clusters: int = 0,
 ) -> list[dict[str, float]]:
     """Train ``student`` (its ``.model``) to reproduce ``targets`` (teacher vectors, one per text of ``data``);
     ``batch_size`` counts groups. Saves with ``save(args.output_dir)``; returns the per-step log. ``teacher`` (the
     model behind ``targets``) is needed only for ``weights.hidden > 0``: it runs in every step for the layer-wise
-    targets. ``documents_only``: the student encodes only the documents (module docstring)."""
+    targets. ``documents_only``: the student encodes only the documents (module docstring). ``topic_clusters > 0``:
+    each batch from one of that many clusters of the teacher's vectors (:mod:`.topic_batches`); 0: random batches."""
     if targets.shape[0] != len(data):
         raise ValueError(f"{targets.shape[0]} teacher vectors for {len(data)} texts")
     if len(data.groups) < batch_size:
@@ -323,6 +327,14 @@ def distill_vectors(
 
     recipe = {**asdict(weights), "batch_size": batch_size, "freeze_layers": freeze_layers,
               "documents_only": documents_only}  # fmt: skip
-    trainer = Trainer(student.model, group_batches(data.groups, batch_size, args.seed), loss_fn,
-                      lambda module, path: save(path), args, recipe)  # fmt: skip
+    batches = group_batches(data.groups, batch_size, args.seed)
+    if topic_clusters:
+        labels = cluster_groups(group_keys(data.groups, targets), topic_clusters, args.seed)
+        if args.verbose:
+            sizes = sorted(np.bincount(labels, minlength=topic_clusters).tolist())
+            print(f"topic batches: {len(data.groups)} groups in {topic_clusters} clusters of {sizes[0]} to "
+                  f"{sizes[-1]} groups (median {sizes[len(sizes) // 2]})")  # fmt: skip
+        batches = topic_batches(data.groups, labels, batch_size, args.seed)
+        recipe["topic_clusters"] = topic_clusters
+    trainer = Trainer(student.model, batches, loss_fn, lambda module, path: save(path), args, recipe)
     return trainer.train(resume=resume)
