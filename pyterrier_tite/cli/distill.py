@@ -88,7 +88,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--topic-clusters", type=int, default=0,
         help="draw each batch from one of N k-means clusters of the teacher's vectors (TAS-Balanced's sampling: the "
-        "in-batch KL compares texts the teacher finds close); 0: random batches",
+        "in-batch KL compares texts the teacher finds close; 256: TREC DL 2019 +0.02 nDCG@10 at 1,500 steps, two "
+        "seeds, the other collections level; docs/results.md); 0: random batches",
     )  # fmt: skip
     parser.add_argument("--teacher-batch-size", type=int, default=64)
     parser.add_argument(
