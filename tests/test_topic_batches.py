@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyterrier_tite.training.topic_batches import cluster_groups, group_keys, topic_batches
+from pyterrier_tite.training.topic_batches import cluster_groups, clustered_batches, group_keys, topic_batches
 
 
 def _separated_keys(per_topic: int = 30, topics: int = 4, dim: int = 16, seed: int = 0) -> tuple[np.ndarray, list]:
@@ -77,3 +77,11 @@ def test_bad_arguments_are_refused():
         topic_batches([[0]], [0], batch_size=0, seed=0)
     with pytest.raises(ValueError, match="2 cluster labels for 1 groups"):
         topic_batches([[0]], [0, 1], batch_size=1, seed=0)
+
+
+def test_clustered_batches_put_one_topic_in_each_batch_and_report_the_sizes(capsys):
+    keys, truth = _separated_keys()  # 120 texts, one group each, four topics of 30
+    groups = [[i] for i in range(len(truth))]
+    batches = list(clustered_batches(groups, torch.from_numpy(keys), 4, batch_size=10, seed=1, verbose=True)(0, 0, 1))
+    assert len(batches) == 12 and all(len({truth[i] for i in b}) == 1 for b in batches)
+    assert "120 groups in 4 clusters of 30 to 30 groups (median 30)" in capsys.readouterr().out

@@ -72,6 +72,12 @@ def topic_batches(
         members.setdefault(int(label), []).append(group)
     clusters = [members[label] for label in sorted(members)]
 
+    def cut(order: list[int], into: list[list[int]]) -> list[int]:
+        """Append ``order``'s full batches to ``into``; return the groups left over."""
+        full = len(order) - len(order) % batch_size
+        into.extend(order[start : start + batch_size] for start in range(0, full, batch_size))
+        return order[full:]
+
     def batches(epoch: int, rank: int, world_size: int) -> Iterator[list[int]]:
         rng = epoch_rng(seed, epoch)
         chosen: list[list[int]] = []
@@ -79,15 +85,26 @@ def topic_batches(
         for cluster in clusters:
             order = list(cluster)
             rng.shuffle(order)
-            full = len(order) - len(order) % batch_size
-            chosen.extend(order[start : start + batch_size] for start in range(0, full, batch_size))
-            leftover.extend(order[full:])
+            leftover.extend(cut(order, chosen))
         rng.shuffle(leftover)
-        full = len(leftover) - len(leftover) % batch_size
-        chosen.extend(leftover[start : start + batch_size] for start in range(0, full, batch_size))
+        cut(leftover, chosen)
         rng.shuffle(chosen)
         usable = len(chosen) - len(chosen) % world_size
         for batch in chosen[rank:usable:world_size]:
             yield [i for g in batch for i in groups[g]]
 
     return batches
+
+
+def clustered_batches(
+    groups: Sequence[list[int]], targets: torch.Tensor, clusters: int, batch_size: int, seed: int,
+    verbose: bool = False,
+) -> Callable[[int, int, int], Iterator[list[int]]]:
+    """:func:`topic_batches` over ``clusters`` k-means clusters of the groups' teacher vectors (``targets``, one per
+    text); ``verbose`` prints the cluster sizes once."""
+    labels = cluster_groups(group_keys(groups, targets), clusters, seed)
+    if verbose:
+        sizes = np.sort(np.bincount(labels, minlength=clusters))
+        print(f"topic batches: {len(groups)} groups in {clusters} clusters of {sizes[0]} to {sizes[-1]} groups "
+              f"(median {sizes[len(sizes) // 2]})")  # fmt: skip
+    return topic_batches(groups, labels, batch_size, seed)

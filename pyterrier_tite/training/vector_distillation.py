@@ -36,7 +36,6 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -45,7 +44,7 @@ from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.tokenization.biencoder import Role
 from pyterrier_tite.training.hidden_distillation import encode_with_hidden_loss
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
-from pyterrier_tite.training.topic_batches import cluster_groups, group_keys, topic_batches
+from pyterrier_tite.training.topic_batches import clustered_batches
 
 
 @dataclass
@@ -329,12 +328,7 @@ def distill_vectors(
               "documents_only": documents_only}  # fmt: skip
     batches = group_batches(data.groups, batch_size, args.seed)
     if topic_clusters:
-        labels = cluster_groups(group_keys(data.groups, targets), topic_clusters, args.seed)
-        if args.verbose:
-            sizes = sorted(np.bincount(labels, minlength=topic_clusters).tolist())
-            print(f"topic batches: {len(data.groups)} groups in {topic_clusters} clusters of {sizes[0]} to "
-                  f"{sizes[-1]} groups (median {sizes[len(sizes) // 2]})")  # fmt: skip
-        batches = topic_batches(data.groups, labels, batch_size, args.seed)
+        batches = clustered_batches(data.groups, targets, topic_clusters, batch_size, args.seed, args.verbose)
         recipe["topic_clusters"] = topic_clusters
     trainer = Trainer(student.model, batches, loss_fn, lambda module, path: save(path), args, recipe)
     return trainer.train(resume=resume)
