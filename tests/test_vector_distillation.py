@@ -338,6 +338,28 @@ def test_topic_batches_train_and_travel_with_the_checkpoint(teacher_folder, tmp_
                         topic_clusters=5, resume=False)  # fmt: skip
 
 
+def test_the_collection_term_trains_and_travels_with_the_checkpoint(teacher_folder, tmp_path):
+    import argparse
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None)
+    teacher = build_teacher(flags, device="cpu")
+    student = build_student(flags, teacher, device="cpu")
+    targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, learning_rate=3e-3, warmup_steps=0,
+                             verbose=False)  # fmt: skip
+    log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2,
+                          weights=DistillationWeights(collection=1.0))  # fmt: skip
+    assert len(log) == 4 and all(h["collection"] >= 0 for h in log) and "anchor" not in log[0]
+    args.max_steps = 6  # a resume without the term would change the loss: refused
+    with pytest.raises(ValueError, match=r"changed loss settings \(collection 1.0 -> None\)"):
+        distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2)
+    log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2,
+                          weights=DistillationWeights(collection=1.0), documents_only=True, resume=False)  # fmt: skip
+    assert all(h["collection"] >= 0 for h in log)
+
+
 def test_distillation_texts_pair_documents_with_their_pseudo_queries(irds_home):
     from pyterrier_tite.training.distillation_texts import collect_distillation_texts
 

@@ -60,6 +60,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "0: off",
     )  # fmt: skip
     parser.add_argument(
+        "--collection-weight", type=float, default=0.0,
+        help="KL of how each bank query ranks every document of the texts (the batch's documents on the student's "
+        "vectors, the rest on the teacher's cached ones): the errors that reorder a query's top documents; 0: off",
+    )  # fmt: skip
+    parser.add_argument(
         "--hidden-weight",
         type=float,
         default=0.0,
@@ -156,15 +161,16 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(f"{len(data)} texts ({data.roles.count('doc')} documents) in {len(data.groups)} groups; "
           f"precision {targs.precision}")  # fmt: skip
-    if args.anchor_weight and "query" not in data.roles:
-        raise SystemExit("--anchor-weight needs queries or pseudo-queries in the texts; add some or pass "
-                         "--anchor-weight 0")  # fmt: skip
+    for flag in ("anchor_weight", "collection_weight"):
+        if getattr(args, flag) and "query" not in data.roles:
+            name = "--" + flag.replace("_", "-")
+            raise SystemExit(f"{name} needs queries or pseudo-queries in the texts; add some or pass {name} 0")
     targets = teacher_vectors(
         teacher.text_encoder, data, os.path.join(args.output_dir, "teacher-vectors"),
         batch_size=args.teacher_batch_size, precision=targs.precision, verbose=not args.quiet,
     )  # fmt: skip
     weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, args.hidden_weight,
-                                  args.anchor_weight)  # fmt: skip
+                                  args.anchor_weight, args.collection_weight)  # fmt: skip
     log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
                           batch_size=args.batch_size, weights=weights, resume=not args.no_resume,
                           teacher=teacher.text_encoder if args.hidden_weight else None,

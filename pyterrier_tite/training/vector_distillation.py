@@ -17,6 +17,8 @@ a document, :func:`~pyterrier_tite.training.pseudo_queries.cloze_pair`). For a b
   The in-batch KL sees about 30 queries per step; the bank holds thousands, so the student's scarce capacity goes to
   the directions queries look in (+0.005 to +0.022 nDCG@10 at equal steps; docs/results.md, "A bank of the
   teacher's query vectors").
+- ``collection`` (0 here, off): how each bank query ranks *every* document of the data, the batch's documents held by
+  the student's vectors and the rest by the teacher's (:mod:`.collection_kl`).
 
 With ``documents_only`` the student encodes only the documents: every query row of the batch keeps the teacher's own
 vector, so the KL teaches the student's documents to sit where the teacher's queries find them. Such a student must be
@@ -42,6 +44,7 @@ import torch.nn.functional as F
 from pyterrier_tite.devices import autocast
 from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.tokenization.biencoder import Role
+from pyterrier_tite.training.collection_kl import collection_kl, collection_log_partition
 from pyterrier_tite.training.hidden_distillation import encode_with_hidden_loss
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 from pyterrier_tite.training.topic_batches import clustered_batches
@@ -84,6 +87,8 @@ class DistillationWeights:
     hidden: float = 0.0
     #: weight of the KL against the bank of teacher query vectors (:func:`anchor_kl`; 0: off)
     anchor: float = 0.0
+    #: weight of the KL over the whole collection's documents (:func:`.collection_kl.collection_kl`; 0: off)
+    collection: float = 0.0
 
 
 def relational_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -124,11 +129,13 @@ def vector_distillation_loss(
     *,
     anchors: torch.Tensor | None = None,
     documents: torch.Tensor | None = None,
+    log_partition: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Cosine + relational KL (module docstring), computed in fp32 whatever the forward's precision. ``learned``
     (row indices) limits the cosine term to the rows the student encoded; the others hold the teacher's vectors.
     With ``weights.anchor``, ``anchors`` (the bank, L2-normalised) and ``documents`` (row indices of the batch's
-    documents) add :func:`anchor_kl`."""
+    documents) add :func:`anchor_kl`; with ``weights.collection`` also ``log_partition`` (the bank's, over all
+    documents) adds :func:`.collection_kl.collection_kl`."""
     s = F.normalize(student.float(), dim=-1)
     t = F.normalize(teacher.float(), dim=-1)
     rows = slice(None) if learned is None else learned
@@ -136,11 +143,15 @@ def vector_distillation_loss(
         "cosine": weights.cosine * (1 - (s[rows] * t[rows]).sum(-1)).mean(),
         "kl": weights.kl * relational_kl(s, t, weights.temperature),
     }
-    if weights.anchor:
-        if anchors is None or documents is None:
-            raise ValueError("the anchor term needs the bank of query vectors and the batch's document rows")
-        if len(documents):
-            terms["anchor"] = weights.anchor * anchor_kl(s[documents], t[documents], anchors, weights.temperature)
+    if (weights.anchor or weights.collection) and (anchors is None or documents is None):
+        raise ValueError("the anchor and collection terms need the bank of query vectors and the batch's document rows")
+    if weights.anchor and len(documents):
+        terms["anchor"] = weights.anchor * anchor_kl(s[documents], t[documents], anchors, weights.temperature)
+    if weights.collection and len(documents):
+        if log_partition is None:
+            raise ValueError("the collection term needs the bank's log-partition over the documents")
+        terms["collection"] = weights.collection * collection_kl(s[documents], t[documents], anchors, log_partition,
+                                                                 weights.temperature)  # fmt: skip
     return sum(terms.values()), {k: float(v.detach()) for k, v in terms.items()}
 
 
@@ -233,6 +244,7 @@ def _documents_only_loss(
     targets: torch.Tensor,
     weights: DistillationWeights,
     anchors: torch.Tensor | None = None,
+    log_partition: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss with the teacher's vectors in the query rows and the student's in the document rows."""
     rows = [i for i, role in enumerate(roles) if role == "doc"]
@@ -243,7 +255,8 @@ def _documents_only_loss(
     learned = torch.tensor(rows, device=vectors.device)
     teacher = targets.to(vectors.device)
     mixed = teacher.index_put((learned,), vectors.float())
-    return vector_distillation_loss(mixed, teacher, weights, learned, anchors=anchors, documents=learned)
+    return vector_distillation_loss(mixed, teacher, weights, learned, anchors=anchors, documents=learned,
+                                    log_partition=log_partition)  # fmt: skip
 
 
 def query_bank(data: DistillationTexts, targets: torch.Tensor, device: torch.device | str) -> torch.Tensor:
@@ -252,6 +265,16 @@ def query_bank(data: DistillationTexts, targets: torch.Tensor, device: torch.dev
     if not rows:
         raise ValueError("the anchor term needs queries or pseudo-queries in the data; it has documents only")
     return F.normalize(targets[rows].float(), dim=-1).to(device)
+
+
+def bank_log_partition(
+    data: DistillationTexts, targets: torch.Tensor, bank: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """The collection term's fixed part: each bank query's log-partition over the teacher's vectors of every
+    document of ``data``."""
+    rows = [i for i, role in enumerate(data.roles) if role == "doc"]
+    documents = F.normalize(targets[rows].float(), dim=-1).to(bank.device)
+    return collection_log_partition(bank, documents, temperature)
 
 
 def freeze_lower_layers(model: torch.nn.Module, layers: int) -> None:
@@ -303,12 +326,15 @@ def distill_vectors(
     if teacher is not None:
         teacher.eval()
     freeze_lower_layers(student.model, freeze_layers)
-    anchors = query_bank(data, targets, student.device) if weights.anchor else None
+    anchors = query_bank(data, targets, student.device) if weights.anchor or weights.collection else None
+    log_partition = None
+    if weights.collection:
+        log_partition = bank_log_partition(data, targets, anchors, weights.temperature)
 
     def loss_fn(module, batch: list[int], step: int):
         texts, roles = [data.texts[i] for i in batch], [data.roles[i] for i in batch]
         if documents_only:
-            return _documents_only_loss(student, texts, roles, targets[batch], weights, anchors)
+            return _documents_only_loss(student, texts, roles, targets[batch], weights, anchors, log_partition)
         if weights.hidden:
             vectors, hidden = encode_with_hidden_loss(student, teacher, texts, roles)
         else:
@@ -318,14 +344,15 @@ def distill_vectors(
             documents = torch.tensor([i for i, role in enumerate(roles) if role == "doc"], dtype=torch.long,
                                      device=vectors.device)  # fmt: skip
         loss, terms = vector_distillation_loss(vectors, targets[batch].to(vectors.device), weights, anchors=anchors,
-                                               documents=documents)  # fmt: skip
+                                               documents=documents, log_partition=log_partition)  # fmt: skip
         if not weights.hidden:
             return loss, terms
         terms["hidden"] = float(hidden.detach()) * weights.hidden
         return loss + weights.hidden * hidden, terms
 
-    recipe = {**asdict(weights), "batch_size": batch_size, "freeze_layers": freeze_layers,
-              "documents_only": documents_only}  # fmt: skip
+    # a term left off stays out of the recipe, so checkpoints saved before the term existed still resume
+    recipe = {k: v for k, v in asdict(weights).items() if k != "collection" or v}
+    recipe.update(batch_size=batch_size, freeze_layers=freeze_layers, documents_only=documents_only)
     batches = group_batches(data.groups, batch_size, args.seed)
     if topic_clusters:
         batches = clustered_batches(data.groups, targets, topic_clusters, batch_size, args.seed, args.verbose)
