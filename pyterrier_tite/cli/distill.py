@@ -62,7 +62,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--collection-weight", type=float, default=0.0,
         help="KL of how each bank query ranks every document of the texts (the batch's documents on the student's "
-        "vectors, the rest on the teacher's cached ones): the errors that reorder a query's top documents; 0: off",
+        "vectors, the rest on the teacher's cached ones): fits the teacher better, nDCG@10 +0.001 to +0.004 at 500 "
+        "steps, one seed (docs/results.md); 0: off",
     )  # fmt: skip
     parser.add_argument(
         "--hidden-weight",
