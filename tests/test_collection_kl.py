@@ -42,7 +42,9 @@ def test_the_term_vanishes_when_the_student_reproduces_the_teacher():
     queries[0] = docs[5]  # a query whose mass sits almost wholly on a batch document (the rest nearly empty)
     batch = torch.tensor([1, 5, 9])
     partition = collection_log_partition(queries, docs, 0.05)
-    assert float(collection_kl(docs[batch], docs[batch], queries, partition, 0.05)) == pytest.approx(0.0, abs=1e-5)
+    # fp32 logits up to 1 / 0.05 = 20 carry ~20 * 1.2e-7 rounding each; over 25 queries and 3 documents the sum can
+    # reach a few 1e-5 on any CPU, so the bound is 1e-4 (a wrong partition is off by far more)
+    assert float(collection_kl(docs[batch], docs[batch], queries, partition, 0.05)) == pytest.approx(0.0, abs=1e-4)
 
 
 def test_only_the_batchs_student_vectors_get_gradients_and_the_term_pulls_them_to_the_teacher():

@@ -316,7 +316,9 @@ def test_frozen_lower_layers_keep_their_weights_while_the_rest_trains(teacher_fo
     assert {k for k in before if k.startswith("encoder.layers.1.") and k.endswith(".weight")} <= changed
 
 
-def test_topic_batches_train_and_travel_with_the_checkpoint(teacher_folder, tmp_path):
+def _four_step_run(teacher_folder: str, tmp_path):
+    """A student made as distill-tite makes it (three pooling layers), the teacher's vectors of TEXTS and arguments
+    for four steps."""
     import argparse
 
     from pyterrier_tite.cli.distill import build_student, build_teacher
@@ -327,6 +329,11 @@ def test_topic_batches_train_and_travel_with_the_checkpoint(teacher_folder, tmp_
     targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, learning_rate=3e-3, warmup_steps=0,
                              verbose=False)  # fmt: skip
+    return student, targets, args
+
+
+def test_topic_batches_train_and_travel_with_the_checkpoint(teacher_folder, tmp_path):
+    student, targets, args = _four_step_run(teacher_folder, tmp_path)
     log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2,
                           topic_clusters=2)  # fmt: skip
     assert len(log) == 4 and all(h["loss"] > 0 for h in log)
@@ -339,16 +346,7 @@ def test_topic_batches_train_and_travel_with_the_checkpoint(teacher_folder, tmp_
 
 
 def test_the_collection_term_trains_and_travels_with_the_checkpoint(teacher_folder, tmp_path):
-    import argparse
-
-    from pyterrier_tite.cli.distill import build_student, build_teacher
-
-    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None)
-    teacher = build_teacher(flags, device="cpu")
-    student = build_student(flags, teacher, device="cpu")
-    targets = teacher_vectors(teacher.text_encoder, TEXTS, str(tmp_path / "v"), verbose=False)
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, learning_rate=3e-3, warmup_steps=0,
-                             verbose=False)  # fmt: skip
+    student, targets, args = _four_step_run(teacher_folder, tmp_path)
     log = distill_vectors(student.text_encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2,
                           weights=DistillationWeights(collection=1.0))  # fmt: skip
     assert len(log) == 4 and all(h["collection"] >= 0 for h in log) and "anchor" not in log[0]
