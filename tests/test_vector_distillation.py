@@ -9,6 +9,7 @@ import os
 
 import pytest
 import torch
+from _tolerance import assert_float_close
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from pyterrier_tite.start_points import minilm_path
@@ -316,6 +317,35 @@ def test_frozen_lower_layers_keep_their_weights_while_the_rest_trains(teacher_fo
     assert {k for k in before if k.startswith("encoder.layers.1.") and k.endswith(".weight")} <= changed
 
 
+def test_cached_frozen_layers_give_the_students_vectors_and_train_the_layers_above(teacher_folder, tmp_path):
+    from pyterrier_tite.training.frozen_prefix import encode_from_lower_states, lower_states
+
+    student, targets, args = _four_step_run(teacher_folder, tmp_path)
+    encoder, model = student.text_encoder, student.text_encoder.model
+    lower = lower_states(encoder, TEXTS.texts, TEXTS.roles, 1, batch_size=3, verbose=False)
+    assert model.training is False and len(lower) == len(TEXTS)
+    with torch.no_grad():  # the frozen layer in eval mode: exactly what encode computes, in any order of the rows
+        expected = encode_mixed(encoder, TEXTS.texts, TEXTS.roles, 4)
+        order = [6, 0, 3, 5, 1]
+        assert_float_close(encode_from_lower_states(encoder, lower, order), expected[order])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="cache_frozen needs frozen layers"):
+        distill_vectors(encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2, cache_frozen=True)
+    log = distill_vectors(encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2, freeze_layers=1,
+                          cache_frozen=True)  # fmt: skip
+    assert len(log) == 4 and all(h["loss"] > 0 for h in log)
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    frozen = {k for k in before if k.startswith(("embeddings.", "encoder.layers.0."))}
+    assert frozen and not changed & frozen
+    assert {k for k in before if k.startswith("encoder.layers.2.") and k.endswith(".weight")} <= changed
+    args.max_steps = 6  # the frozen layers without dropout are another loss: a resume must keep the setting
+    with pytest.raises(ValueError, match=r"changed loss settings \(cache_frozen True -> None\)"):
+        distill_vectors(encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2, freeze_layers=1)
+    log = distill_vectors(encoder, TEXTS, targets, args, student.save_pretrained, batch_size=2, freeze_layers=1,
+                          cache_frozen=True, documents_only=True, resume=False)  # fmt: skip
+    assert len(log) == 6 and all(h["loss"] > 0 for h in log)
+
+
 def _four_step_run(teacher_folder: str, tmp_path):
     """A student made as distill-tite makes it (three pooling layers), the teacher's vectors of TEXTS and arguments
     for four steps."""
@@ -497,10 +527,10 @@ def test_step_benchmark_times_each_freeze_setting(teacher_folder, irds_home, cap
     from _scripts import load_script
 
     bench = load_script("benchmarks/tite_distill_step.py")
-    argv = ["--teacher", teacher_folder, "--pooling-layers", "3", "--freeze-layers", "0,1", "--collections",
+    argv = ["--teacher", teacher_folder, "--pooling-layers", "3", "--freeze-layers", "0,1,1c", "--collections",
             "cranfield", "--queries", "beir/scifact/train", "--groups", "4", "--batches", "2", "--rounds", "1",
             "--threads", "1"]  # fmt: skip
     assert bench.main(argv) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [r.split("|")[1].strip() for r in rows] == ["0", "1"] and rows[0].endswith("| 1.00 |")
+    assert [r.split("|")[1].strip() for r in rows] == ["0", "1", "1, cached"] and rows[0].endswith("| 1.00 |")
     assert all(float(r.split("|")[2]) > 0 for r in rows)

@@ -127,10 +127,14 @@ class TiteModel(TitePreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
-    def plan_layouts(self, lengths: torch.Tensor, device: torch.device | str) -> list[PackedLayout]:
-        """Layout of every stage (input, then after each layer); a layer that does not pool reuses its input's."""
+    def plan_layouts(
+        self, lengths: torch.Tensor, device: torch.device | str, first_layer: int = 0
+    ) -> list[PackedLayout]:
+        """Layout of every stage (input, then after each layer); a layer that does not pool reuses its input's.
+        With ``first_layer``, ``lengths`` are those entering that layer and the list starts there."""
         layouts = [PackedLayout.from_lengths(lengths, device)]
-        for k, s in zip(self.config.kernel_sizes, self.config.strides, strict=True):
+        pooling = list(zip(self.config.kernel_sizes, self.config.strides, strict=True))[first_layer:]
+        for k, s in pooling:
             current = layouts[-1]
             if k is None or current.max_len <= 1:
                 layouts.append(current)
@@ -146,19 +150,52 @@ class TiteModel(TitePreTrainedModel):
         output_hidden_states: bool = False,
     ) -> TitePackedOutput:
         """Encode packed token ids ``[T]`` with offsets ``cu_seqlens [B+1]``; positions default to 0..n-1."""
-        lengths = torch.diff(cu_seqlens.detach().to("cpu", torch.int64))
-        layouts = self.plan_layouts(lengths, input_ids.device)
+        layouts = self.plan_layouts(_lengths(cu_seqlens), input_ids.device)
+        x = self._embed(input_ids, layouts[0], positions)
+        return self._run_layers(x, layouts, 0, output_hidden_states)
+
+    def lower_states(
+        self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, layers: int, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed states after the embeddings and the first ``layers`` layers (no final norm), with their
+        ``cu_seqlens``: what :meth:`forward_from_layer` continues from. Lets training compute frozen lower layers once
+        per text instead of once per step."""
+        if not 0 <= layers <= len(self.encoder.layers):
+            raise ValueError(f"cannot stop after {layers} of {len(self.encoder.layers)} layers")
+        layouts = self.plan_layouts(_lengths(cu_seqlens), input_ids.device)[: layers + 1]
+        x = self._embed(input_ids, layouts[0], positions)
+        rope = RopeCache()
+        for layer, layout_in, layout_out in zip(self.encoder.layers[:layers], layouts[:-1], layouts[1:], strict=True):
+            x = layer(x, layout_in, layout_out, rope) if layout_in.total else x
+        return x, layouts[-1].cu_seqlens
+
+    def forward_from_layer(self, states: torch.Tensor, cu_seqlens: torch.Tensor, first_layer: int) -> TitePackedOutput:
+        """Continue from packed ``states`` that the first ``first_layer`` layers produced (:meth:`lower_states`):
+        the result equals :meth:`forward_packed` on the original tokens (up to floating-point rounding)."""
+        if not 0 <= first_layer <= len(self.encoder.layers):
+            raise ValueError(f"cannot start at layer {first_layer} of {len(self.encoder.layers)}")
+        layouts = self.plan_layouts(_lengths(cu_seqlens), states.device, first_layer)
+        return self._run_layers(states, layouts, first_layer, False)
+
+    def _embed(self, input_ids: torch.Tensor, layout: PackedLayout, positions: torch.Tensor | None) -> torch.Tensor:
         if positions is None:
-            positions = layouts[0].positions
-        max_len = layouts[0].max_len
-        if self.embeddings.position_embeddings is not None and max_len > self.config.max_position_embeddings:
+            positions = layout.positions
+        if self.embeddings.position_embeddings is not None and layout.max_len > self.config.max_position_embeddings:
             raise ValueError(
-                f"sequence of {max_len} tokens exceeds max_position_embeddings = {self.config.max_position_embeddings}"
+                f"sequence of {layout.max_len} tokens exceeds max_position_embeddings = "
+                f"{self.config.max_position_embeddings}"
             )
-        x = self.embeddings(input_ids, positions)
+        return self.embeddings(input_ids, positions)
+
+    def _run_layers(
+        self, x: torch.Tensor, layouts: list[PackedLayout], first: int, output_hidden_states: bool
+    ) -> TitePackedOutput:
+        """Layers ``first + 1 .. N`` over packed ``x`` (``layouts``: its stage's layout and every later one), then
+        the final norm."""
         states = [x] if output_hidden_states else None
         rope = RopeCache()
-        for layer, layout_in, layout_out in zip(self.encoder.layers, layouts[:-1], layouts[1:], strict=True):
+        stages = zip(self.encoder.layers[first:], layouts[:-1], layouts[1:], strict=True)
+        for layer, layout_in, layout_out in stages:
             if layout_in.total:
                 x = layer(x, layout_in, layout_out, rope)
             else:  # nothing to encode: keep the (empty) rows at the layer's width
@@ -209,6 +246,10 @@ class TiteModel(TitePreTrainedModel):
         if return_dict is False:
             return result.to_tuple()
         return result
+
+
+def _lengths(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    return torch.diff(cu_seqlens.detach().to("cpu", torch.int64))
 
 
 #: ``from_pretrained`` options without effect here: the attention implementation (kernels are picked by device), auto

@@ -45,6 +45,7 @@ from pyterrier_tite.devices import autocast
 from pyterrier_tite.modeling.biencoder import TextEncoder
 from pyterrier_tite.tokenization.biencoder import Role
 from pyterrier_tite.training.collection_kl import collection_kl, collection_log_partition
+from pyterrier_tite.training.frozen_prefix import encode_from_lower_states, lower_states
 from pyterrier_tite.training.hidden_distillation import encode_with_hidden_loss
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 from pyterrier_tite.training.topic_batches import clustered_batches
@@ -238,20 +239,20 @@ def group_batches(groups: Sequence[list[int]], batch_size: int, seed: int) -> Ca
 
 
 def _documents_only_loss(
-    student: TextEncoder,
-    texts: list[str],
+    encode_documents: Callable[[list[int]], torch.Tensor],
     roles: list[Role],
     targets: torch.Tensor,
     weights: DistillationWeights,
     anchors: torch.Tensor | None = None,
     log_partition: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss with the teacher's vectors in the query rows and the student's in the document rows."""
+    """The loss with the teacher's vectors in the query rows and the student's (``encode_documents(rows of the
+    batch)``) in the document rows."""
     rows = [i for i, role in enumerate(roles) if role == "doc"]
     if not rows:
         raise ValueError("a batch without documents: with documents_only, every batch needs documents (a larger "
                          "batch size)")  # fmt: skip
-    vectors = student.encode([texts[i] for i in rows], "doc", len(rows))
+    vectors = encode_documents(rows)
     learned = torch.tensor(rows, device=vectors.device)
     teacher = targets.to(vectors.device)
     mixed = teacher.index_put((learned,), vectors.float())
@@ -308,12 +309,15 @@ def distill_vectors(
     freeze_layers: int = 0,
     documents_only: bool = False,
     topic_clusters: int = 0,
+    cache_frozen: bool = False,
 ) -> list[dict[str, float]]:
     """Train ``student`` (its ``.model``) to reproduce ``targets`` (teacher vectors, one per text of ``data``);
     ``batch_size`` counts groups. Saves with ``save(args.output_dir)``; returns the per-step log. ``teacher`` (the
     model behind ``targets``) is needed only for ``weights.hidden > 0``: it runs in every step for the layer-wise
     targets. ``documents_only``: the student encodes only the documents (module docstring). ``topic_clusters > 0``:
-    each batch from one of that many clusters of the teacher's vectors (:mod:`.topic_batches`); 0: random batches."""
+    each batch from one of that many clusters of the teacher's vectors (:mod:`.topic_batches`); 0: random batches.
+    ``cache_frozen``: the ``freeze_layers`` frozen layers run once per text before training, without dropout
+    (:mod:`.frozen_prefix`), and each step runs only the layers above them."""
     if targets.shape[0] != len(data):
         raise ValueError(f"{targets.shape[0]} teacher vectors for {len(data)} texts")
     if len(data.groups) < batch_size:
@@ -323,6 +327,8 @@ def distill_vectors(
         raise ValueError("the layer-wise loss (hidden weight > 0) needs the teacher model")
     if weights.hidden and documents_only:
         raise ValueError("the layer-wise loss is not supported with documents_only")
+    if cache_frozen and (not freeze_layers or weights.hidden):
+        raise ValueError("cache_frozen needs frozen layers (freeze_layers > 0) and no layer-wise loss")
     if teacher is not None:
         teacher.eval()
     freeze_lower_layers(student.model, freeze_layers)
@@ -331,12 +337,24 @@ def distill_vectors(
     if weights.collection:
         log_partition = bank_log_partition(data, targets, anchors, weights.temperature)
 
+    lower = None
+    if cache_frozen:
+        lower = lower_states(student, data.texts, data.roles, freeze_layers, precision=args.precision,
+                             verbose=args.verbose)  # fmt: skip
+
     def loss_fn(module, batch: list[int], step: int):
         texts, roles = [data.texts[i] for i in batch], [data.roles[i] for i in batch]
         if documents_only:
-            return _documents_only_loss(student, texts, roles, targets[batch], weights, anchors, log_partition)
+            def encode_documents(rows: list[int]) -> torch.Tensor:
+                if lower is not None:
+                    return encode_from_lower_states(student, lower, [batch[i] for i in rows])
+                return student.encode([texts[i] for i in rows], "doc", len(rows))
+
+            return _documents_only_loss(encode_documents, roles, targets[batch], weights, anchors, log_partition)
         if weights.hidden:
             vectors, hidden = encode_with_hidden_loss(student, teacher, texts, roles)
+        elif lower is not None:
+            vectors = encode_from_lower_states(student, lower, batch)
         else:
             vectors = encode_mixed(student, texts, roles, len(batch))
         documents = None
@@ -353,6 +371,8 @@ def distill_vectors(
     # a term left off stays out of the recipe, so checkpoints saved before the term existed still resume
     recipe = {k: v for k, v in asdict(weights).items() if k != "collection" or v}
     recipe.update(batch_size=batch_size, freeze_layers=freeze_layers, documents_only=documents_only)
+    if cache_frozen:  # no dropout in the frozen layers: another loss than the uncached run's
+        recipe["cache_frozen"] = True
     batches = group_batches(data.groups, batch_size, args.seed)
     if topic_clusters:
         batches = clustered_batches(data.groups, targets, topic_clusters, batch_size, args.seed, args.verbose)

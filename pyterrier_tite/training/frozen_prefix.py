@@ -1,0 +1,117 @@
+"""Frozen lower layers computed once per text instead of once per step.
+
+With ``--freeze-layers N`` the embeddings and the first N layers of the student keep the teacher's weights, so what
+they output for a text never changes during training. Below TITE's first pooling layer they see every token, which
+makes them the costliest part of a step, forward and backward. :func:`lower_states` runs them once over all texts of
+the data (without dropout: fixed features), and :func:`encode_from_lower_states` runs only the trainable upper
+layers on a batch's stored rows, giving the vectors ``encoder.encode`` gives for the same texts in eval mode of the
+frozen layers (up to floating-point rounding).
+
+The states live in memory, ``[tokens, hidden]`` in the dtype the frozen layers compute in (fp32, or bf16 under bf16
+autocast): 384 floats per word piece for MiniLM, about 1.5 KB per token in fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from pyterrier_tite.devices import autocast
+from pyterrier_tite.modeling.biencoder import PooledEncoder
+from pyterrier_tite.tokenization.biencoder import Role
+
+
+@dataclass
+class LowerStates:
+    """Every text's packed states after the frozen layers: text ``i`` owns rows ``offsets[i]:offsets[i + 1]``."""
+
+    states: torch.Tensor
+    offsets: torch.Tensor
+    layers: int
+
+    def __len__(self) -> int:
+        return self.offsets.numel() - 1
+
+    def gather(self, rows: Sequence[int], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed states of texts ``rows`` (in that order) and their ``cu_seqlens`` (int32), on ``device``."""
+        index = torch.as_tensor(list(rows), dtype=torch.long)
+        starts, lengths = self.offsets[index], self.offsets[index + 1] - self.offsets[index]
+        cu = torch.zeros(index.numel() + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(lengths, 0)
+        # row r of the batch's sequence b is stored at starts[b] + (r - cu[b])
+        sequence = torch.repeat_interleave(torch.arange(index.numel()), lengths)
+        stored = starts[sequence] + torch.arange(int(cu[-1])) - cu[:-1].long()[sequence]
+        return self.states[stored].to(device), cu.to(device)
+
+
+def _check_encoder(encoder: PooledEncoder) -> None:
+    if not hasattr(encoder.model, "forward_from_layer"):
+        raise TypeError(f"cached lower layers need a TITE model, got {type(encoder.model).__name__}")
+    if not isinstance(encoder, PooledEncoder) or encoder.pooling not in ("single", "cls"):
+        raise TypeError("cached lower layers need an encoder that takes the model's first output row as the vector")
+
+
+@torch.no_grad()
+def lower_states(
+    encoder: PooledEncoder,
+    texts: Sequence[str],
+    roles: Sequence[Role],
+    layers: int,
+    *,
+    batch_size: int = 64,
+    precision: str = "fp32",
+    verbose: bool = True,
+) -> LowerStates:
+    """Run the embeddings and the first ``layers`` layers of ``encoder.model`` (in eval mode) over every text, each
+    tokenised for its role as ``encoder.encode`` tokenises it; texts are batched by role and length."""
+    from tqdm.auto import tqdm
+
+    _check_encoder(encoder)
+    model = encoder.model
+    if not 1 <= layers <= len(model.encoder.layers):
+        raise ValueError(f"cannot cache {layers} of {len(model.encoder.layers)} layers")
+    per_text: list[torch.Tensor | None] = [None] * len(texts)
+    order = sorted(range(len(texts)), key=lambda i: (roles[i], len(texts[i])))
+    was_training = model.training
+    model.eval()
+    try:
+        bar = tqdm(total=len(texts), desc=f"layers 1-{layers} (frozen)", unit="text", disable=not verbose)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            for role in sorted({roles[i] for i in chunk}):
+                ids = [i for i in chunk if roles[i] == role]
+                batch = encoder.inputs([texts[i] for i in ids], role)
+                mask = batch["attention_mask"].bool()
+                lengths = mask.sum(1)
+                cu = torch.zeros(lengths.numel() + 1, dtype=torch.int32)
+                cu[1:] = torch.cumsum(lengths, 0)
+                positions = (torch.cumsum(mask, 1) - 1)[mask]
+                device = encoder.device
+                with autocast(device, precision):
+                    states, out_cu = model.lower_states(batch["input_ids"][mask].to(device), cu.to(device), layers,
+                                                        positions.to(device))  # fmt: skip
+                pieces = torch.split(states.cpu(), torch.diff(out_cu.cpu().long()).tolist())
+                for i, piece in zip(ids, pieces, strict=True):
+                    per_text[i] = piece.clone()
+            bar.update(len(chunk))
+        bar.close()
+    finally:
+        model.train(was_training)
+    lengths = torch.tensor([0] + [t.shape[0] for t in per_text])
+    states = torch.cat(per_text) if per_text else torch.zeros(0, encoder.dim)
+    return LowerStates(states, torch.cumsum(lengths, 0), layers)
+
+
+def encode_from_lower_states(encoder: PooledEncoder, lower: LowerStates, rows: Sequence[int]) -> torch.Tensor:
+    """``[len(rows), dim]`` vectors of texts ``rows`` (indices into the texts ``lower`` was built from): the model's
+    layers above ``lower.layers`` on the stored states, with gradients when they are enabled."""
+    _check_encoder(encoder)
+    states, cu = lower.gather(rows, encoder.device)
+    out = encoder.model.forward_from_layer(states, cu, lower.layers)
+    if not bool((torch.diff(out.cu_seqlens.cpu()) == 1).all()):
+        raise ValueError("cached lower layers need a model that pools every text to one vector")
+    vectors = out.last_hidden_state
+    return F.normalize(vectors, dim=-1) if encoder.normalize else vectors
