@@ -164,10 +164,7 @@ class TiteModel(TitePreTrainedModel):
             raise ValueError(f"cannot stop after {layers} of {len(self.encoder.layers)} layers")
         layouts = self.plan_layouts(_lengths(cu_seqlens), input_ids.device)[: layers + 1]
         x = self._embed(input_ids, layouts[0], positions)
-        rope = RopeCache()
-        for layer, layout_in, layout_out in zip(self.encoder.layers[:layers], layouts[:-1], layouts[1:], strict=True):
-            x = layer(x, layout_in, layout_out, rope) if layout_in.total else x
-        return x, layouts[-1].cu_seqlens
+        return self._apply_layers(x, 0, layouts, None), layouts[-1].cu_seqlens
 
     def forward_from_layer(self, states: torch.Tensor, cu_seqlens: torch.Tensor, first_layer: int) -> TitePackedOutput:
         """Continue from packed ``states`` that the first ``first_layer`` layers produced (:meth:`lower_states`):
@@ -193,8 +190,21 @@ class TiteModel(TitePreTrainedModel):
         """Layers ``first + 1 .. N`` over packed ``x`` (``layouts``: its stage's layout and every later one), then
         the final norm."""
         states = [x] if output_hidden_states else None
+        x = self.encoder.norm(self._apply_layers(x, first, layouts, states))
+        return TitePackedOutput(
+            last_hidden_state=x,
+            cu_seqlens=layouts[-1].cu_seqlens,
+            hidden_states=tuple(states) if states is not None else None,
+            hidden_cu_seqlens=tuple(lay.cu_seqlens for lay in layouts) if states is not None else None,
+        )
+
+    def _apply_layers(
+        self, x: torch.Tensor, first: int, layouts: list[PackedLayout], states: list[torch.Tensor] | None
+    ) -> torch.Tensor:
+        """Layers ``first + 1 ..`` (one per layout after the first) over packed ``x``; appends each output to
+        ``states`` when given."""
         rope = RopeCache()
-        stages = zip(self.encoder.layers[first:], layouts[:-1], layouts[1:], strict=True)
+        stages = zip(self.encoder.layers[first:], layouts[:-1], layouts[1:], strict=False)
         for layer, layout_in, layout_out in stages:
             if layout_in.total:
                 x = layer(x, layout_in, layout_out, rope)
@@ -202,13 +212,7 @@ class TiteModel(TitePreTrainedModel):
                 x = x.new_zeros(0, layer.mlp.out_dense.out_features)
             if states is not None:
                 states.append(x)
-        x = self.encoder.norm(x)
-        return TitePackedOutput(
-            last_hidden_state=x,
-            cu_seqlens=layouts[-1].cu_seqlens,
-            hidden_states=tuple(states) if states is not None else None,
-            hidden_cu_seqlens=tuple(lay.cu_seqlens for lay in layouts) if states is not None else None,
-        )
+        return x
 
     def forward(
         self,
