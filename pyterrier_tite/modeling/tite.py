@@ -230,12 +230,7 @@ class TiteModel(TitePreTrainedModel):
         """
         if output_hidden_states is None:
             output_hidden_states = bool(self.config.output_hidden_states)
-        mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-        lengths = mask.sum(1)
-        cu = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=input_ids.device)
-        cu[1:] = torch.cumsum(lengths, 0)
-        positions = (torch.cumsum(mask, 1) - 1)[mask]
-        packed = self.forward_packed(input_ids[mask], cu, positions, output_hidden_states=output_hidden_states)
+        packed = self.forward_packed(*pack_padded(input_ids, attention_mask), output_hidden_states=output_hidden_states)
         final = PackedLayout.from_lengths(torch.diff(packed.cu_seqlens.cpu().long()), input_ids.device)
         out = packed.last_hidden_state
         if final.max_len == 0:
@@ -250,6 +245,17 @@ class TiteModel(TitePreTrainedModel):
         if return_dict is False:
             return result.to_tuple()
         return result
+
+
+def pack_padded(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A padded batch ``[B, L]`` as :meth:`TiteModel.forward_packed` takes it: the kept token ids ``[T]``, their
+    ``cu_seqlens`` (int32) and positions (counting the kept tokens of each sequence)."""
+    mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    cu = torch.zeros(mask.shape[0] + 1, dtype=torch.int32, device=input_ids.device)
+    cu[1:] = torch.cumsum(mask.sum(1), 0)
+    return input_ids[mask], cu, (torch.cumsum(mask, 1) - 1)[mask]
 
 
 def _lengths(cu_seqlens: torch.Tensor) -> torch.Tensor:

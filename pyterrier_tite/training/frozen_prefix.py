@@ -22,6 +22,8 @@ import torch.nn.functional as F
 
 from pyterrier_tite.devices import autocast
 from pyterrier_tite.modeling.biencoder import PooledEncoder
+from pyterrier_tite.modeling.tite import pack_padded
+from pyterrier_tite.modeling.tite_packing import PackedLayout
 from pyterrier_tite.tokenization.biencoder import Role
 
 
@@ -38,15 +40,15 @@ class LowerStates:
 
     def gather(self, rows: Sequence[int], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """The packed states of texts ``rows`` (in that order) and their ``cu_seqlens`` (int32), on ``device``."""
-        index = torch.as_tensor(list(rows), dtype=torch.long)
-        starts, lengths = self.offsets[index], self.offsets[index + 1] - self.offsets[index]
-        cu = torch.zeros(index.numel() + 1, dtype=torch.int32)
-        cu[1:] = torch.cumsum(lengths, 0)
-        # row r of the batch's sequence b is stored at starts[b] + (r - cu[b])
-        sequence = torch.repeat_interleave(torch.arange(index.numel()), lengths)
-        stored = starts[sequence] + torch.arange(int(cu[-1])) - cu[:-1].long()[sequence]
-        return self.states[stored].to(device), cu.to(device)
+        stored, layout = _stored_rows(self.offsets, rows)
+        return self.states[stored].to(device), layout.cu_seqlens.to(device)
 
+
+def _stored_rows(offsets: torch.Tensor, rows: Sequence[int]) -> tuple[torch.Tensor, PackedLayout]:
+    """Where texts ``rows`` (in that order) keep their states, and their packed layout."""
+    index = torch.as_tensor(list(rows), dtype=torch.long)
+    layout = PackedLayout.from_lengths(offsets[index + 1] - offsets[index], "cpu")
+    return offsets[index][layout.row_sequence] + layout.positions, layout
 
 def _check_encoder(encoder: PooledEncoder) -> None:
     if not hasattr(encoder.model, "forward_from_layer"):
@@ -81,10 +83,7 @@ def lower_states(
         for role in sorted({roles[i] for i in chunk}):
             ids = [i for i in chunk if roles[i] == role]
             batch = encoder.inputs([texts[i] for i in ids], role)
-            mask = batch["attention_mask"].bool()
-            cu = torch.zeros(len(ids) + 1, dtype=torch.int32)
-            cu[1:] = torch.cumsum(mask.sum(1), 0)
-            chunks.append((ids, batch["input_ids"][mask], cu, (torch.cumsum(mask, 1) - 1)[mask]))
+            chunks.append((ids, *pack_padded(batch["input_ids"], batch["attention_mask"])))
     lengths = torch.zeros(len(texts) + 1, dtype=torch.long)
     for ids, _, cu, _ in chunks:  # rows per text after the frozen layers (fewer where one of them pools)
         lengths[torch.tensor(ids) + 1] = model.plan_layouts(torch.diff(cu.long()), "cpu")[layers].lengths
@@ -100,8 +99,7 @@ def lower_states(
                 out, _ = model.lower_states(packed.to(device), cu.to(device), layers, positions.to(device))
             if states is None:
                 states = out.new_empty(int(offsets[-1]), out.shape[-1], device="cpu")
-            index = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in ids])
-            states.index_copy_(0, index, out.detach().cpu())
+            states.index_copy_(0, _stored_rows(offsets, ids)[0], out.detach().cpu())
             bar.update(len(ids))
         bar.close()
     finally:
