@@ -10,7 +10,9 @@ the measurements before this option were taken that way).
 
 The student defaults to the recipe's structure built from the teacher (speed does not depend on the weights); pass
 ``--student`` for a trained folder, or ``--structures`` for several structures in the same run (their ratios are then
-comparable with each other: between runs the teacher's own speed moves by up to 15 % on a shared machine).
+comparable with each other: between runs the teacher's own speed moves by up to 15 % on a shared machine). The last
+column is the teacher's matmul FLOPs over the student's on the same documents: the speed-up the structure allows if
+both ran their products at one rate, so a measured ratio far below it points at overhead, one near it at the structure.
 
     python benchmarks/distilled_tite_speed.py --threads 2 --docs 512 --queries 512 --dtype bfloat16
     python benchmarks/distilled_tite_speed.py --structures 4:2,4:3,5:2     # pooling layers:kernel, one run
@@ -48,6 +50,24 @@ def parse_structures(spec: str) -> list[tuple[int, int]]:
             raise ValueError(f"--structures entry {item!r}: expected POOLING_LAYERS:KERNEL, e.g. 4:2")
         out.append((int(parts[0]), int(parts[1])))
     return out
+
+
+def doc_flop_ratio(teacher, student, docs: list[str]) -> float:
+    """The teacher's matmul FLOPs over the student's on these documents (each model's own tokens and length limit):
+    the documents/s ratio the structure allows if both ran their products at one rate, with no padding or overhead."""
+    from encode_throughput import model_flops
+
+    def lengths(model) -> list[int]:
+        ids = model.tokenizer(docs, truncation=True, max_length=model.doc_max_length)["input_ids"]
+        return [len(row) for row in ids]
+
+    t, c = teacher.model.config, student.model.config
+    layers = t.num_hidden_layers
+    teacher_shape = ([None] * layers, [t.hidden_size] * layers, None, [t.intermediate_size] * layers)
+    student_shape = (c.kernel_sizes, c.hidden_sizes, c.strides, c.intermediate_sizes)
+    return sum(model_flops(n, *teacher_shape) for n in lengths(teacher)) / sum(
+        model_flops(n, *student_shape) for n in lengths(student)
+    )
 
 
 def timed(encode, texts: list[str], batch_size: int) -> float:
@@ -120,6 +140,7 @@ def main(argv=None) -> int:
     docs, queries = load_texts(args.docs, args.queries, args.seed)
     precision = resolve_precision(args.dtype)
     models = {"teacher": encoders(teacher, args.path, precision)}
+    labels: dict[str, str] = {}  # table row -> student name
     for name, student in students.items():  # a student saved with a query model encodes its queries with it
         query_model = student.query_model
         encode_docs, encode_queries = encoders(student, args.path, precision)
@@ -127,6 +148,7 @@ def main(argv=None) -> int:
             encode_queries = encoders(query_model, args.path, precision)[1]
         label = name if query_model is None else f"{name} (queries: its query model)"
         models[label] = (encode_docs, encode_queries)
+        labels[label] = name
     best: dict[tuple[str, str], float] = {}
     for _ in range(args.rounds):
         for name, (encode_docs, encode_queries) in models.items():
@@ -138,13 +160,15 @@ def main(argv=None) -> int:
     print(f"# teacher {args.teacher}, TITE {args.student or 'recipe structure'} (kernels {structure}); "
           f"{args.dtype}, {args.path} path, {args.threads} threads, CPU flags {cpu_flags()}; {len(docs)} docs, "
           f"{len(queries)} queries, batch {args.batch_size}, best of {args.rounds} rounds")  # fmt: skip
-    print("| model | docs/s | x teacher | queries/s | x teacher |")
-    print("|---|---|---|---|---|")
+    print("| model | docs/s | x teacher | queries/s | x teacher | FLOP ratio, docs |")
+    print("|---|---|---|---|---|---|")
+    flop_ratios = {label: doc_flop_ratio(teacher, students[name], docs) for label, name in labels.items()}
     for name in models:
         cells = []
         for role, count in (("docs", len(docs)), ("queries", len(queries))):
             rate = count / best[(name, role)]
             cells += [f"{rate:,.1f}", f"{best[('teacher', role)] / best[(name, role)]:.2f}"]
+        cells.append(f"{flop_ratios[name]:.2f}" if name in flop_ratios else "–")
         print(f"| {name} | " + " | ".join(cells) + " |")
     return 0
 

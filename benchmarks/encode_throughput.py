@@ -106,13 +106,17 @@ def layer_flops(n_in: int, n_out: int, h_in: int, h: int, ffn: int) -> int:
     return proj + attn + 2 * n_out * h * h + 2 * 2 * n_out * h * ffn
 
 
-def model_flops(length: int, kernels, hidden) -> int:
+def model_flops(length: int, kernels, hidden, strides=None, ffn=None) -> int:
+    """Matmul FLOPs of one sequence of ``length`` tokens; per layer a kernel (None: no pooling), a width, a stride
+    (default: the kernel) and an FFN width (default: 4x the width)."""
     from pyterrier_tite.modeling.tite_config import pooled_length
 
+    strides = kernels if strides is None else strides
+    ffn = [4 * h for h in hidden] if ffn is None else ffn
     total, n, h_in = 0, length, hidden[0]
-    for k, h in zip(kernels, hidden, strict=True):
-        n_out = pooled_length(n, k, k)
-        total += layer_flops(n, n_out, h_in, h, 4 * h)
+    for k, s, h, f in zip(kernels, strides, hidden, ffn, strict=True):
+        n_out = pooled_length(n, k, s)
+        total += layer_flops(n, n_out, h_in, h, f)
         n, h_in = n_out, h
     return total
 

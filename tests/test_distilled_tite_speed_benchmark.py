@@ -62,3 +62,28 @@ def test_the_pipeline_path_times_the_bi_encoders_own_encoding(tmp_path):
     assert (docs, queries) == (teacher.encode_docs, teacher.encode_queries) and teacher.precision == "bf16"
     docs, queries = bench.encoders(teacher, "torch", "fp32")
     assert (docs, queries) == (teacher.text_encoder.encode_docs, teacher.text_encoder.encode_queries)
+
+
+def test_the_flop_ratio_follows_where_pooling_starts(tmp_path, irds_home):
+    """The table's FLOP column: a student whose only pooling is the last layer's global step saves little of that
+    layer; pooling from layer 3 stays below 3x (two layers see every token), pooling from layer 2 goes beyond it,
+    and a longer document saves more."""
+    import argparse
+
+    from _tiny_bert import save_tiny_bert
+
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+
+    flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True),
+                               kernel=2, arrangement="late", dropout=None, query_encoder="tite")  # fmt: skip
+    teacher = build_teacher(flags, device="cpu")
+    bench = load_script("benchmarks/distilled_tite_speed.py")
+
+    def ratio(pooling_layers: int, docs: list[str]) -> float:
+        student = build_student(argparse.Namespace(**{**vars(flags), "pooling_layers": pooling_layers}), teacher)
+        return bench.doc_flop_ratio(teacher, student, docs)
+
+    long_doc = ["retrieval " * 300]
+    assert 1.0 < ratio(0, long_doc) < 1.25
+    assert 2.0 < ratio(4, long_doc) < 3.0 < ratio(5, long_doc) < 6.0
+    assert ratio(4, ["a short text"]) < ratio(4, long_doc)
