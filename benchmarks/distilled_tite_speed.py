@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     docs, queries = load_texts(args.docs, args.queries, args.seed)
     precision = resolve_precision(args.dtype)
     models = {"teacher": encoders(teacher, args.path, precision)}
-    labels: dict[str, str] = {}  # table row -> student name
+    flop_ratios: dict[str, float] = {}  # table row -> its structure's FLOP ratio to the teacher
     for name, student in students.items():  # a student saved with a query model encodes its queries with it
         query_model = student.query_model
         encode_docs, encode_queries = encoders(student, args.path, precision)
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
             encode_queries = encoders(query_model, args.path, precision)[1]
         label = name if query_model is None else f"{name} (queries: its query model)"
         models[label] = (encode_docs, encode_queries)
-        labels[label] = name
+        flop_ratios[label] = doc_flop_ratio(teacher, student, docs)
     best: dict[tuple[str, str], float] = {}
     for _ in range(args.rounds):
         for name, (encode_docs, encode_queries) in models.items():
@@ -162,7 +162,6 @@ def main(argv=None) -> int:
           f"{len(queries)} queries, batch {args.batch_size}, best of {args.rounds} rounds")  # fmt: skip
     print("| model | docs/s | x teacher | queries/s | x teacher | FLOP ratio, docs |")
     print("|---|---|---|---|---|---|")
-    flop_ratios = {label: doc_flop_ratio(teacher, students[name], docs) for label, name in labels.items()}
     for name in models:
         cells = []
         for role, count in (("docs", len(docs)), ("queries", len(queries))):

@@ -50,6 +50,7 @@ def _stored_rows(offsets: torch.Tensor, rows: Sequence[int]) -> tuple[torch.Tens
     layout = PackedLayout.from_lengths(offsets[index + 1] - offsets[index], "cpu")
     return offsets[index][layout.row_sequence] + layout.positions, layout
 
+
 def _check_encoder(encoder: PooledEncoder) -> None:
     if not hasattr(encoder.model, "forward_from_layer"):
         raise TypeError(f"cached lower layers need a TITE model, got {type(encoder.model).__name__}")
