@@ -16,6 +16,7 @@ both ran their products at one rate, so a measured ratio far below it points at 
 
     python benchmarks/distilled_tite_speed.py --threads 2 --docs 512 --queries 512 --dtype bfloat16
     python benchmarks/distilled_tite_speed.py --structures 4:2,4:3,5:2     # pooling layers:kernel, one run
+    python benchmarks/distilled_tite_speed.py --structures 4:2,0/2/0/2/2/g  # or pooling placed per layer
 """
 
 from __future__ import annotations
@@ -41,14 +42,22 @@ def cpu_flags() -> str:
     return ",".join(w for w in wanted if w in flags) or "none of avx2/avx512/amx"
 
 
-def parse_structures(spec: str) -> list[tuple[int, int]]:
-    """``"4:2,4:3"`` -> ``[(4, 2), (4, 3)]`` (pooling layers, kernel); a malformed entry names itself."""
-    out = []
-    for item in spec.split(","):
-        parts = item.strip().split(":")
+def parse_structures(spec: str) -> dict[str, dict]:
+    """``"4:2,0/2/0/2/2/g"`` -> each entry's ``build_student`` flags: ``POOLING_LAYERS:KERNEL`` (the last layers pool)
+    or a per-layer ``--structure`` of ``distill-tite``; a malformed entry names itself."""
+    from pyterrier_tite.modeling.tite_from_bert import parse_structure
+
+    out = {}
+    for item in (part.strip() for part in spec.split(",")):
+        if "/" in item:
+            parse_structure(item)  # raises naming the entry
+            out[item] = {"structure": item, "pooling_layers": None, "kernel": None}
+            continue
+        parts = item.split(":")
         if len(parts) != 2 or not all(part.isdigit() for part in parts):
-            raise ValueError(f"--structures entry {item!r}: expected POOLING_LAYERS:KERNEL, e.g. 4:2")
-        out.append((int(parts[0]), int(parts[1])))
+            raise ValueError(f"--structures entry {item!r}: expected POOLING_LAYERS:KERNEL (e.g. 4:2) or a per-layer "
+                             "structure (e.g. 0/2/0/2/2/g)")  # fmt: skip
+        out[item] = {"structure": None, "pooling_layers": int(parts[0]), "kernel": int(parts[1])}
     return out
 
 
@@ -102,7 +111,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--structures",
         default=None,
-        help="comma list of POOLING_LAYERS:KERNEL students measured in one run (instead of --pooling-layers/--kernel)",
+        help="comma list of students measured in one run (instead of --pooling-layers/--kernel): POOLING_LAYERS:KERNEL "
+        "or distill-tite's per-layer --structure, e.g. 4:2,0/2/0/2/2/g",
     )
     p.set_defaults(dropout=None)  # build_student's flag; no effect on encoding speed (eval mode)
     p.add_argument("--docs", type=int, default=512)
@@ -132,10 +142,8 @@ def main(argv=None) -> int:
         students = {"TITE": TITE.from_pretrained(args.student, device="cpu")}
     else:
         students = {
-            f"TITE {layers}:{kernel}": build_student(
-                argparse.Namespace(**{**vars(args), "pooling_layers": layers, "kernel": kernel}), teacher, device="cpu"
-            )
-            for layers, kernel in structures
+            f"TITE {name}": build_student(argparse.Namespace(**{**vars(args), **flags}), teacher, device="cpu")
+            for name, flags in structures.items()
         }
     docs, queries = load_texts(args.docs, args.queries, args.seed)
     precision = resolve_precision(args.dtype)

@@ -6,15 +6,23 @@ import pytest
 from _scripts import load_script
 
 
-def test_structures_parse_to_layers_and_kernels():
+def test_structures_parse_to_the_students_flags():
     bench = load_script("benchmarks/distilled_tite_speed.py")
-    assert bench.parse_structures("4:2, 4:3,5:2") == [(4, 2), (4, 3), (5, 2)]
+    assert bench.parse_structures("4:2, 5:3,0/2/0/2/2/g") == {
+        "4:2": {"structure": None, "pooling_layers": 4, "kernel": 2},
+        "5:3": {"structure": None, "pooling_layers": 5, "kernel": 3},
+        "0/2/0/2/2/g": {"structure": "0/2/0/2/2/g", "pooling_layers": None, "kernel": None},
+    }
 
 
-@pytest.mark.parametrize("spec", ["4-2", "4:x", "4:2:1", ""])
-def test_a_malformed_structure_names_itself(spec):
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("4-2", "POOLING_LAYERS:KERNEL"), ("4:x", "POOLING_LAYERS:KERNEL"), ("4:2:1", "POOLING_LAYERS:KERNEL"),
+     ("", "POOLING_LAYERS:KERNEL"), ("0/1/g", "'1'"), ("0/2/x", "'x'")],
+)  # fmt: skip
+def test_a_malformed_structure_names_itself(spec, message):
     bench = load_script("benchmarks/distilled_tite_speed.py")
-    with pytest.raises(ValueError, match="POOLING_LAYERS:KERNEL"):
+    with pytest.raises(ValueError, match=message):
         bench.parse_structures(spec)
 
 
@@ -79,11 +87,16 @@ def test_the_flop_ratio_follows_where_pooling_starts(tmp_path, irds_home):
     teacher = build_teacher(flags, device="cpu")
     bench = load_script("benchmarks/distilled_tite_speed.py")
 
-    def ratio(pooling_layers: int, docs: list[str]) -> float:
-        student = build_student(argparse.Namespace(**{**vars(flags), "pooling_layers": pooling_layers}), teacher)
+    def ratio(pooling_layers: int | str, docs: list[str]) -> float:
+        chosen = {"pooling_layers": pooling_layers}
+        if isinstance(pooling_layers, str):
+            chosen = {"structure": pooling_layers}
+        student = build_student(argparse.Namespace(**{**vars(flags), **chosen}), teacher)
         return bench.doc_flop_ratio(teacher, student, docs)
 
     long_doc = ["retrieval " * 300]
     assert 1.0 < ratio(0, long_doc) < 1.25
     assert 2.0 < ratio(4, long_doc) < 3.0 < ratio(5, long_doc) < 6.0
     assert ratio(4, ["a short text"]) < ratio(4, long_doc)
+    # pooling in layer 2 but not 3: between the last four and the last five layers pooling
+    assert ratio(4, long_doc) < ratio("0/2/0/2/2/g", long_doc) < ratio(5, long_doc)

@@ -14,7 +14,13 @@ from _tolerance import assert_float_close
 from transformers import AutoModel, BertConfig, BertModel
 
 from pyterrier_tite.modeling import TiteConfig, TiteModel
-from pyterrier_tite.modeling.tite_from_bert import pooling_layers, tite_config_from_bert, tite_from_bert
+from pyterrier_tite.modeling.tite_from_bert import (
+    format_structure,
+    parse_structure,
+    pooling_layers,
+    tite_config_from_bert,
+    tite_from_bert,
+)
 
 LATE2 = [None, None, 2, 2, 2, 2]
 
@@ -329,6 +335,22 @@ def test_pooling_arrangements_follow_the_paper():
     assert pooling_layers(12, 6, "staggered") == [i % 2 == 1 for i in range(12)]
     assert pooling_layers(6, 4, "staggered") == [False, True, True, False, True, True]
     assert pooling_layers(12, 9, "late") == [i >= 3 for i in range(12)]
+
+
+def test_an_explicit_structure_places_each_layers_pooling():
+    """``0/2/0/g``: layer 2 halves the rows, layer 3 keeps them, layer 4 pools what any input up to the length leaves;
+    a structure not ending in one vector, or one beside the late-layers options, is refused rather than adjusted."""
+    assert parse_structure("0/2/0/g") == parse_structure("-/2/-/g") == [None, 2, None, "global"]
+    config = tite_config_from_bert(tiny_bert().config, kernels=parse_structure("0/2/0/g"), max_length=40)
+    assert config.kernel_sizes == config.strides == [None, 2, None, 20] and config.output_shapes[-1] == 1
+    assert format_structure(config.kernel_sizes) == "0/2/0/20" and format_structure([None, 3], [None, 2]) == "0/3:2"
+    with pytest.raises(ValueError, match="ends in 5 rows"):
+        tite_config_from_bert(tiny_bert().config, kernels=[None, 2, 2, 2], max_length=40)
+    with pytest.raises(ValueError, match="replace num_pooling_layers"):
+        tite_config_from_bert(tiny_bert().config, kernels=[None, 2, None, "global"], num_pooling_layers=2)
+    for bad in ("0/1/0/g", "0/2/x/g", "", "0//g"):
+        with pytest.raises(ValueError, match="layer entry"):
+            parse_structure(bad)
 
 
 def test_bert_converted_without_pooling_equals_bert_model():

@@ -535,3 +535,39 @@ def test_step_benchmark_times_each_freeze_setting(teacher_folder, irds_home, cap
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [r.split("|")[1].strip() for r in rows] == ["0", "1", "1, cached"] and rows[0].endswith("| 1.00 |")
     assert all(float(r.split("|")[2]) > 0 for r in rows)
+
+
+def test_an_explicit_structure_places_the_pooling_and_a_resume_must_keep_it(teacher_folder, tmp_path, irds_home):
+    """``--structure`` names each layer's pooling; the default's own spelling builds the same model as the default
+    flags, and a checkpoint is not resumed into another structure (pooling has no weights: it would load silently)."""
+    import argparse
+
+    from pyterrier_tite.cli import main
+    from pyterrier_tite.cli.distill import build_student, build_teacher
+
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=None, arrangement=None, pooling_layers=3, dropout=None)
+    teacher = build_teacher(flags, device="cpu")
+    late = build_student(flags, teacher, device="cpu").text_encoder.model
+    spelled = build_student(argparse.Namespace(**{**vars(flags), "pooling_layers": None, "structure": "0/2/2/g"}),
+                            teacher, device="cpu").text_encoder.model  # fmt: skip
+    assert late.config.kernel_sizes == spelled.config.kernel_sizes == [None, 2, 2, 8]
+    pairs = zip(late.state_dict().values(), spelled.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    placed = build_student(argparse.Namespace(**{**vars(flags), "pooling_layers": None, "structure": "0/2/0/g"}),
+                           teacher, device="cpu").text_encoder.model  # fmt: skip
+    assert placed.config.kernel_sizes == placed.config.strides == [None, 2, None, 16]
+
+    out = str(tmp_path / "run")
+    argv = ["distill-tite", "--teacher", teacher_folder, "--output-dir", out, "--collections", "cranfield",
+            "--queries", "none", "--max-docs", "8", "--max-steps", "1", "--warmup-steps", "0", "--batch-size", "4",
+            "--evaluate", "none", "--quiet", "--precision", "fp32", "--save-every", "1"]  # fmt: skip
+    assert main([*argv, "--structure", "0/2/0/g"]) == 0
+    with pytest.raises(SystemExit, match=r"its pooling is 0/2/0/16, the flags ask for 0/2/2/8"):
+        main([*argv, "--pooling-layers", "3"])
+    assert main([*argv, "--pooling-layers", "3", "--no-resume", "--max-steps", "1"]) == 0  # starting over is allowed
+    with pytest.raises(SystemExit, match="not with --pooling-layers"):
+        main([*argv, "--structure", "0/2/0/g", "--pooling-layers", "3"])
+    with pytest.raises(SystemExit, match=r"--structure 0/x/0/g: .*'x'"):
+        main([*argv, "--structure", "0/x/0/g", "--no-resume"])
+    with pytest.raises(SystemExit, match="names 3 layers; the model has 4"):
+        main([*argv, "--structure", "0/2/g", "--no-resume"])

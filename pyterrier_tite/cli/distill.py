@@ -37,14 +37,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--teacher", default="minilm", help="'minilm' or a sentence-transformers / BERT folder")
     parser.add_argument(
-        "--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS,
-        help="layers that pool (of MiniLM's 6: 4 encode documents 2.1-2.2x faster than it in a pipeline on a 2-core "
-        "CPU, fp32 or bf16, and learn the teacher faster than 5 (3.1x): +0.07 nDCG@10 on scifact, +0.05-0.07 on "
-        "TREC DL at equal steps, two seeds; --kernel 3 with 4 layers: 2.4-2.5x, 0.03 lower, two seeds; "
-        "docs/results.md)",
+        "--pooling-layers", type=int, default=None,
+        help=f"layers that pool (default {DEFAULT_POOLING_LAYERS} of MiniLM's 6: 4 encode documents 2.1-2.2x faster "
+        "than it in a pipeline on a 2-core CPU, fp32 or bf16, and learn the teacher faster than 5 (3.1x): +0.07 "
+        "nDCG@10 on scifact, +0.05-0.07 on TREC DL at equal steps, two seeds; --kernel 3 with 4 layers: 2.4-2.5x, "
+        "0.03 lower, two seeds; docs/results.md)",
     )  # fmt: skip
-    parser.add_argument("--kernel", type=int, default=2, help="kernel = stride of the pooling layers")
-    parser.add_argument("--arrangement", choices=["late", "staggered"], default="late")
+    parser.add_argument("--kernel", type=int, default=None, help="kernel = stride of the pooling layers (default 2)")
+    parser.add_argument("--arrangement", choices=["late", "staggered"], default=None, help="default: late")
+    parser.add_argument(
+        "--structure", default=None,
+        help="pooling placed per layer instead of --pooling-layers/--kernel/--arrangement, one entry per layer: 0 "
+        "none, a kernel (= stride), 'g' global; e.g. 0/2/0/2/2/g (MiniLM's layers 2, 4 and 5 halve the rows, layer 6 "
+        "pools what is left; the default is 0/0/2/2/2/g)",
+    )  # fmt: skip
     parser.add_argument("--collections", default=",".join(DEFAULT_COLLECTIONS), help="documents (comma list)")
     parser.add_argument("--queries", default=",".join(DEFAULT_QUERY_SETS), help="training-split query sets")
     parser.add_argument("--no-pseudo-queries", action="store_true", help="no Inverse-Cloze pseudo-queries")
@@ -128,9 +134,7 @@ def build_student(args: argparse.Namespace, teacher, **kwargs):
     ``--query-encoder teacher`` the teacher encodes its queries."""
     from pyterrier_tite.pt.tite import TITE
 
-    longest = max(teacher.query_max_length, teacher.doc_max_length)
-    structure = {"kernel": args.kernel, "arrangement": args.arrangement, "num_pooling_layers": args.pooling_layers,
-                 "max_length": longest}  # fmt: skip
+    structure = student_structure(args, max(teacher.query_max_length, teacher.doc_max_length))
     student = TITE.from_bert(
         resolve(args.teacher), structure, query_marker=None, doc_marker=None, normalize=teacher.normalize,
         query_max_length=teacher.query_max_length, doc_max_length=teacher.doc_max_length,
@@ -141,6 +145,42 @@ def build_student(args: argparse.Namespace, teacher, **kwargs):
 
         set_dropout(student.text_encoder.model, args.dropout)
     return student
+
+
+def student_structure(args: argparse.Namespace, max_length: int) -> dict:
+    """``tite_from_bert``'s pooling options from the flags: an explicit ``--structure`` or the pooling layers, kernel
+    and arrangement (each left unset takes the recipe's default)."""
+    from pyterrier_tite.modeling.tite_from_bert import parse_structure
+
+    spec = getattr(args, "structure", None)
+    if spec:
+        try:
+            return {"kernels": parse_structure(spec), "max_length": max_length}
+        except ValueError as error:
+            raise SystemExit(f"--structure {spec}: {error}") from None
+    layers, kernel, arrangement = args.pooling_layers, args.kernel, args.arrangement
+    return {"kernel": 2 if kernel is None else kernel, "arrangement": arrangement or "late", "max_length": max_length,
+            "num_pooling_layers": DEFAULT_POOLING_LAYERS if layers is None else layers}  # fmt: skip
+
+
+def check_resumed_structure(output_dir: str, config) -> None:
+    """Refuse to resume a checkpoint whose pooling differs from the student's: pooling has no weights of its own, so
+    the checkpoint would load without error into another structure and train a model nobody asked for."""
+    import json
+
+    path = os.path.join(output_dir, "checkpoint", "model", "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    if (saved.get("kernel_sizes"), saved.get("strides")) != (list(config.kernel_sizes), list(config.strides)):
+        from pyterrier_tite.modeling.tite_from_bert import format_structure
+
+        raise SystemExit(
+            f"cannot resume {path}: its pooling is {format_structure(saved['kernel_sizes'], saved['strides'])}, the "
+            f"flags ask for {format_structure(config.kernel_sizes, config.strides)}; rerun with the checkpoint's "
+            "structure, pass --no-resume to start over, or choose another output directory"
+        )
 
 
 def run_distill_tite(args: argparse.Namespace) -> int:
@@ -161,10 +201,19 @@ def run_distill_tite(args: argparse.Namespace) -> int:
         raise SystemExit("--hidden-weight needs the student's query vectors: not with --documents-only")
     if args.cache_frozen and (not args.freeze_layers or args.hidden_weight):
         raise SystemExit("--cache-frozen needs --freeze-layers N (N > 0) and no --hidden-weight")
+    if args.structure and (args.pooling_layers, args.kernel, args.arrangement) != (None, None, None):
+        raise SystemExit("--structure places every pooling layer: not with --pooling-layers, --kernel or --arrangement")
     targs = training_arguments(args)
     targs.precision = recipe_precision(args)
     teacher = build_teacher(args, batch_size=args.teacher_batch_size)
-    student = build_student(args, teacher)
+    try:
+        student = build_student(args, teacher)
+    except ValueError as error:  # a structure that does not fit the teacher's layers or lengths
+        if not args.structure:
+            raise
+        raise SystemExit(f"--structure {args.structure}: {error}") from None
+    if not args.no_resume:
+        check_resumed_structure(args.output_dir, student.text_encoder.model.config)
     data = collect_distillation_texts(
         _names(args.collections), _names(args.queries), pseudo_queries=not args.no_pseudo_queries,
         max_docs=args.max_docs, max_queries=args.max_queries, seed=args.seed,

@@ -35,6 +35,36 @@ def pooling_layers(num_layers: int, num_pooling: int, arrangement: Literal["late
     raise ValueError(f"arrangement must be 'late' or 'staggered', got {arrangement!r}")
 
 
+#: one layer of an explicit structure: no pooling (None), a kernel (= stride), or pooling every row it can receive
+LayerPooling = int | None | Literal["global"]
+
+
+def parse_structure(spec: str) -> list[LayerPooling]:
+    """``"0/2/0/2/2/g"`` -> ``[None, 2, None, 2, 2, "global"]``: one entry per layer, ``0`` (or ``-``) no pooling, an
+    integer >= 2 the kernel (= stride), ``g`` global (kernel = stride = the layer's longest input), so a search over
+    structures can name any placement of pooling, not only the last N layers. (``0`` rather than ``-`` first: a
+    command-line value starting with ``-`` is read as an option.)"""
+    layers: list[LayerPooling] = []
+    for item in spec.strip().split("/"):
+        if item in ("0", "-"):
+            layers.append(None)
+        elif item == "g":
+            layers.append("global")
+        elif item.isdigit() and int(item) >= 2:
+            layers.append(int(item))
+        else:
+            raise ValueError(f"structure {spec!r}: layer entry {item!r} is not 0, 'g' or a kernel >= 2")
+    return layers
+
+
+def format_structure(kernels: list[int | None], strides: list[int | None] | None = None) -> str:
+    """A config's per-layer kernels in ``parse_structure``'s notation (a global last layer is written as its
+    kernel, which is what it is for the config's length); strides other than the kernel are written ``k:s``."""
+    strides = kernels if strides is None else strides
+    layers = zip(kernels, strides, strict=True)
+    return "/".join("0" if k is None else (str(k) if k == s else f"{k}:{s}") for k, s in layers)
+
+
 def tite_config_from_bert(
     bert_config,
     *,
@@ -45,6 +75,7 @@ def tite_config_from_bert(
     final_pooling: Literal["global", "none"] = "global",
     max_length: int | None = None,
     pooling_location: Literal["pre", "intra", "post"] = "intra",
+    kernels: list[LayerPooling] | None = None,
 ) -> TiteConfig:
     """A TiteConfig with BERT's (or DistilBERT's) sizes and pooling inserted into ``num_pooling_layers`` of its layers.
 
@@ -54,19 +85,31 @@ def tite_config_from_bert(
     (kernel = stride = its maximum input length), so any input up to ``max_length`` ends as one vector;
     ``final_pooling='none'`` keeps the layers as given. ``num_pooling_layers=0`` with ``final_pooling='none'`` gives
     plain BERT.
+
+    ``kernels`` (e.g. ``parse_structure("0/2/0/2/2/g")``) places the pooling explicitly, one entry per layer, and
+    replaces ``kernel``, ``stride``, ``num_pooling_layers`` and ``arrangement``.
     """
-    stride = kernel if stride is None else stride
     sizes = bert_sizes(bert_config)
     layers = sizes["num_hidden_layers"]
     max_length = max_length or bert_config.max_position_embeddings
     if max_length > bert_config.max_position_embeddings:
         raise ValueError(f"max_length {max_length} exceeds BERT's {bert_config.max_position_embeddings} positions")
-    if num_pooling_layers is None:
-        num_pooling_layers = min(pooling_needed(max_length, kernel), layers - 1)
-    pools = pooling_layers(layers, num_pooling_layers, arrangement)
-    kernels: list[int | None] = [kernel if p else None for p in pools]
-    strides: list[int | None] = [stride if p else None for p in pools]
+    layers_given = kernels is not None
+    if layers_given:
+        if num_pooling_layers is not None or stride is not None:
+            raise ValueError("explicit kernels replace num_pooling_layers and stride: pass one or the other")
+        kernels, strides = explicit_kernels(kernels, layers, max_length)
+    else:
+        stride = kernel if stride is None else stride
+        if num_pooling_layers is None:
+            num_pooling_layers = min(pooling_needed(max_length, kernel), layers - 1)
+        pools = pooling_layers(layers, num_pooling_layers, arrangement)
+        kernels = [kernel if p else None for p in pools]
+        strides = [stride if p else None for p in pools]
     shapes = output_shapes(max_length, kernels, strides)
+    if layers_given and shapes[-1] > 1:
+        raise ValueError(f"the structure {format_structure(kernels)} ends in {shapes[-1]} rows at length {max_length}, "
+                         "not one vector: end it with 'g' (global pooling)")  # fmt: skip
     if final_pooling == "global" and shapes[-1] > 1:
         kernels[-1] = strides[-1] = shapes[-2]
     elif final_pooling not in ("global", "none"):
@@ -84,6 +127,21 @@ def tite_config_from_bert(
         norm_location="post",
         norm_type="layer",
     )
+
+
+def explicit_kernels(layers: list[LayerPooling], count: int, max_length: int) -> tuple[list, list]:
+    """Per-layer kernels and strides of an explicit structure; each ``"global"`` entry becomes the longest input its
+    layer can receive at ``max_length``."""
+    if len(layers) != count:
+        raise ValueError(f"the structure names {len(layers)} layers; the model has {count}")
+    kernels: list[int | None] = []
+    for layer in layers:
+        if layer == "global":
+            layer = output_shapes(max_length, kernels, kernels)[-1]
+        elif layer is not None and (not isinstance(layer, int) or layer < 2):
+            raise ValueError(f"a layer's kernel must be an integer >= 2, 'global' or None, got {layer!r}")
+        kernels.append(layer)
+    return kernels, list(kernels)
 
 
 def bert_sizes(config) -> dict:
