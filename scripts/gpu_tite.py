@@ -76,18 +76,20 @@ def build_teacher(folder: str):
 
 
 def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late",
-                  pooling_layers: int = POOLING_LAYERS, dropout: float | None = None):  # fmt: skip
+                  pooling_layers: int = POOLING_LAYERS, dropout: float | None = None,
+                  structure: str | None = None):  # fmt: skip
     """The TITE of ``distill-tite``'s ``build_student``: pooling inserted into the teacher's BERT, the teacher's
-    tokenizer, lengths and normalisation, no markers; ``dropout`` replaces the teacher's (None: keep it)."""
+    tokenizer, lengths and normalisation, no markers; ``dropout`` replaces the teacher's (None: keep it);
+    ``structure`` (e.g. ``0/2/0/2/2/g``) places the pooling per layer instead of the last ``pooling_layers``."""
     from pyterrier_tite.modeling.biencoder import PooledEncoder
-    from pyterrier_tite.modeling.tite_from_bert import tite_from_bert
+    from pyterrier_tite.modeling.tite_from_bert import parse_structure, tite_from_bert
     from pyterrier_tite.ops.dropout import set_dropout
     from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
     q, d = teacher.inputs.query_max_length, teacher.inputs.doc_max_length
-    model = tite_from_bert(
-        folder, kernel=kernel, arrangement=arrangement, num_pooling_layers=pooling_layers, max_length=max(q, d)
-    )
+    pooling = ({"kernels": parse_structure(structure)} if structure else
+               {"kernel": kernel, "arrangement": arrangement, "num_pooling_layers": pooling_layers})  # fmt: skip
+    model = tite_from_bert(folder, max_length=max(q, d), **pooling)
     if dropout is not None:
         set_dropout(model, dropout)
     inputs = BiEncoderInputs(teacher.inputs.tokenizer, q, d, None, None)
@@ -187,7 +189,7 @@ def train(args: argparse.Namespace) -> None:
     print(f"{len(train_data)} teacher vectors in {time.perf_counter() - t:.1f} s", flush=True)
     score_all("teacher", 0, teacher)
     structure = {"kernel": args.kernel, "arrangement": args.arrangement, "pooling_layers": args.pooling_layers,
-                 "dropout": args.dropout}  # fmt: skip
+                 "dropout": args.dropout, "structure": args.structure}  # fmt: skip
     untrained = build_student(start, teacher, **structure).to(device).eval()
     queries_by = teacher if args.query_encoder == "teacher" else None
     score_all("tite-start", 0, untrained, queries_by)
@@ -246,8 +248,8 @@ def save_tite(encoder, folder: str, query_encoder=None) -> None:
 
 def recipe_of(args: argparse.Namespace) -> dict:
     keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
-            "anchor_weight", "kernel", "arrangement", "pooling_layers", "freeze_layers", "dropout", "precision",
-            "query_encoder", "documents_only")  # fmt: skip
+            "anchor_weight", "kernel", "arrangement", "pooling_layers", "structure", "freeze_layers", "dropout",
+            "precision", "query_encoder", "documents_only")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -283,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kernel", type=int, default=2)
     p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
     p.add_argument("--pooling-layers", type=int, default=POOLING_LAYERS)
+    p.add_argument("--structure", default=None, help="pooling per layer, e.g. 0/2/0/2/2/g (replaces the three above)")
     p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
     p.add_argument("--dropout", type=float, default=None, help="the student's dropout (default: the teacher's)")
     p.add_argument("--query-encoder", choices=["teacher", "tite"], default=QUERY_ENCODER,

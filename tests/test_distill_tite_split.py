@@ -66,6 +66,10 @@ def test_the_script_builds_distill_tites_teacher_and_student(minilm):
     for model in students:
         assert model.config.dropout_prob == 0.0
         assert [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)] == [0.0] * 13  # embeddings + 2 x 6
+    placed = argparse.Namespace(**{**vars(args), "structure": "0/2/0/2/2/g", "pooling_layers": None, "kernel": None})
+    models = (distill.build_student(placed, teacher).text_encoder.model,
+              tite_script.build_student(minilm, ours_teacher, structure="0/2/0/2/2/g").model)  # fmt: skip
+    assert models[0].config.kernel_sizes == models[1].config.kernel_sizes == [None, 2, None, 2, 2, 32]
 
 
 def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, tiny_sentence_bert, tmp_path, capsys):
