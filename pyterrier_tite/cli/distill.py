@@ -155,10 +155,7 @@ def student_structure(args: argparse.Namespace, max_length: int) -> dict:
 
     spec = getattr(args, "structure", None)
     if spec:
-        try:
-            return {"kernels": parse_structure(spec), "max_length": max_length}
-        except ValueError as error:
-            raise SystemExit(f"--structure {spec}: {error}") from None
+        return {"kernels": parse_structure(spec), "max_length": max_length}
     layers, kernel, arrangement = args.pooling_layers, args.kernel, args.arrangement
     return {"kernel": 2 if kernel is None else kernel, "arrangement": arrangement or "late", "max_length": max_length,
             "num_pooling_layers": DEFAULT_POOLING_LAYERS if layers is None else layers}  # fmt: skip
@@ -209,7 +206,7 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     teacher = build_teacher(args, batch_size=args.teacher_batch_size)
     try:
         student = build_student(args, teacher)
-    except ValueError as error:  # a structure that does not fit the teacher's layers or lengths
+    except ValueError as error:  # a malformed structure, or one that does not fit the teacher's layers or lengths
         if not args.structure:
             raise
         raise SystemExit(f"--structure {args.structure}: {error}") from None
