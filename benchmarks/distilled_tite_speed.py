@@ -61,6 +61,17 @@ def parse_structures(spec: str) -> dict[str, dict]:
     return out
 
 
+def one_structure(args: argparse.Namespace) -> dict[str, dict]:
+    """The single student without ``--structures``: the late arrangement's flags where given, else the recipe's
+    default (``build_student`` resolves it from the teacher's depth)."""
+    from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS
+
+    if args.pooling_layers is None and args.kernel is None:
+        return {"default": {"structure": None, "pooling_layers": None, "kernel": None}}
+    layers = DEFAULT_POOLING_LAYERS if args.pooling_layers is None else args.pooling_layers
+    return {f"{layers}:{args.kernel or 2}": {"structure": None, "pooling_layers": layers, "kernel": args.kernel or 2}}
+
+
 def doc_flop_ratio(teacher, student, docs: list[str]) -> float:
     """The teacher's matmul FLOPs over the student's on these documents (each model's own tokens and length limit):
     the documents/s ratio the structure allows if both ran their products at one rate, with no padding or overhead."""
@@ -98,16 +109,16 @@ def encoders(model, path: str, precision: str):
 def main(argv=None) -> int:
     from encode_throughput import load_texts
 
-    from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS, build_student, build_teacher
+    from pyterrier_tite.cli.distill import build_student, build_teacher
     from pyterrier_tite.devices import autocast, resolve_precision
     from pyterrier_tite.pt.tite import TITE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", default="minilm")
     p.add_argument("--student", default=None, help="a distilled TITE folder (default: the recipe's structure)")
-    p.add_argument("--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS)
-    p.add_argument("--kernel", type=int, default=2)
-    p.add_argument("--arrangement", default="late")
+    p.add_argument("--pooling-layers", type=int, default=None, help="the last N layers pool (default: the recipe's)")
+    p.add_argument("--kernel", type=int, default=None, help="their kernel (default 2 where --pooling-layers is given)")
+    p.add_argument("--arrangement", default=None)
     p.add_argument(
         "--structures",
         default=None,
@@ -133,7 +144,7 @@ def main(argv=None) -> int:
     if args.student and args.structures:
         p.error("--student measures one trained folder; --structures builds students from the teacher: pick one")
     try:
-        structures = parse_structures(args.structures or f"{args.pooling_layers}:{args.kernel}")
+        structures = parse_structures(args.structures) if args.structures else one_structure(args)
     except ValueError as error:
         p.error(str(error))
     torch.set_num_threads(args.threads)

@@ -21,7 +21,7 @@ import torch
 
 
 def main(argv=None) -> int:
-    from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS, build_student, build_teacher
+    from pyterrier_tite.cli.distill import build_student, build_teacher
     from pyterrier_tite.devices import autocast
     from pyterrier_tite.training.distillation_texts import collect_distillation_texts
     from pyterrier_tite.training.frozen_prefix import encode_from_lower_states, lower_states
@@ -35,8 +35,9 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", default="minilm")
-    p.add_argument("--pooling-layers", type=int, default=DEFAULT_POOLING_LAYERS)
-    p.add_argument("--kernel", type=int, default=2)
+    p.add_argument("--pooling-layers", type=int, default=None, help="the last N layers pool (default: the recipe's)")
+    p.add_argument("--kernel", type=int, default=None, help="their kernel (default 2 where --pooling-layers is given)")
+    p.add_argument("--structure", default=None, help="pooling placed per layer (distill-tite's --structure)")
     p.add_argument(
         "--freeze-layers", default="0,1",
         help="settings to compare, comma-separated (N frozen layers, Nc: the same with their states cached); the "
@@ -54,8 +55,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     settings = args.freeze_layers.split(",")
 
-    flags = argparse.Namespace(teacher=args.teacher, kernel=args.kernel, arrangement="late",
-                               pooling_layers=args.pooling_layers, dropout=None)  # fmt: skip
+    flags = argparse.Namespace(teacher=args.teacher, kernel=args.kernel, arrangement=None,
+                               pooling_layers=args.pooling_layers, structure=args.structure, dropout=None)  # fmt: skip
     teacher = build_teacher(flags, device="cpu")
     data = collect_distillation_texts(
         args.collections.split(","), args.queries.split(","), max_docs=args.groups * args.batches,

@@ -33,7 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_rerankers as split  # noqa: E402  (the bundle format, model transfer and evaluation are shared)
 
 EVALUATION = "dl19,dl20,vaswani,cranfield,scifact"
-POOLING_LAYERS = 4  # distill-tite's default (the device has no PyTerrier to import it from; a test pins the two)
+STRUCTURE = "0/2/0/2/2/g"  # distill-tite's default for a 6-layer teacher (no PyTerrier on the device to import it
+POOLING_LAYERS = 4  # from; a test pins both): the late arrangement's layers where --kernel/--pooling-layers are given
 QUERY_ENCODER = "teacher"  # likewise distill-tite's default: TITE encodes the documents, the teacher the queries
 ANCHOR_WEIGHT = 1.0  # likewise: the KL against the bank of the teacher's query vectors
 
@@ -75,20 +76,25 @@ def build_teacher(folder: str):
     )
 
 
-def build_student(folder: str, teacher, kernel: int = 2, arrangement: str = "late",
-                  pooling_layers: int = POOLING_LAYERS, dropout: float | None = None,
+def build_student(folder: str, teacher, kernel: int | None = None, arrangement: str | None = None,
+                  pooling_layers: int | None = None, dropout: float | None = None,
                   structure: str | None = None):  # fmt: skip
     """The TITE of ``distill-tite``'s ``build_student``: pooling inserted into the teacher's BERT, the teacher's
     tokenizer, lengths and normalisation, no markers; ``dropout`` replaces the teacher's (None: keep it);
-    ``structure`` (e.g. ``0/2/0/2/2/g``) places the pooling per layer instead of the last ``pooling_layers``."""
+    ``structure`` (e.g. ``0/2/0/2/2/g``) places the pooling per layer, the other three the last ``pooling_layers``;
+    none of them: ``STRUCTURE`` for a teacher of its depth, else the late arrangement's defaults."""
     from pyterrier_tite.modeling.biencoder import PooledEncoder
     from pyterrier_tite.modeling.tite_from_bert import parse_structure, tite_from_bert
     from pyterrier_tite.ops.dropout import set_dropout
     from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
     q, d = teacher.inputs.query_max_length, teacher.inputs.doc_max_length
-    pooling = ({"kernels": parse_structure(structure)} if structure else
-               {"kernel": kernel, "arrangement": arrangement, "num_pooling_layers": pooling_layers})  # fmt: skip
+    unset = structure is None and kernel is None and arrangement is None and pooling_layers is None
+    if unset and len(parse_structure(STRUCTURE)) == teacher.model.config.num_hidden_layers:
+        structure = STRUCTURE
+    pooling = {"kernels": parse_structure(structure)} if structure else {
+        "kernel": kernel or 2, "arrangement": arrangement or "late",
+        "num_pooling_layers": POOLING_LAYERS if pooling_layers is None else pooling_layers}  # fmt: skip
     model = tite_from_bert(folder, max_length=max(q, d), **pooling)
     if dropout is not None:
         set_dropout(model, dropout)
@@ -282,10 +288,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--temperature", type=float, default=0.05)
     p.add_argument("--anchor-weight", type=float, default=ANCHOR_WEIGHT,
                    help="KL against the bank of teacher query vectors (distill-tite's default; 0: off)")
-    p.add_argument("--kernel", type=int, default=2)
-    p.add_argument("--arrangement", choices=["late", "staggered"], default="late")
-    p.add_argument("--pooling-layers", type=int, default=POOLING_LAYERS)
-    p.add_argument("--structure", default=None, help="pooling per layer, e.g. 0/2/0/2/2/g (replaces the three above)")
+    p.add_argument("--kernel", type=int, default=None, help="the pooling layers' kernel (default 2)")
+    p.add_argument("--arrangement", choices=["late", "staggered"], default=None, help="default: late")
+    p.add_argument("--pooling-layers", type=int, default=None,
+                   help=f"the last N layers pool instead of the default structure (default {POOLING_LAYERS})")
+    p.add_argument("--structure", default=None,
+                   help=f"pooling per layer (default for 6 layers: {STRUCTURE}; not with the three above)")
     p.add_argument("--freeze-layers", type=int, default=0, help="embeddings + first N layers stay the teacher's")
     p.add_argument("--dropout", type=float, default=None, help="the student's dropout (default: the teacher's)")
     p.add_argument("--query-encoder", choices=["teacher", "tite"], default=QUERY_ENCODER,
@@ -299,6 +307,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if getattr(args, "documents_only", False) and args.query_encoder != "teacher":
         parser.error("--documents-only leaves TITE's query vectors untrained: it needs --query-encoder teacher")
+    late = ("kernel", "arrangement", "pooling_layers")
+    if getattr(args, "structure", None) and any(getattr(args, name) is not None for name in late):
+        parser.error("--structure places every layer's pooling: not with --pooling-layers/--kernel/--arrangement")
     args.func(args)
 
 

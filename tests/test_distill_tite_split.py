@@ -40,6 +40,7 @@ def test_the_script_defaults_to_distill_tites_structure():
     """The GPU script cannot import the command's default (no PyTerrier on the device), so the two are pinned."""
     from pyterrier_tite.cli import distill
 
+    assert tite_script.STRUCTURE == distill.DEFAULT_STRUCTURE
     assert tite_script.POOLING_LAYERS == distill.DEFAULT_POOLING_LAYERS
     assert tite_script.QUERY_ENCODER == distill.DEFAULT_QUERY_ENCODER
     assert tite_script.ANCHOR_WEIGHT == distill.DEFAULT_ANCHOR_WEIGHT
@@ -70,6 +71,13 @@ def test_the_script_builds_distill_tites_teacher_and_student(minilm):
     models = (distill.build_student(placed, teacher).text_encoder.model,
               tite_script.build_student(minilm, ours_teacher, structure="0/2/0/2/2/g").model)  # fmt: skip
     assert models[0].config.kernel_sizes == models[1].config.kernel_sizes == [None, 2, None, 2, 2, 32]
+    unset = argparse.Namespace(**{**vars(args), "pooling_layers": None, "kernel": None, "arrangement": None})
+    models = (distill.build_student(unset, teacher).text_encoder.model,  # no flags: the default structure in both
+              tite_script.build_student(minilm, ours_teacher).model)  # fmt: skip
+    assert models[0].config.kernel_sizes == models[1].config.kernel_sizes == [None, 2, None, 2, 2, 32]
+    late = (distill.build_student(argparse.Namespace(**{**vars(unset), "kernel": 3}), teacher).text_encoder.model,
+            tite_script.build_student(minilm, ours_teacher, kernel=3).model)  # fmt: skip
+    assert late[0].config.kernel_sizes[:5] == late[1].config.kernel_sizes[:5] == [None, None, 3, 3, 3]
 
 
 def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, tiny_sentence_bert, tmp_path, capsys):

@@ -15,6 +15,18 @@ def test_structures_parse_to_the_students_flags():
     }
 
 
+def test_without_structures_one_student_the_recipes_default_unless_the_late_flags_are_given():
+    import argparse
+
+    bench = load_script("benchmarks/distilled_tite_speed.py")
+    flags = argparse.Namespace(pooling_layers=None, kernel=None)
+    assert bench.one_structure(flags) == {"default": {"structure": None, "pooling_layers": None, "kernel": None}}
+    flags.kernel = 3
+    assert bench.one_structure(flags) == {"4:3": {"structure": None, "pooling_layers": 4, "kernel": 3}}
+    flags.pooling_layers, flags.kernel = 5, None
+    assert bench.one_structure(flags) == {"5:2": {"structure": None, "pooling_layers": 5, "kernel": 2}}
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [("4-2", "POOLING_LAYERS:KERNEL"), ("4:x", "POOLING_LAYERS:KERNEL"), ("4:2:1", "POOLING_LAYERS:KERNEL"),

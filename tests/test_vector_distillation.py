@@ -538,8 +538,9 @@ def test_step_benchmark_times_each_freeze_setting(teacher_folder, irds_home, cap
 
 
 def test_an_explicit_structure_places_the_pooling_and_a_resume_must_keep_it(teacher_folder, tmp_path, irds_home):
-    """``--structure`` names each layer's pooling; the default's own spelling builds the same model as the default
-    flags, and a checkpoint is not resumed into another structure (pooling has no weights: it would load silently)."""
+    """``--structure`` names each layer's pooling; a late arrangement's own spelling builds the same model as its flags,
+    a teacher not as deep as the default structure falls back to the late arrangement's defaults, and a checkpoint is
+    not resumed into another structure (pooling has no weights: it would load silently)."""
     import argparse
 
     from pyterrier_tite.cli import main
@@ -556,6 +557,8 @@ def test_an_explicit_structure_places_the_pooling_and_a_resume_must_keep_it(teac
     placed = build_student(argparse.Namespace(**{**vars(flags), "pooling_layers": None, "structure": "0/2/0/g"}),
                            teacher, device="cpu").text_encoder.model  # fmt: skip
     assert placed.config.kernel_sizes == placed.config.strides == [None, 2, None, 16]
+    unset = argparse.Namespace(**{**vars(flags), "pooling_layers": None})  # 4 layers: the 6-layer default cannot fit
+    assert build_student(unset, teacher, device="cpu").text_encoder.model.config.kernel_sizes[:3] == [2, 2, 2]
 
     out = str(tmp_path / "run")
     argv = ["distill-tite", "--teacher", teacher_folder, "--output-dir", out, "--collections", "cranfield",

@@ -20,7 +20,8 @@ from pyterrier_tite.cli.recipes import names as _names
 from pyterrier_tite.start_points import resolve
 
 DEFAULT_EVALUATION = "scifact,vaswani,cranfield-graded,dl19,dl20"
-DEFAULT_POOLING_LAYERS = 4  # of MiniLM's 6; docs/results.md, "Four pooling layers against five with a second seed"
+DEFAULT_STRUCTURE = "0/2/0/2/2/g"  # for a 6-layer teacher (MiniLM); docs/results.md, "Pooling placed per layer"
+DEFAULT_POOLING_LAYERS = 4  # the late arrangement's layers: for --kernel/--arrangement and teachers of other depths
 DEFAULT_QUERY_ENCODER = "teacher"  # docs/results.md, "The teacher as query encoder"
 DEFAULT_ANCHOR_WEIGHT = 1.0  # docs/results.md, "A bank of the teacher's query vectors"
 
@@ -38,19 +39,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--teacher", default="minilm", help="'minilm' or a sentence-transformers / BERT folder")
     parser.add_argument(
         "--pooling-layers", type=int, default=None,
-        help=f"layers that pool (default {DEFAULT_POOLING_LAYERS} of MiniLM's 6: 4 encode documents 2.1-2.2x faster "
-        "than it in a pipeline on a 2-core CPU, fp32 or bf16, and learn the teacher faster than 5 (3.1x): +0.07 "
-        "nDCG@10 on scifact, +0.05-0.07 on TREC DL at equal steps, two seeds; --kernel 3 with 4 layers: 2.4-2.5x, "
-        "0.03 lower, two seeds; docs/results.md)",
+        help=f"the last N layers pool (kernel 2) instead of the default structure; unset with --kernel/--arrangement "
+        f"or a teacher not 6 layers deep: {DEFAULT_POOLING_LAYERS} (MiniLM: 2.1-2.2x its document speed; 5: 3.1x, "
+        "0.010-0.030 nDCG@10 lower at 3,000 steps; docs/results.md)",
     )  # fmt: skip
     parser.add_argument("--kernel", type=int, default=None, help="kernel = stride of the pooling layers (default 2)")
     parser.add_argument("--arrangement", choices=["late", "staggered"], default=None, help="default: late")
     parser.add_argument(
         "--structure", default=None,
-        help="pooling placed per layer instead of --pooling-layers/--kernel/--arrangement, one entry per layer: 0 "
-        "none, a kernel (= stride), 'g' global; e.g. 0/2/0/2/2/g (MiniLM's layers 2, 4 and 5 halve the rows, layer 6 "
-        "pools what is left): 2.57x MiniLM's document speed against the default's 2.09x (0/0/2/2/2/g), 0.005-0.007 "
-        "nDCG@10 below it at 500 steps (not significant, one seed; docs/results.md)",
+        help="pooling placed per layer, one entry per layer: 0 none, a kernel (= stride), 'g' global; default for a "
+        f"{DEFAULT_STRUCTURE.count('/') + 1}-layer teacher {DEFAULT_STRUCTURE} (MiniLM's layers 2, 4 and 5 halve the "
+        "rows, layer 6 pools what is left): 2.57x MiniLM's document speed where the last four layers pooling "
+        "(0/0/2/2/2/g) give 2.09x, within 0.007 nDCG@10 of them after 3,000 steps (one seed; docs/results.md)",
     )  # fmt: skip
     parser.add_argument("--collections", default=",".join(DEFAULT_COLLECTIONS), help="documents (comma list)")
     parser.add_argument("--queries", default=",".join(DEFAULT_QUERY_SETS), help="training-split query sets")
@@ -135,7 +135,8 @@ def build_student(args: argparse.Namespace, teacher, **kwargs):
     ``--query-encoder teacher`` the teacher encodes its queries."""
     from pyterrier_tite.pt.tite import TITE
 
-    structure = student_structure(args, max(teacher.query_max_length, teacher.doc_max_length))
+    max_length = max(teacher.query_max_length, teacher.doc_max_length)
+    structure = student_structure(args, max_length, teacher.text_encoder.model.config.num_hidden_layers)
     student = TITE.from_bert(
         resolve(args.teacher), structure, query_marker=None, doc_marker=None, normalize=teacher.normalize,
         query_max_length=teacher.query_max_length, doc_max_length=teacher.doc_max_length,
@@ -148,15 +149,20 @@ def build_student(args: argparse.Namespace, teacher, **kwargs):
     return student
 
 
-def student_structure(args: argparse.Namespace, max_length: int) -> dict:
-    """``tite_from_bert``'s pooling options from the flags: an explicit ``--structure`` or the pooling layers, kernel
-    and arrangement (each left unset takes the recipe's default)."""
+def student_structure(args: argparse.Namespace, max_length: int, num_layers: int) -> dict:
+    """``tite_from_bert``'s pooling options from the flags: an explicit ``--structure``; the pooling layers, kernel and
+    arrangement where any of them is given (each left unset takes its default); else ``DEFAULT_STRUCTURE`` for a
+    teacher of its depth and the late arrangement's default for other depths."""
     from pyterrier_tite.modeling.tite_from_bert import parse_structure
 
     spec = getattr(args, "structure", None)
+    layers, kernel, arrangement = args.pooling_layers, args.kernel, args.arrangement
+    if not spec and layers is None and kernel is None and arrangement is None:
+        default = parse_structure(DEFAULT_STRUCTURE)
+        if len(default) == num_layers:
+            spec = DEFAULT_STRUCTURE
     if spec:
         return {"kernels": parse_structure(spec), "max_length": max_length}
-    layers, kernel, arrangement = args.pooling_layers, args.kernel, args.arrangement
     return {"kernel": 2 if kernel is None else kernel, "arrangement": arrangement or "late", "max_length": max_length,
             "num_pooling_layers": DEFAULT_POOLING_LAYERS if layers is None else layers}  # fmt: skip
 
