@@ -156,7 +156,7 @@ def student_structure(args: argparse.Namespace, max_length: int, num_layers: int
     from pyterrier_tite.modeling.tite_from_bert import parse_structure
 
     spec = getattr(args, "structure", None)
-    layers, kernel, arrangement = args.pooling_layers, args.kernel, args.arrangement
+    layers, kernel, arrangement = (getattr(args, name, None) for name in ("pooling_layers", "kernel", "arrangement"))
     if not spec and layers is None and kernel is None and arrangement is None:
         default = parse_structure(DEFAULT_STRUCTURE)
         if len(default) == num_layers:
