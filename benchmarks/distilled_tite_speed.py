@@ -62,11 +62,11 @@ def parse_structures(spec: str) -> dict[str, dict]:
 
 
 def one_structure(args: argparse.Namespace) -> dict[str, dict]:
-    """The single student without ``--structures``: the late arrangement's flags where given, else the recipe's
-    default (``build_student`` resolves it from the teacher's depth)."""
+    """The single student without ``--structures``: the late arrangement's where any of its flags is given, else the
+    recipe's default (``build_student`` resolves it from the teacher's depth)."""
     from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS
 
-    if args.pooling_layers is None and args.kernel is None:
+    if args.pooling_layers is None and args.kernel is None and args.arrangement is None:
         return {"default": {"structure": None, "pooling_layers": None, "kernel": None}}
     layers = DEFAULT_POOLING_LAYERS if args.pooling_layers is None else args.pooling_layers
     return {f"{layers}:{args.kernel or 2}": {"structure": None, "pooling_layers": layers, "kernel": args.kernel or 2}}

@@ -19,8 +19,10 @@ def test_without_structures_one_student_the_recipes_default_unless_the_late_flag
     import argparse
 
     bench = load_script("benchmarks/distilled_tite_speed.py")
-    flags = argparse.Namespace(pooling_layers=None, kernel=None)
+    flags = argparse.Namespace(pooling_layers=None, kernel=None, arrangement=None)
     assert bench.one_structure(flags) == {"default": {"structure": None, "pooling_layers": None, "kernel": None}}
+    flags.arrangement = "staggered"  # the late flags' defaults, staggered: not the default structure
+    assert bench.one_structure(flags) == {"4:2": {"structure": None, "pooling_layers": 4, "kernel": 2}}
     flags.kernel = 3
     assert bench.one_structure(flags) == {"4:3": {"structure": None, "pooling_layers": 4, "kernel": 3}}
     flags.pooling_layers, flags.kernel = 5, None
