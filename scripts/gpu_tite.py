@@ -84,17 +84,13 @@ def build_student(folder: str, teacher, kernel: int | None = None, arrangement: 
     ``structure`` (e.g. ``0/2/0/2/2/g``) places the pooling per layer, the other three the last ``pooling_layers``;
     none of them: ``STRUCTURE`` for a teacher of its depth, else the late arrangement's defaults."""
     from pyterrier_tite.modeling.biencoder import PooledEncoder
-    from pyterrier_tite.modeling.tite_from_bert import parse_structure, tite_from_bert
+    from pyterrier_tite.modeling.tite_from_bert import pooling_from_flags, tite_from_bert
     from pyterrier_tite.ops.dropout import set_dropout
     from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
     q, d = teacher.inputs.query_max_length, teacher.inputs.doc_max_length
-    unset = structure is None and kernel is None and arrangement is None and pooling_layers is None
-    if unset and len(parse_structure(STRUCTURE)) == teacher.model.config.num_hidden_layers:
-        structure = STRUCTURE
-    pooling = {"kernels": parse_structure(structure)} if structure else {
-        "kernel": kernel or 2, "arrangement": arrangement or "late",
-        "num_pooling_layers": POOLING_LAYERS if pooling_layers is None else pooling_layers}  # fmt: skip
+    pooling = pooling_from_flags(teacher.model.config.num_hidden_layers, STRUCTURE, POOLING_LAYERS, structure,
+                                 pooling_layers, kernel, arrangement)  # fmt: skip
     model = tite_from_bert(folder, max_length=max(q, d), **pooling)
     if dropout is not None:
         set_dropout(model, dropout)

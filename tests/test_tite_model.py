@@ -436,3 +436,15 @@ def test_minilm_checkpoint_converts_exactly_and_pools_to_one_vector():
         for length in (1, 100, 512):
             out = pooled(*make_batch([length, max(length // 3, 1)], vocab=30522)).last_hidden_state
             assert out.shape == (2, 1, 384) and torch.isfinite(out).all()
+
+
+def test_pooling_from_flags_is_one_rule_for_the_default_the_late_flags_and_a_structure():
+    from pyterrier_tite.modeling.tite_from_bert import pooling_from_flags
+
+    late4 = {"kernel": 2, "arrangement": "late", "num_pooling_layers": 4}
+    assert pooling_from_flags(6, "0/2/0/2/2/g", 4) == {"kernels": [None, 2, None, 2, 2, "global"]}
+    assert pooling_from_flags(4, "0/2/0/2/2/g", 4) == late4  # another depth: the late arrangement, not an error
+    assert pooling_from_flags(6, "0/2/0/2/2/g", 4, kernel=3) == {**late4, "kernel": 3}
+    assert pooling_from_flags(6, "0/2/0/2/2/g", 4, pooling_layers=5) == {**late4, "num_pooling_layers": 5}
+    assert pooling_from_flags(6, "0/2/0/2/2/g", 4, structure="0/0/2/2/2/g") == {"kernels": [None, None, 2, 2, 2,
+                                                                                            "global"]}  # fmt: skip

@@ -150,21 +150,13 @@ def build_student(args: argparse.Namespace, teacher, **kwargs):
 
 
 def student_structure(args: argparse.Namespace, max_length: int, num_layers: int) -> dict:
-    """``tite_from_bert``'s pooling options from the flags: an explicit ``--structure``; the pooling layers, kernel and
-    arrangement where any of them is given (each left unset takes its default); else ``DEFAULT_STRUCTURE`` for a
-    teacher of its depth and the late arrangement's default for other depths."""
-    from pyterrier_tite.modeling.tite_from_bert import parse_structure
+    """``tite_from_bert``'s pooling options from the flags (``pooling_from_flags``: ``DEFAULT_STRUCTURE`` where no
+    flag is given and the teacher is as deep, else the late arrangement)."""
+    from pyterrier_tite.modeling.tite_from_bert import pooling_from_flags
 
-    spec = getattr(args, "structure", None)
-    layers, kernel, arrangement = (getattr(args, name, None) for name in ("pooling_layers", "kernel", "arrangement"))
-    if not spec and layers is None and kernel is None and arrangement is None:
-        default = parse_structure(DEFAULT_STRUCTURE)
-        if len(default) == num_layers:
-            spec = DEFAULT_STRUCTURE
-    if spec:
-        return {"kernels": parse_structure(spec), "max_length": max_length}
-    return {"kernel": 2 if kernel is None else kernel, "arrangement": arrangement or "late", "max_length": max_length,
-            "num_pooling_layers": DEFAULT_POOLING_LAYERS if layers is None else layers}  # fmt: skip
+    flags = {name: getattr(args, name, None) for name in ("structure", "pooling_layers", "kernel", "arrangement")}
+    return {**pooling_from_flags(num_layers, DEFAULT_STRUCTURE, DEFAULT_POOLING_LAYERS, **flags),
+            "max_length": max_length}  # fmt: skip
 
 
 def check_resumed_structure(output_dir: str, config) -> None:

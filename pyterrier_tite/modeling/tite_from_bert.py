@@ -57,6 +57,23 @@ def parse_structure(spec: str) -> list[LayerPooling]:
     return layers
 
 
+def pooling_from_flags(num_layers: int, default_structure: str, default_pooling_layers: int,
+                       structure: str | None = None, pooling_layers: int | None = None, kernel: int | None = None,
+                       arrangement: str | None = None) -> dict:  # fmt: skip
+    """``tite_from_bert``'s pooling keywords from a recipe's flags, one rule for every recipe that takes them: a
+    ``structure`` places each layer's pooling; any of the other three makes the last layers pool (unset ones: kernel
+    2, late, ``default_pooling_layers``); none: ``default_structure`` where it names ``num_layers`` layers, else the
+    late arrangement's defaults (a teacher of another depth still trains)."""
+    if structure is None and pooling_layers is None and kernel is None and arrangement is None:
+        default = parse_structure(default_structure)
+        if len(default) == num_layers:
+            return {"kernels": default}
+    if structure:
+        return {"kernels": parse_structure(structure)}
+    return {"kernel": 2 if kernel is None else kernel, "arrangement": arrangement or "late",
+            "num_pooling_layers": default_pooling_layers if pooling_layers is None else pooling_layers}  # fmt: skip
+
+
 def format_structure(kernels: list[int | None], strides: list[int | None] | None = None) -> str:
     """A config's per-layer kernels in ``parse_structure``'s notation (a global last layer is written as its
     kernel, which is what it is for the config's length); strides other than the kernel are written ``k:s``."""
