@@ -50,7 +50,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="pooling placed per layer, one entry per layer: 0 none, a kernel (= stride), 'g' global; default for a "
         f"{DEFAULT_STRUCTURE.count('/') + 1}-layer teacher {DEFAULT_STRUCTURE} (MiniLM's layers 2, 4 and 5 halve the "
         "rows, layer 6 pools what is left): 2.57x MiniLM's document speed where the last four layers pooling "
-        "(0/0/2/2/2/g) give 2.09x, within 0.007 nDCG@10 of them after 3,000 steps (one seed; docs/results.md)",
+        "(0/0/2/2/2/g) give 2.09x, within 0.004 nDCG@10 of them after 3,000 steps (two seeds each; docs/results.md)",
     )  # fmt: skip
     parser.add_argument("--collections", default=",".join(DEFAULT_COLLECTIONS), help="documents (comma list)")
     parser.add_argument("--queries", default=",".join(DEFAULT_QUERY_SETS), help="training-split query sets")
