@@ -24,6 +24,13 @@
         with the TITE itself (a run saved with a query_encoder/ otherwise uses it): e.g.
         "runs/distill/k2-seed43,runs/distill/k2-seed43@minilm" asks what the teacher's query vectors add;
         --against-all pairs each run with every run before it, not only the first
+    python examples/diagnostics.py seen-unseen runs/distill/struct500 --max-docs 2000 --max-queries 2000 --seed 42
+        whether a distill-tite student fits the documents it trained on better than others of the same collections
+        (the recipe's texts include the evaluation collections' documents): the texts are rebuilt from the run's
+        --max-docs / --max-queries / --seed (checked against its teacher-vector cache), and per collection up to --docs
+        documents it saw and as many it did not are encoded by teacher and student: mean cosine of the student's
+        vectors to the teacher's, and how many of the teacher's top 10 (under the teacher's vectors of the
+        collection's test queries) the student keeps within each group (paired over queries)
 """
 
 from __future__ import annotations
@@ -237,6 +244,84 @@ def dense_paired(folders: list[str], collections: list[str], against_all: bool =
     return rows
 
 
+#: the collections with documents a reduced recipe leaves out, and the queries that rank them
+SEEN_UNSEEN_QUERIES = {"beir/scifact": "beir/scifact/test", "vaswani": "vaswani", "local/cacm": "local/cacm",
+                       "msmarco-passage/trec-dl-2019/judged": "msmarco-passage/trec-dl-2019/judged"}  # fmt: skip
+
+
+def split_seen(docs: dict[str, str], trained: set[str], count: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Up to ``count`` texts of documents whose text (whitespace-normalised, as the recipe stores it) is among the
+    ``trained`` ones, and as many that are not, each a seeded sample in docno order."""
+    import random
+
+    rng = random.Random(seed)
+    seen, unseen = [], []
+    for docno in sorted(docs):
+        text = " ".join(docs[docno].split())
+        if text:
+            (seen if text in trained else unseen).append(text)
+    size = min(count, len(seen), len(unseen))
+    return sorted(rng.sample(seen, size)), sorted(rng.sample(unseen, size))
+
+
+def group_fidelity(teacher_docs, student_docs, teacher_queries, k: int = 10) -> tuple[list[float], list[float]]:
+    """Each document's cosine between student and teacher vector, and per query the share of the teacher's top k
+    (teacher query vector against the teacher's document vectors) that the student's document vectors keep."""
+    import torch.nn.functional as F
+
+    t_docs, s_docs, queries = (F.normalize(x.float(), dim=-1) for x in (teacher_docs, student_docs, teacher_queries))
+    k = min(k, t_docs.shape[0])
+    top_t, top_s = (queries @ t_docs.T).topk(k).indices, (queries @ s_docs.T).topk(k).indices
+    overlap = [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(top_t, top_s, strict=True)]
+    return (t_docs * s_docs).sum(-1).tolist(), overlap
+
+
+def seen_unseen(folder: str, count: int, max_docs: int, max_queries: int | None, seed: int,
+                teacher_name: str = "minilm") -> dict:  # fmt: skip
+    import json as json_module
+    import os
+
+    import torch
+    from scipy import stats
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.pt.tite import TITE
+    from pyterrier_tite.start_points import resolve
+    from pyterrier_tite.training.distillation_texts import collect_distillation_texts
+    from pyterrier_tite.training.splade_data import doc_texts
+
+    torch.set_num_threads(2)
+    texts = collect_distillation_texts(max_docs=max_docs, max_queries=max_queries, seed=seed)
+    cache = os.path.join(folder, "teacher-vectors", "texts.json")
+    if os.path.exists(cache):
+        with open(cache) as f:
+            if json_module.load(f)["fingerprint"] != texts.fingerprint():
+                raise SystemExit(f"{folder} trained on other texts: check --max-docs / --max-queries / --seed")
+    trained = {t for t, role in zip(texts.texts, texts.roles, strict=True) if role == "doc"}
+    teacher = BertBiEncoder.from_pretrained(resolve(teacher_name), device="cpu").text_encoder
+    student = TITE.from_pretrained(folder, device="cpu").text_encoder
+    result = {}
+    for collection, query_set in SEEN_UNSEEN_QUERIES.items():
+        seen, unseen = split_seen(doc_texts(collection), trained, count)
+        if not seen:
+            continue
+        queries = datasets.get_dataset(query_set).get_topics()["query"].tolist()
+        with torch.inference_mode():
+            t_queries = teacher.encode_queries(queries, 32)
+            (cos_s, top_s), (cos_u, top_u) = (
+                group_fidelity(teacher.encode_docs(group, 32), student.encode_docs(group, 32), t_queries)
+                for group in (seen, unseen))  # fmt: skip
+        welch = stats.ttest_ind(cos_s, cos_u, equal_var=False)
+        paired = stats.ttest_rel(top_s, top_u)
+        mean = lambda xs: round(sum(xs) / len(xs), 4)  # noqa: E731
+        result[collection] = {"docs_per_group": len(seen), "queries": len(queries),
+                              "cosine_seen": mean(cos_s), "cosine_unseen": mean(cos_u), "cosine_p": float(welch.pvalue),
+                              "top10_kept_seen": mean(top_s), "top10_kept_unseen": mean(top_u),
+                              "top10_p": float(paired.pvalue)}  # fmt: skip
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -263,6 +348,12 @@ def main(argv=None) -> int:
                         "comma-separated; the first is the baseline")
     paired.add_argument("--datasets", default="scifact")
     paired.add_argument("--against-all", action="store_true", help="pair each run with every run before it")
+    memo = commands.add_parser("seen-unseen")
+    memo.add_argument("folder")
+    memo.add_argument("--docs", type=int, default=1000, help="documents per group and collection")
+    memo.add_argument("--max-docs", type=int, required=True)
+    memo.add_argument("--max-queries", type=int, default=None)
+    memo.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     if args.command == "log":
         result = log_summary(args.path, args.first, args.last, args.windows)
@@ -272,6 +363,8 @@ def main(argv=None) -> int:
         result = tite_start(args.teacher, args.structures.split(","), args.docs, args.queries)
     elif args.command == "dense-paired":
         result = dense_paired(args.folders.split(","), args.datasets.split(","), args.against_all)
+    elif args.command == "seen-unseen":
+        result = seen_unseen(args.folder, args.docs, args.max_docs, args.max_queries, args.seed)
     elif args.command == "splade-similarity":
         result = splade_similarity(args.folder, args.dataset, args.docs)
     else:

@@ -91,3 +91,24 @@ def test_tite_start_with_explicit_kernels_and_a_mean_instead_of_the_global_pooli
     assert late["layer_cosine"][:1] == [1.0] and late["doc_cosine"] != pooled["doc_cosine"]  # layers 2-6 pool
     with pytest.raises(SystemExit, match="5 kernels for 6 layers"):
         diagnostics.tite_start("minilm", ["2/2/2/2/2:2:intra:mean"], docs=2, queries=2)
+
+
+def test_split_seen_samples_equal_groups_by_the_recipes_whitespace(diagnostics):
+    """A document counts as seen when its whitespace-normalised text is a trained text (the recipe stores it so)."""
+    docs = {f"d{i}": f"text  number {i}" for i in range(10)}
+    trained = {f"text number {i}" for i in range(3)}
+    seen, unseen = diagnostics.split_seen(docs, trained, count=5)
+    assert sorted(seen) == sorted(trained) and len(unseen) == 3  # capped by the smaller group
+    assert not set(unseen) & trained and all(t.startswith("text number") for t in unseen)
+    assert diagnostics.split_seen(docs, set(), count=5) == ([], [])
+
+
+def test_group_fidelity_scores_a_copy_as_perfect_and_a_shuffle_as_not(diagnostics):
+    import torch
+
+    torch.manual_seed(0)
+    teacher, queries = torch.randn(30, 8), torch.randn(5, 8)
+    cosines, kept = diagnostics.group_fidelity(teacher, 2 * teacher, queries)
+    assert cosines == pytest.approx([1.0] * 30, abs=1e-6) and kept == [1.0] * 5
+    cosines, kept = diagnostics.group_fidelity(teacher, teacher[torch.randperm(30)], queries, k=3)
+    assert sum(cosines) / 30 < 0.5 and min(kept) < 1.0
