@@ -254,10 +254,12 @@ def split_seen(docs: dict[str, str], trained: set[str], count: int, seed: int = 
     ``trained`` ones, and as many that are not, each a seeded sample in docno order."""
     import random
 
+    from pyterrier_tite.training.distillation_texts import normalise_text
+
     rng = random.Random(seed)
     seen, unseen = [], []
     for docno in sorted(docs):
-        text = " ".join(docs[docno].split())
+        text = normalise_text(docs[docno])
         if text:
             (seen if text in trained else unseen).append(text)
     size = min(count, len(seen), len(unseen))
@@ -278,8 +280,8 @@ def group_fidelity(teacher_docs, student_docs, teacher_queries, k: int = 10) -> 
 
 def seen_unseen(folder: str, count: int, max_docs: int, max_queries: int | None, seed: int,
                 teacher_name: str = "minilm") -> dict:  # fmt: skip
-    import json as json_module
     import os
+    from statistics import fmean
 
     import torch
     from scipy import stats
@@ -294,10 +296,11 @@ def seen_unseen(folder: str, count: int, max_docs: int, max_queries: int | None,
     torch.set_num_threads(2)
     texts = collect_distillation_texts(max_docs=max_docs, max_queries=max_queries, seed=seed)
     cache = os.path.join(folder, "teacher-vectors", "texts.json")
-    if os.path.exists(cache):
-        with open(cache) as f:
-            if json_module.load(f)["fingerprint"] != texts.fingerprint():
-                raise SystemExit(f"{folder} trained on other texts: check --max-docs / --max-queries / --seed")
+    if not os.path.exists(cache):
+        raise SystemExit(f"{cache} is missing: without it the run's texts cannot be checked")
+    with open(cache) as f:
+        if json.load(f)["fingerprint"] != texts.fingerprint():
+            raise SystemExit(f"{folder} trained on other texts: check --max-docs / --max-queries / --seed")
     trained = {t for t, role in zip(texts.texts, texts.roles, strict=True) if role == "doc"}
     teacher = BertBiEncoder.from_pretrained(resolve(teacher_name), device="cpu").text_encoder
     student = TITE.from_pretrained(folder, device="cpu").text_encoder
@@ -314,10 +317,10 @@ def seen_unseen(folder: str, count: int, max_docs: int, max_queries: int | None,
                 for group in (seen, unseen))  # fmt: skip
         welch = stats.ttest_ind(cos_s, cos_u, equal_var=False)
         paired = stats.ttest_rel(top_s, top_u)
-        mean = lambda xs: round(sum(xs) / len(xs), 4)  # noqa: E731
         result[collection] = {"docs_per_group": len(seen), "queries": len(queries),
-                              "cosine_seen": mean(cos_s), "cosine_unseen": mean(cos_u), "cosine_p": float(welch.pvalue),
-                              "top10_kept_seen": mean(top_s), "top10_kept_unseen": mean(top_u),
+                              "cosine_seen": round(fmean(cos_s), 4), "cosine_unseen": round(fmean(cos_u), 4),
+                              "cosine_p": float(welch.pvalue),
+                              "top10_kept_seen": round(fmean(top_s), 4), "top10_kept_unseen": round(fmean(top_u), 4),
                               "top10_p": float(paired.pvalue)}  # fmt: skip
     return result
 

@@ -22,6 +22,11 @@ DEFAULT_COLLECTIONS = ("beir/scifact", "vaswani", "cranfield", "local/cisi", "lo
 DEFAULT_QUERY_SETS = ("beir/scifact/train", "msmarco-passage/dev/small")
 
 
+def normalise_text(text: str) -> str:
+    """A text as the recipe stores it (runs of whitespace as one space), so a document can be looked up among them."""
+    return " ".join(text.split())
+
+
 def query_texts(dataset: str) -> list[str]:
     """The query texts of a dataset (``get_topics``' ``query`` column, as given)."""
     from pyterrier_tite import datasets
@@ -53,7 +58,7 @@ def collect_distillation_texts(
     seen: set[tuple[str, str]] = set()
 
     def add(text: str, role: str) -> int | None:
-        text = " ".join(text.split())
+        text = normalise_text(text)
         if not text or (role, text) in seen:
             return None
         seen.add((role, text))
