@@ -61,8 +61,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--kl-weight", type=float, default=1.0)
     parser.add_argument(
         "--temperature", type=float, default=0.05,
-        help="of the KL terms: in-batch, anchor, collection (MiniLM's training scale; 0.1 level, 0.025 0.009-0.017 "
-        "nDCG@10 lower at 500 steps, one seed; docs/results.md)",
+        help="of the KL terms: in-batch, anchor, collection (MiniLM's training scale; 0.1: level, 0.025: 0.009-0.017 "
+        "nDCG@10 lower, at 500 steps, one seed; docs/results.md)",
     )  # fmt: skip
     parser.add_argument(
         "--anchor-weight", type=float, default=DEFAULT_ANCHOR_WEIGHT,
