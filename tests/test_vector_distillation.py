@@ -18,6 +18,7 @@ from pyterrier_tite.training.vector_distillation import (
     DistillationTexts,
     DistillationWeights,
     anchor_kl,
+    bank_score_mse,
     distill_vectors,
     encode_mixed,
     freeze_lower_layers,
@@ -574,3 +575,25 @@ def test_an_explicit_structure_places_the_pooling_and_a_resume_must_keep_it(teac
         main([*argv, "--structure", "0/x/0/g", "--no-resume"])
     with pytest.raises(SystemExit, match="names 3 layers; the model has 4"):
         main([*argv, "--structure", "0/2/g", "--no-resume"])
+
+
+def test_the_score_term_is_the_centred_squared_score_error_and_ignores_a_shift_common_to_all_documents():
+    torch.manual_seed(0)
+    teacher = torch.nn.functional.normalize(torch.randn(5, 8), dim=-1)
+    bank = torch.nn.functional.normalize(torch.randn(7, 8), dim=-1)
+    shift = torch.randn(8)  # the same vector added to every document moves each query's scores by one constant
+    assert float(bank_score_mse(teacher + shift, teacher, bank, 0.05)) == pytest.approx(0.0, abs=1e-6)
+    student = torch.nn.functional.normalize(torch.randn(5, 8), dim=-1)
+    error = (student - teacher) @ bank.T / 0.05
+    expected = float(((error - error.mean(0)) ** 2).mean())
+    assert float(bank_score_mse(student, teacher, bank, 0.05)) == pytest.approx(expected, rel=1e-5) and expected > 1
+    assert float(bank_score_mse(student[:1], teacher[:1], bank, 0.05)) == 0.0
+    weights, documents = DistillationWeights(score=0.5), torch.tensor([0, 2, 4])
+    with pytest.raises(ValueError, match="bank of query vectors"):
+        vector_distillation_loss(student, teacher, weights)
+    loss, terms = vector_distillation_loss(student, teacher, weights, anchors=bank, documents=documents)
+    s, t = (torch.nn.functional.normalize(x[documents], dim=-1) for x in (student, teacher))
+    assert terms["score"] == pytest.approx(0.5 * float(bank_score_mse(s, t, bank, 0.05)), rel=1e-5)
+    assert float(loss) == pytest.approx(sum(terms.values()), rel=1e-6)
+    assert "score" not in vector_distillation_loss(student, teacher, DistillationWeights())[1]
+

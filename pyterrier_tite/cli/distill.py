@@ -77,6 +77,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "steps, one seed (docs/results.md); 0: off",
     )  # fmt: skip
     parser.add_argument(
+        "--score-weight", type=float, default=0.0,
+        help="squared error of every bank query's scores of the batch's documents, centred per query (the KL terms "
+        "see mostly each query's top documents, this term all its score differences); 0: off",
+    )  # fmt: skip
+    parser.add_argument(
         "--hidden-weight",
         type=float,
         default=0.0,
@@ -220,7 +225,7 @@ def run_distill_tite(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(f"{len(data)} texts ({data.roles.count('doc')} documents) in {len(data.groups)} groups; "
           f"precision {targs.precision}")  # fmt: skip
-    for flag in ("anchor_weight", "collection_weight"):
+    for flag in ("anchor_weight", "collection_weight", "score_weight"):
         if getattr(args, flag) and "query" not in data.roles:
             name = "--" + flag.replace("_", "-")
             raise SystemExit(f"{name} needs queries or pseudo-queries in the texts; add some or pass {name} 0")
@@ -229,7 +234,7 @@ def run_distill_tite(args: argparse.Namespace) -> int:
         batch_size=args.teacher_batch_size, precision=targs.precision, verbose=not args.quiet,
     )  # fmt: skip
     weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, args.hidden_weight,
-                                  args.anchor_weight, args.collection_weight)  # fmt: skip
+                                  args.anchor_weight, args.collection_weight, args.score_weight)  # fmt: skip
     log = distill_vectors(student.text_encoder, data, targets, targs, student.save_pretrained,
                           batch_size=args.batch_size, weights=weights, resume=not args.no_resume,
                           teacher=teacher.text_encoder if args.hidden_weight else None,

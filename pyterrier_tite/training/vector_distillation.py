@@ -19,6 +19,9 @@ a document, :func:`~pyterrier_tite.training.pseudo_queries.cloze_pair`). For a b
   teacher's query vectors").
 - ``collection`` (0 here, off): how each bank query ranks *every* document of the data, the batch's documents held by
   the student's vectors and the rest by the teacher's (:mod:`.collection_kl`).
+- ``score`` (0 here, off): the squared error of every bank query's scores of the batch's documents, centred per query
+  (:func:`bank_score_mse`): the KL at ``tau`` sees mostly each row's top, this term every score a query's ranking of
+  its candidates depends on.
 
 With ``documents_only`` the student encodes only the documents: every query row of the batch keeps the teacher's own
 vector, so the KL teaches the student's documents to sit where the teacher's queries find them. Such a student must be
@@ -90,6 +93,12 @@ class DistillationWeights:
     anchor: float = 0.0
     #: weight of the KL over the whole collection's documents (:func:`.collection_kl.collection_kl`; 0: off)
     collection: float = 0.0
+    #: weight of the squared error of the bank queries' centred scores (:func:`bank_score_mse`; 0: off)
+    score: float = 0.0
+
+    def uses_bank(self) -> bool:
+        """Whether a term needs the bank of the teacher's query vectors."""
+        return bool(self.anchor or self.collection or self.score)
 
 
 def relational_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -122,6 +131,19 @@ def anchor_kl(student: torch.Tensor, teacher: torch.Tensor, anchors: torch.Tenso
     return (_rows_kl(s, t) + _rows_kl(s.T, t.T)) / 2  # documents rank queries; queries rank documents
 
 
+def bank_score_mse(
+    student: torch.Tensor, teacher: torch.Tensor, anchors: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """Mean squared difference between the student's and the teacher's scores of the documents for every bank query,
+    in the KL's logit units (score / ``temperature``), each query's scores centred over the documents: a query's
+    ranking depends on score differences only, so a shift common to all documents costs nothing. Inputs as
+    :func:`anchor_kl`; needs two documents or more (one: 0)."""
+    if student.shape[0] < 2:
+        return student.new_zeros(())
+    error = (student - teacher) @ anchors.T / temperature  # [n, M]
+    return (error - error.mean(0, keepdim=True)).pow(2).mean()
+
+
 def vector_distillation_loss(
     student: torch.Tensor,
     teacher: torch.Tensor,
@@ -136,7 +158,7 @@ def vector_distillation_loss(
     (row indices) limits the cosine term to the rows the student encoded; the others hold the teacher's vectors.
     With ``weights.anchor``, ``anchors`` (the bank, L2-normalised) and ``documents`` (row indices of the batch's
     documents) add :func:`anchor_kl`; with ``weights.collection`` also ``log_partition`` (the bank's, over all
-    documents) adds :func:`.collection_kl.collection_kl`."""
+    documents) adds :func:`.collection_kl.collection_kl`; with ``weights.score`` :func:`bank_score_mse`."""
     s = F.normalize(student.float(), dim=-1)
     t = F.normalize(teacher.float(), dim=-1)
     rows = slice(None) if learned is None else learned
@@ -144,8 +166,9 @@ def vector_distillation_loss(
         "cosine": weights.cosine * (1 - (s[rows] * t[rows]).sum(-1)).mean(),
         "kl": weights.kl * relational_kl(s, t, weights.temperature),
     }
-    if (weights.anchor or weights.collection) and (anchors is None or documents is None):
-        raise ValueError("the anchor and collection terms need the bank of query vectors and the batch's document rows")
+    if weights.uses_bank() and (anchors is None or documents is None):
+        raise ValueError("the anchor, collection and score terms need the bank of query vectors and the batch's "
+                         "document rows")  # fmt: skip
     if weights.anchor and len(documents):
         terms["anchor"] = weights.anchor * anchor_kl(s[documents], t[documents], anchors, weights.temperature)
     if weights.collection and len(documents):
@@ -153,6 +176,8 @@ def vector_distillation_loss(
             raise ValueError("the collection term needs the bank's log-partition over the documents")
         terms["collection"] = weights.collection * collection_kl(s[documents], t[documents], anchors, log_partition,
                                                                  weights.temperature)  # fmt: skip
+    if weights.score and len(documents):
+        terms["score"] = weights.score * bank_score_mse(s[documents], t[documents], anchors, weights.temperature)
     return sum(terms.values()), {k: float(v.detach()) for k, v in terms.items()}
 
 
@@ -332,7 +357,7 @@ def distill_vectors(
     if teacher is not None:
         teacher.eval()
     freeze_lower_layers(student.model, freeze_layers)
-    anchors = query_bank(data, targets, student.device) if weights.anchor or weights.collection else None
+    anchors = query_bank(data, targets, student.device) if weights.uses_bank() else None
     log_partition = None
     if weights.collection:
         log_partition = bank_log_partition(data, targets, anchors, weights.temperature)
@@ -369,7 +394,7 @@ def distill_vectors(
         return loss + weights.hidden * hidden, terms
 
     # a term left off stays out of the recipe, so checkpoints saved before the term existed still resume
-    recipe = {k: v for k, v in asdict(weights).items() if k != "collection" or v}
+    recipe = {k: v for k, v in asdict(weights).items() if k not in ("collection", "score") or v}
     recipe.update(batch_size=batch_size, freeze_layers=freeze_layers, documents_only=documents_only)
     if cache_frozen:  # no dropout in the frozen layers: another loss than the uncached run's
         recipe["cache_frozen"] = True
