@@ -597,3 +597,18 @@ def test_the_score_term_is_the_centred_squared_score_error_and_ignores_a_shift_c
     assert float(loss) == pytest.approx(sum(terms.values()), rel=1e-6)
     assert "score" not in vector_distillation_loss(student, teacher, DistillationWeights())[1]
 
+
+def test_the_loss_stays_in_float32_under_a_bf16_autocast():
+    # the training loop calls the loss inside the forward's autocast; bf16 similarity products would round the
+    # teacher's target logits too
+    torch.manual_seed(0)
+    teacher = torch.nn.functional.normalize(torch.randn(12, 32), dim=-1)
+    student = teacher + 0.3 * torch.randn(12, 32)
+    bank = torch.nn.functional.normalize(torch.randn(40, 32), dim=-1)
+    weights, documents = DistillationWeights(anchor=1.0, score=1.0), torch.arange(0, 12, 2)
+    exact, exact_terms = vector_distillation_loss(student, teacher, weights, anchors=bank, documents=documents)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed, mixed_terms = vector_distillation_loss(student, teacher, weights, anchors=bank, documents=documents)
+    assert mixed.dtype == torch.float32
+    for name, value in exact_terms.items():
+        assert_float_close(torch.tensor(mixed_terms[name]), torch.tensor(value), dtype=torch.float32)

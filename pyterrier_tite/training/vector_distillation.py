@@ -51,6 +51,7 @@ from pyterrier_tite.training.collection_kl import collection_kl, collection_log_
 from pyterrier_tite.training.frozen_prefix import encode_from_lower_states, lower_states
 from pyterrier_tite.training.hidden_distillation import encode_with_hidden_loss
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
+from pyterrier_tite.training.losses import full_precision
 from pyterrier_tite.training.topic_batches import clustered_batches
 
 
@@ -144,6 +145,7 @@ def bank_score_mse(
     return (error - error.mean(0, keepdim=True)).pow(2).mean()
 
 
+@full_precision
 def vector_distillation_loss(
     student: torch.Tensor,
     teacher: torch.Tensor,
@@ -154,13 +156,15 @@ def vector_distillation_loss(
     documents: torch.Tensor | None = None,
     log_partition: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cosine + relational KL (module docstring), computed in fp32 whatever the forward's precision. ``learned``
-    (row indices) limits the cosine term to the rows the student encoded; the others hold the teacher's vectors.
-    With ``weights.anchor``, ``anchors`` (the bank, L2-normalised) and ``documents`` (row indices of the batch's
-    documents) add :func:`anchor_kl`; with ``weights.collection`` also ``log_partition`` (the bank's, over all
-    documents) adds :func:`.collection_kl.collection_kl`; with ``weights.score`` :func:`bank_score_mse`."""
-    s = F.normalize(student.float(), dim=-1)
-    t = F.normalize(teacher.float(), dim=-1)
+    """Cosine + relational KL (module docstring), computed in fp32 whatever the forward's precision (autocast off:
+    under bf16 autocast the similarity products would round to bf16, a relative 2^-8 on logits of up to
+    ``1 / temperature``, the teacher's targets included). ``learned`` (row indices) limits the cosine term to the rows
+    the student encoded; the others hold the teacher's vectors. With ``weights.anchor``, ``anchors`` (the bank,
+    L2-normalised) and ``documents`` (row indices of the batch's documents) add :func:`anchor_kl`; with
+    ``weights.collection`` also ``log_partition`` (the bank's, over all documents) adds
+    :func:`.collection_kl.collection_kl`; with ``weights.score`` :func:`bank_score_mse`."""
+    s = F.normalize(student, dim=-1)
+    t = F.normalize(teacher, dim=-1)
     rows = slice(None) if learned is None else learned
     terms = {
         "cosine": weights.cosine * (1 - (s[rows] * t[rows]).sum(-1)).mean(),
