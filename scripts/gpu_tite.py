@@ -212,8 +212,8 @@ def train(args: argparse.Namespace) -> None:
             learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, seed=seed, precision=args.precision,
             verbose=False, log_every=0,
         )  # fmt: skip
-        weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature,
-                                      anchor=args.anchor_weight)  # fmt: skip
+        weights = DistillationWeights(args.cosine_weight, args.kl_weight, args.temperature, anchor=args.anchor_weight,
+                                      collection=args.collection_weight, score=args.score_weight)  # fmt: skip
         log = distill_vectors(student, train_data, targets, targs, lambda path: None, batch_size=args.batch_size,
                               weights=weights, resume=False, freeze_layers=args.freeze_layers,
                               documents_only=args.documents_only)  # fmt: skip
@@ -227,10 +227,18 @@ def train(args: argparse.Namespace) -> None:
         losses = [h["loss"] for h in log]
         return {"seed": seed, "steps": len(log), "train_s": round(train_seconds, 1),
                 "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
+                "terms_last50": loss_terms(log[-50:]),
                 "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}  # fmt: skip
 
     jobs = [(f"seed {seed}", partial(distil, seed)) for seed in map(int, split.names(args.seeds))]
     split.run_budgeted(jobs, args.budget, began, results)
+
+
+def loss_terms(log: list[dict[str, float]]) -> dict[str, float]:
+    """Each weighted loss term's mean over ``log`` (what the CPU tables report beside nDCG@10: which term a recipe
+    lowers)."""
+    names = [k for k in (log[0] if log else {}) if k not in ("loss", "lr", "step", "seconds")]
+    return {name: float(np.mean([entry.get(name, 0.0) for entry in log])) for name in names}
 
 
 def save_tite(encoder, folder: str, query_encoder=None) -> None:
@@ -250,8 +258,8 @@ def save_tite(encoder, folder: str, query_encoder=None) -> None:
 
 def recipe_of(args: argparse.Namespace) -> dict:
     keys = ("max_steps", "learning_rate", "warmup_steps", "batch_size", "cosine_weight", "kl_weight", "temperature",
-            "anchor_weight", "kernel", "arrangement", "pooling_layers", "structure", "freeze_layers", "dropout",
-            "precision", "query_encoder", "documents_only")  # fmt: skip
+            "anchor_weight", "collection_weight", "score_weight", "kernel", "arrangement", "pooling_layers",
+            "structure", "freeze_layers", "dropout", "precision", "query_encoder", "documents_only")  # fmt: skip
     return {k: getattr(args, k) for k in keys}
 
 
@@ -284,6 +292,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--temperature", type=float, default=0.05)
     p.add_argument("--anchor-weight", type=float, default=ANCHOR_WEIGHT,
                    help="KL against the bank of teacher query vectors (distill-tite's default; 0: off)")
+    p.add_argument("--collection-weight", type=float, default=0.0,
+                   help="KL of each bank query's ranking of every training document (distill-tite's flag; 0: off)")
+    p.add_argument("--score-weight", type=float, default=0.0,
+                   help="squared error of the bank queries' centred scores (distill-tite's flag; 0: off)")
     p.add_argument("--kernel", type=int, default=None, help="the pooling layers' kernel (default 2)")
     p.add_argument("--arrangement", choices=["late", "staggered"], default=None, help="default: late")
     p.add_argument("--pooling-layers", type=int, default=None,

@@ -112,7 +112,7 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
         ["train", "--bundle", str(bundle), "--out", str(out), "--workdir", str(tmp_path / "work"), "--device", "cpu",
          "--precision", "fp32", "--seeds", "1,2", "--max-steps", "3", "--warmup-steps", "1", "--batch-size", "2",
          "--eval-batch-size", "4", "--speed-docs", "4", "--keep", "2", "--keep-dtype", "float32",
-         "--freeze-layers", "1", "--anchor-weight", "1"]
+         "--freeze-layers", "1", "--anchor-weight", "1", "--score-weight", "2", "--collection-weight", "0.5"]
     )  # fmt: skip
     scores = np.load(out / "scores.npz")
     assert sorted(scores.files) == ["teacher|0|vaswani", "tite-start|0|vaswani", "tite|1|vaswani", "tite|2|vaswani"]
@@ -124,6 +124,10 @@ def test_train_scores_teacher_start_and_each_seed_and_keeps_a_model(irds_home, t
     assert summary["speed"]["docs"] == 4 and summary["speed"]["ratio"] > 0
     assert summary["recipe"]["freeze_layers"] == 1 and summary["recipe"]["query_encoder"] == "teacher"
     assert summary["recipe"]["anchor_weight"] == 1
+    assert (summary["recipe"]["score_weight"], summary["recipe"]["collection_weight"]) == (2, 0.5)
+    for model in summary["models"]:  # every weighted term reached the loss and is reported
+        assert set(model["terms_last50"]) == {"cosine", "kl", "anchor", "collection", "score"}
+        assert all(np.isfinite(v) and v >= 0 for v in model["terms_last50"].values())
     # the kept seed comes back as a TITE folder that from_pretrained loads and that scores as the trained one did
     split.main(["unpack", "--parts", str(out / "tite-seed-2"), "--out", str(tmp_path / "models")])
     tite = TITE.from_pretrained(str(tmp_path / "models" / "tite-seed-2"), device="cpu")
