@@ -79,8 +79,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--score-weight", type=float, default=0.0,
         help="squared error of every bank query's scores of the batch's documents, centred per query (the KL terms "
-        "see mostly each query's top documents, this term all its score differences): nDCG@10 +0.003 to +0.006 at "
-        "500 steps, one seed, none significant (docs/results.md); 0: off",
+        "see mostly each query's top documents, this term all its score differences): a better fit, no better "
+        "ranking (nDCG@10 +0.003 to +0.006 at 500 steps, -0.013 to +0.004 at 5,000; one seed; docs/results.md); 0: off",
     )  # fmt: skip
     parser.add_argument(
         "--hidden-weight",
