@@ -24,6 +24,12 @@
         with the TITE itself (a run saved with a query_encoder/ otherwise uses it): e.g.
         "runs/distill/k2-seed43,runs/distill/k2-seed43@minilm" asks what the teacher's query vectors add;
         --against-all pairs each run with every run before it, not only the first
+    python examples/diagnostics.py dense-sensitivity runs/distill/f5000-score-seed42 --datasets scifact,vaswani,dl19
+        how sensitive each collection's ranking is to a distill-tite student's error, with the teacher's query
+        vectors: the documents' cosine to the teacher's, and per test query over the teacher's top --depth documents
+        (TREC DL: BM25's candidates, encoded by both) the teacher's score spread over its top 10, the std of the
+        student's score error, their ratio and how much of the teacher's top 10 the student keeps (full retrieval
+        reads both models' vectors from the indexes the run's evaluation cached under <folder>/eval)
     python examples/diagnostics.py seen-unseen runs/distill/struct500 --max-docs 2000 --max-queries 2000 --seed 42
         whether a distill-tite student fits the documents it trained on better than others of the same collections
         (the recipe's texts include the evaluation collections' documents): the texts are rebuilt from the run's
@@ -244,6 +250,87 @@ def dense_paired(folders: list[str], collections: list[str], against_all: bool =
     return rows
 
 
+def ranking_sensitivity(pairs, k: int = 10) -> dict:
+    """Means over queries, each given as (teacher scores, student scores) of the same candidates: the teacher's
+    spread over its top ``k`` (rank 1 minus rank k), the std of the student's error (a shift common to all candidates
+    costs nothing: rankings see differences only), their ratio, and the share of the teacher's top ``k`` kept."""
+    import numpy as np
+
+    spread, error, kept = [], [], []
+    for teacher, student in pairs:
+        teacher, student = np.asarray(teacher, dtype=np.float64), np.asarray(student, dtype=np.float64)
+        if len(teacher) < k:
+            raise ValueError(f"a query with {len(teacher)} candidates: at least k = {k} are needed")
+        order = np.argsort(-teacher, kind="stable")
+        spread.append(teacher[order[0]] - teacher[order[k - 1]])
+        error.append(np.std(student - teacher))
+        kept.append(len(set(order[:k]) & set(np.argsort(-student, kind="stable")[:k])) / k)
+    spread, error = np.array(spread), np.array(error)
+    return {"queries": len(spread), "spread": round(float(spread.mean()), 4), "error": round(float(error.mean()), 4),
+            "error_over_spread": round(float(np.mean(error / np.maximum(spread, 1e-12))), 3),
+            "top_kept": round(float(np.mean(kept)), 3)}  # fmt: skip
+
+
+def _cosines(a, b):
+    import numpy as np
+
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def dense_sensitivity(folder: str, collections: list[str], teacher_name: str = "minilm", depth: int = 100) -> list:
+    import os
+
+    import numpy as np
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.pt.dense_experiment import RERANKED, dense_index_path, dense_pipeline
+    from pyterrier_tite.pt.first_stage import trec_dl_bm25
+    from pyterrier_tite.pt.tite import TITE
+    from pyterrier_tite.start_points import resolve
+
+    root = os.path.join(folder, "eval")
+    student = TITE.from_pretrained(folder, batch_size=64)
+    teacher = BertBiEncoder.from_pretrained(resolve(teacher_name), batch_size=64)
+    names = {"student": "TITE, distilled", "teacher": f"teacher ({os.path.basename(os.path.normpath(teacher_name))})"}
+    rows = []
+    for dataset in collections:
+        ds = datasets.get_dataset(datasets.irds_id(dataset))
+        topics = ds.get_topics()
+        queries = np.asarray(teacher.encode_queries(topics["query"].tolist()))
+        if dataset in RERANKED:  # the candidates are BM25's, encoded by both here
+            run = trec_dl_bm25(RERANKED[dataset])(topics)
+            texts = run.drop_duplicates("docno")
+            row = {d: i for i, d in enumerate(texts["docno"])}
+            t_docs, s_docs = (np.asarray(m.encode_docs(texts["text"].tolist())) for m in (teacher, student))
+            by_qid = {q: np.array([row[d] for d in g["docno"]]) for q, g in run.groupby("qid")}
+            candidates = [by_qid[q] for q in topics["qid"] if q in by_qid]
+            queries = queries[[i for i, q in enumerate(topics["qid"]) if q in by_qid]]
+            relevant_cosine = None
+        else:  # full retrieval: both models' vectors from the evaluation's cached indexes (built if missing)
+            vectors = {}
+            for role, model in (("teacher", teacher), ("student", student)):
+                dense_pipeline(model, names[role], dataset, root, verbose=False)
+                docnos, vecs, _ = FlexIndex(dense_index_path(model, names[role], dataset, root)).payload()
+                vectors[role] = ([docnos.fwd[i] for i in range(len(vecs))], np.asarray(vecs))
+            if vectors["teacher"][0] != vectors["student"][0]:
+                raise ValueError(f"{dataset}: the two cached indexes hold other documents or another order")
+            docnos = vectors["teacher"][0]
+            t_docs, s_docs = vectors["teacher"][1], vectors["student"][1]
+            scores = queries @ t_docs.T
+            candidates = list(np.argsort(-scores, axis=1)[:, :depth])
+            qrels = ds.get_qrels()
+            index_of = {d: i for i, d in enumerate(docnos)}
+            relevant = [index_of[d] for d in qrels[qrels["label"] > 0]["docno"].unique() if d in index_of]
+            relevant_cosine = round(float(_cosines(t_docs[relevant], s_docs[relevant]).mean()), 4)
+        pairs = [(t_docs[c] @ q, s_docs[c] @ q) for q, c in zip(queries, candidates, strict=True)]
+        rows.append({"dataset": dataset, "documents": len(t_docs),
+                     "doc_cosine": round(float(_cosines(t_docs, s_docs).mean()), 4),
+                     "relevant_doc_cosine": relevant_cosine, **ranking_sensitivity(pairs)})  # fmt: skip
+    return rows
+
+
 #: the collections with documents a reduced recipe leaves out, and the queries that rank them
 SEEN_UNSEEN_QUERIES = {"beir/scifact": "beir/scifact/test", "vaswani": "vaswani", "local/cacm": "local/cacm",
                        "msmarco-passage/trec-dl-2019/judged": "msmarco-passage/trec-dl-2019/judged"}  # fmt: skip
@@ -351,6 +438,11 @@ def main(argv=None) -> int:
                         "comma-separated; the first is the baseline")
     paired.add_argument("--datasets", default="scifact")
     paired.add_argument("--against-all", action="store_true", help="pair each run with every run before it")
+    sensitivity = commands.add_parser("dense-sensitivity")
+    sensitivity.add_argument("folder", help="a distill-tite output folder")
+    sensitivity.add_argument("--datasets", default="scifact,vaswani,cranfield-graded,dl19,dl20")
+    sensitivity.add_argument("--teacher", default="minilm", help="the run's --teacher")
+    sensitivity.add_argument("--depth", type=int, default=100, help="the teacher's top documents per query")
     memo = commands.add_parser("seen-unseen")
     memo.add_argument("folder")
     memo.add_argument("--docs", type=int, default=1000, help="documents per group and collection")
@@ -366,6 +458,8 @@ def main(argv=None) -> int:
         result = tite_start(args.teacher, args.structures.split(","), args.docs, args.queries)
     elif args.command == "dense-paired":
         result = dense_paired(args.folders.split(","), args.datasets.split(","), args.against_all)
+    elif args.command == "dense-sensitivity":
+        result = dense_sensitivity(args.folder, args.datasets.split(","), args.teacher, args.depth)
     elif args.command == "seen-unseen":
         result = seen_unseen(args.folder, args.docs, args.max_docs, args.max_queries, args.seed)
     elif args.command == "splade-similarity":

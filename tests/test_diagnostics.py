@@ -112,3 +112,20 @@ def test_group_fidelity_scores_a_copy_as_perfect_and_a_shuffle_as_not(diagnostic
     assert cosines == pytest.approx([1.0] * 30, abs=1e-6) and kept == [1.0] * 5
     cosines, kept = diagnostics.group_fidelity(teacher, teacher[torch.randperm(30)], queries, k=3)
     assert sum(cosines) / 30 < 0.5 and min(kept) < 1.0
+
+
+def test_ranking_sensitivity_of_a_copy_a_shift_and_a_noisy_student(diagnostics):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    teacher = [rng.normal(size=100) for _ in range(5)]
+    copy = diagnostics.ranking_sensitivity([(t, t) for t in teacher])
+    assert copy["error"] == 0 and copy["top_kept"] == 1 and copy["queries"] == 5
+    spread = np.mean([np.sort(t)[::-1][0] - np.sort(t)[::-1][9] for t in teacher])
+    assert copy["spread"] == pytest.approx(spread, abs=1e-4)
+    assert diagnostics.ranking_sensitivity([(t, t + 3.0) for t in teacher])["error"] == pytest.approx(0, abs=1e-9)
+    noisy = diagnostics.ranking_sensitivity([(t, t + rng.normal(scale=0.5, size=100)) for t in teacher])
+    assert 0.4 < noisy["error"] < 0.6 and noisy["top_kept"] < 1
+    assert noisy["error_over_spread"] == pytest.approx(noisy["error"] / noisy["spread"], rel=0.2)
+    with pytest.raises(ValueError, match="at least k"):
+        diagnostics.ranking_sensitivity([(np.zeros(5), np.zeros(5))])

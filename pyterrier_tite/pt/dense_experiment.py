@@ -27,17 +27,22 @@ from pyterrier_tite.text import document_text, text_fields
 RERANKED = {"dl19": "2019", "dl20": "2020", datasets.ALIASES["dl19"]: "2019", datasets.ALIASES["dl20"]: "2020"}
 
 
+def dense_index_path(model: DenseBiEncoder, name: str, dataset: str, index_root: str) -> str:
+    """Where :func:`dense_pipeline` caches ``model``'s FlexIndex of ``dataset`` (under :func:`model_key`), so other
+    tools read the same vectors."""
+    key = model_key(name, model.source or id(model))
+    return os.path.join(index_root, key, slug(datasets.irds_id(dataset)) + ".flex")
+
+
 def dense_pipeline(model: DenseBiEncoder, name: str, dataset: str, index_root: str, verbose: bool = True):
-    """``model`` as a ranker on ``dataset``: query encoder >> its FlexIndex (built on first use, under
-    :func:`model_key`), or BM25 top-100 >> its scorer on TREC DL."""
+    """``model`` as a ranker on ``dataset``: query encoder >> its FlexIndex (built on first use, at
+    :func:`dense_index_path`), or BM25 top-100 >> its scorer on TREC DL."""
     import pyterrier_dr
 
     if dataset in RERANKED:
         return trec_dl_bm25(RERANKED[dataset]) >> model.scorer()
     dataset_id = datasets.irds_id(dataset)
-    index = pyterrier_dr.FlexIndex(
-        os.path.join(index_root, model_key(name, model.source or id(model)), slug(dataset_id) + ".flex")
-    )
+    index = pyterrier_dr.FlexIndex(dense_index_path(model, name, dataset, index_root))
     if not index.built():
         fields = text_fields(dataset_id)
         corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=verbose)
