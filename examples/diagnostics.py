@@ -231,6 +231,7 @@ def dense_paired(folders: list[str], collections: list[str], against_all: bool =
     from pyterrier.measures import nDCG
 
     from pyterrier_tite import datasets
+    from pyterrier_tite.cli.distill import STUDENT_LABEL
     from pyterrier_tite.pt.dense_experiment import dense_pipeline
     from pyterrier_tite.pt.rerank_experiment import per_query, summarise
 
@@ -242,7 +243,7 @@ def dense_paired(folders: list[str], collections: list[str], against_all: bool =
         frames = {}
         for entry, model in models.items():  # the name distill-tite evaluated it under, so its cached index is found
             index_root = os.path.join(entry.partition("@")[0], "eval")
-            frames[entry] = dense_pipeline(model, "TITE, distilled", dataset, index_root, verbose=False)(topics)
+            frames[entry] = dense_pipeline(model, STUDENT_LABEL, dataset, index_root, verbose=False)(topics)
         values = per_query(frames, topics, qrels, nDCG @ 10)
         earlier = {f: folders[:i] if against_all else [folders[0]] for i, f in enumerate(folders) if i}
         summary = summarise(values, {f: [f] for f in folders}, earlier)
@@ -271,19 +272,16 @@ def ranking_sensitivity(pairs, k: int = 10) -> dict:
             "top_kept": round(float(np.mean(kept)), 3)}  # fmt: skip
 
 
-def _cosines(a, b):
-    import numpy as np
-
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
-
 def dense_sensitivity(folder: str, collections: list[str], teacher_name: str = "minilm", depth: int = 100) -> list:
     import os
 
     import numpy as np
+    import torch
+    import torch.nn.functional as F
     from pyterrier_dr import FlexIndex
 
     from pyterrier_tite import datasets
+    from pyterrier_tite.cli.distill import STUDENT_LABEL, teacher_label
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.dense_experiment import RERANKED, dense_index_path, dense_pipeline
     from pyterrier_tite.pt.first_stage import trec_dl_bm25
@@ -293,7 +291,11 @@ def dense_sensitivity(folder: str, collections: list[str], teacher_name: str = "
     root = os.path.join(folder, "eval")
     student = TITE.from_pretrained(folder, batch_size=64)
     teacher = BertBiEncoder.from_pretrained(resolve(teacher_name), batch_size=64)
-    names = {"student": "TITE, distilled", "teacher": f"teacher ({os.path.basename(os.path.normpath(teacher_name))})"}
+    names = {"student": STUDENT_LABEL, "teacher": teacher_label(teacher_name)}
+
+    def mean_cosine(a, b) -> float:
+        return round(float(F.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b)).mean()), 4)
+
     rows = []
     for dataset in collections:
         ds = datasets.get_dataset(datasets.irds_id(dataset))
@@ -323,10 +325,10 @@ def dense_sensitivity(folder: str, collections: list[str], teacher_name: str = "
             qrels = ds.get_qrels()
             index_of = {d: i for i, d in enumerate(docnos)}
             relevant = [index_of[d] for d in qrels[qrels["label"] > 0]["docno"].unique() if d in index_of]
-            relevant_cosine = round(float(_cosines(t_docs[relevant], s_docs[relevant]).mean()), 4)
+            relevant_cosine = mean_cosine(t_docs[relevant], s_docs[relevant])
         pairs = [(t_docs[c] @ q, s_docs[c] @ q) for q, c in zip(queries, candidates, strict=True)]
         rows.append({"dataset": dataset, "documents": len(t_docs),
-                     "doc_cosine": round(float(_cosines(t_docs, s_docs).mean()), 4),
+                     "doc_cosine": mean_cosine(t_docs, s_docs),
                      "relevant_doc_cosine": relevant_cosine, **ranking_sensitivity(pairs)})  # fmt: skip
     return rows
 

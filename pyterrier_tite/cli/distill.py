@@ -24,6 +24,13 @@ DEFAULT_STRUCTURE = "0/2/0/2/2/g"  # for a 6-layer teacher (MiniLM); docs/result
 DEFAULT_POOLING_LAYERS = 4  # the late arrangement's layers: for --kernel/--arrangement and teachers of other depths
 DEFAULT_QUERY_ENCODER = "teacher"  # docs/results.md, "The teacher as query encoder"
 DEFAULT_ANCHOR_WEIGHT = 1.0  # docs/results.md, "A bank of the teacher's query vectors"
+#: the distilled student's name in the final tables: its evaluation indexes are cached under it (diagnostics reads them)
+STUDENT_LABEL = "TITE, distilled"
+
+
+def teacher_label(teacher: str) -> str:
+    """The teacher's name in the final tables (and of its cached evaluation indexes) for ``--teacher``."""
+    return f"teacher ({os.path.basename(os.path.normpath(teacher))})"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -249,15 +256,15 @@ def run_distill_tite(args: argparse.Namespace) -> int:
         return 0
     dtype = model_dtype(targs.precision)
     teacher = build_teacher(args, batch_size=64, dtype=dtype)
-    teacher_name = f"teacher ({os.path.basename(os.path.normpath(args.teacher))})"
+    teacher_name = teacher_label(args.teacher)
     models = {
         teacher_name: teacher,
         "TITE, not distilled": build_student(args, teacher, batch_size=64, dtype=dtype),
-        "TITE, distilled": TITE.from_pretrained(args.output_dir, batch_size=64, dtype=dtype),
+        STUDENT_LABEL: TITE.from_pretrained(args.output_dir, batch_size=64, dtype=dtype),
     }
     table = dense_experiment(models, collections, os.path.join(args.output_dir, "eval"), baseline=teacher_name,
                              verbose=not args.quiet)  # fmt: skip
-    table["train min"] = table["name"].map({"TITE, distilled": training_minutes([args.output_dir])})
+    table["train min"] = table["name"].map({STUDENT_LABEL: training_minutes([args.output_dir])})
     table.to_csv(os.path.join(args.output_dir, "results.csv"), index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(table.to_string(index=False))
