@@ -25,7 +25,7 @@ def aggretriever_step(quick: bool):
     """One Aggretriever training step: 16 queries of 32 tokens, 2 documents each of 128 (the recipe's shapes)."""
     import torch
 
-    from pyterrier_tite.convert.aggretriever import load_aggretriever
+    from pyterrier_tite.models.aggretriever.modeling import load_aggretriever
     from pyterrier_tite.start_points import resolve
     from pyterrier_tite.training.losses import aggretriever_loss
 

@@ -45,7 +45,7 @@ def cpu_flags() -> str:
 def parse_structures(spec: str) -> dict[str, dict]:
     """``"4:2,0/2/0/2/2/g"`` -> each entry's ``build_student`` flags: ``POOLING_LAYERS:KERNEL`` (the last layers pool)
     or a per-layer ``--structure`` of ``distill-tite``; a malformed entry names itself."""
-    from pyterrier_tite.modeling.tite_from_bert import parse_structure
+    from pyterrier_tite.models.tite.from_bert import parse_structure
 
     out = {}
     for item in (part.strip() for part in spec.split(",")):

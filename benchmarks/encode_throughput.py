@@ -30,7 +30,7 @@ def sizes(width: int, layers: int) -> dict:
 
 def tite_variants(layers: int, width: int) -> dict[str, dict]:
     """Pooling (kernels / strides) and per-layer sizes of each variant; None = no pooling in that layer."""
-    from pyterrier_tite.modeling.tite_from_bert import pooling_layers
+    from pyterrier_tite.models.tite.from_bert import pooling_layers
 
     late = pooling_layers(layers, min(9, layers - 1), "late")
     staggered = pooling_layers(layers, min(9, layers - 1), "staggered")
@@ -51,7 +51,7 @@ def tite_variants(layers: int, width: int) -> dict[str, dict]:
 
 def one_vector(kernels: list, max_len: int = 512) -> list:
     """Shallow models cannot reach one vector with k = 2 / 3: the last layer then pools globally (as tite_from_bert)."""
-    from pyterrier_tite.modeling.tite_config import output_shapes
+    from pyterrier_tite.models.tite.configuration import output_shapes
 
     shapes = output_shapes(max_len, kernels, kernels)
     if shapes[-1] > 1:
@@ -60,7 +60,7 @@ def one_vector(kernels: list, max_len: int = 512) -> list:
 
 
 def make_tite(variant: dict, vocab: int, max_len: int):
-    from pyterrier_tite.modeling import TiteConfig, TiteModel
+    from pyterrier_tite.models import TiteConfig, TiteModel
 
     hidden = variant["hidden"]
     kernels = list(variant["kernels"])
@@ -109,7 +109,7 @@ def layer_flops(n_in: int, n_out: int, h_in: int, h: int, ffn: int) -> int:
 def model_flops(length: int, kernels, hidden, strides=None, ffn=None) -> int:
     """Matmul FLOPs of one sequence of ``length`` tokens; per layer a kernel (None: no pooling), a width, a stride
     (default: the kernel) and an FFN width (default: 4x the width)."""
-    from pyterrier_tite.modeling.tite_config import pooled_length
+    from pyterrier_tite.models.tite.configuration import pooled_length
 
     strides = kernels if strides is None else strides
     ffn = [4 * h for h in hidden] if ffn is None else ffn

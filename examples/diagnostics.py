@@ -83,7 +83,7 @@ def aggretriever_parts(folder: str, count: int) -> dict:
     from transformers import AutoTokenizer
 
     from pyterrier_tite import datasets
-    from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder
+    from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder
 
     texts = datasets.get_dataset("beir/scifact/test").get_topics()["query"].head(count).tolist()
     encoder, tokenizer = AggretrieverEncoder.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
@@ -123,7 +123,7 @@ def with_kernels(model, kernels: list[int | None]):
     rows, which ``TiteConfig`` refuses for a model (it must end in one vector), so its check is bypassed: a probe."""
     import copy
 
-    from pyterrier_tite.modeling import TiteModel
+    from pyterrier_tite.models import TiteModel
 
     if len(kernels) != model.config.num_hidden_layers:
         raise SystemExit(f"{len(kernels)} kernels for {model.config.num_hidden_layers} layers")
@@ -139,7 +139,7 @@ def mean_of_rows(encoder, texts: list[str], role: str, batch_size: int = 32):
     import torch
     import torch.nn.functional as F
 
-    from pyterrier_tite.modeling.tite_packing import PackedLayout
+    from pyterrier_tite.models.tite.packing import PackedLayout
 
     vectors = []
     for start in range(0, len(texts), batch_size):

@@ -73,7 +73,7 @@ def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
     """The model folders (a ``pt_meta.json`` naming a model format) inside ``models_dir``, up to ``max_depth`` levels
     down (a recipe writes ``<variant>/seed-<seed>/``), sorted by path; nothing inside a model folder, or inside another
     artifact such as a recipe's cached FlexIndex, is searched or listed."""
-    from pyterrier_tite.convert.checkpoint import read_json
+    from pyterrier_tite.models.checkpoint import read_json
     from pyterrier_tite.pt.artifacts import FORMATS
 
     if not os.path.isdir(models_dir):

@@ -118,5 +118,5 @@ def in_float32(fn: Callable[..., T], *args, **kwargs) -> T:
 
 def capturing_cuda_graph() -> bool:
     """A CUDA graph is being captured on the current stream: host synchronisations (``.item()``, ``bool(t)``) would
-    fail, so code with an optional sync skips it (see :mod:`pyterrier_tite.modeling.sparse_ce_graphs`)."""
+    fail, so code with an optional sync skips it (see :mod:`pyterrier_tite.models.sparse_ce.graphs`)."""
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

@@ -7,7 +7,7 @@ but neither the collections nor PyTerrier:
    fp32 before training, so every model there starts from the same rounded weights).
 2. ``train`` (on the GPU, torch only): every variant x seed in turn (the same data, steps and recipe as the CLI:
    MarginMSE against the teacher, ``RerankerTrainingData``, the shared ``Trainer``), each model scoring every
-   evaluation candidate as the re-ranker's ``transform`` does (:func:`~pyterrier_tite.modeling.pair_scoring.
+   evaluation candidate as the re-ranker's ``transform`` does (:func:`~pyterrier_tite.models.cross_encoder.pair_scoring.
    score_by_query`); scores are written after each model, so a run cut short keeps what it finished. A time budget
    skips models that would not finish.
 3. ``evaluate`` (here): nDCG@10 of the scores with the recipe's statistics (mean ± std over seeds, paired t-tests and
@@ -191,9 +191,13 @@ def build(variant: str, start: str, tokenizer):
     import warnings
 
     from pyterrier_tite.cli.distill_rerankers import parse_variant
-    from pyterrier_tite.convert.cross_encoder import load_scorer, sequence_classifier
-    from pyterrier_tite.convert.sparse_ce import sparse_backbone, stored_lengths
-    from pyterrier_tite.tokenization.cross_encoder import CrossEncoderInputs, fill_special_ids, special_ids
+    from pyterrier_tite.models.cross_encoder.convert import (
+        load_scorer,
+        sequence_classifier,
+        sparse_backbone,
+        stored_lengths,
+    )
+    from pyterrier_tite.models.cross_encoder.tokenization import CrossEncoderInputs, fill_special_ids, special_ids
 
     spec = parse_variant(variant)
     sparse = spec["kind"] == "SparseCE" or spec.get("sparse", False)
@@ -289,7 +293,7 @@ def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, s
     """Train one variant x seed and score every evaluation candidate into ``scores``; its summary row."""
     import torch
 
-    from pyterrier_tite.modeling.pair_scoring import score_by_query
+    from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
     from pyterrier_tite.training.loop import Trainer, TrainingArguments, seed_everything
     from pyterrier_tite.training.rerankers import RerankerTrainingData, reranker_loss
 
@@ -327,7 +331,7 @@ def train_and_score(args, variant, seed, start, tokenizer, pool, data, shared, s
         ).astype(np.float32)
     score_seconds = time.perf_counter() - t
     if f"{variant}:{seed}" in names(args.keep):
-        from pyterrier_tite.convert.cross_encoder import save_scorer
+        from pyterrier_tite.models.cross_encoder.convert import save_scorer
 
         folder = os.path.join(args.workdir, "keep", f"{variant}-seed-{seed}")
         save_scorer(scorer, tokenizer, folder, reranker=parse_kind(variant), lengths=inputs.lengths())

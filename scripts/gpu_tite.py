@@ -63,10 +63,10 @@ def bundle(args: argparse.Namespace) -> None:
 def build_teacher(folder: str):
     """The teacher's text encoder as ``BertBiEncoder.from_pretrained`` builds it (pooling, normalisation and lengths
     from the folder), without PyTerrier."""
-    from pyterrier_tite.convert.backbone import encoder_from_pretrained, sentence_transformers_settings
-    from pyterrier_tite.convert.checkpoint import load_tokenizer, read_meta
-    from pyterrier_tite.modeling.biencoder import PooledEncoder
-    from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
+    from pyterrier_tite.models.backbone import encoder_from_pretrained, sentence_transformers_settings
+    from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
+    from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
+    from pyterrier_tite.models.checkpoint import load_tokenizer, read_meta
 
     meta = {**sentence_transformers_settings(folder), **read_meta(folder)}
     lengths = {k: meta.get(k, default) for k, default in (("query_max_length", 32), ("doc_max_length", 256))}
@@ -83,10 +83,10 @@ def build_student(folder: str, teacher, kernel: int | None = None, arrangement: 
     tokenizer, lengths and normalisation, no markers; ``dropout`` replaces the teacher's (None: keep it);
     ``structure`` (e.g. ``0/2/0/2/2/g``) places the pooling per layer, the other three the last ``pooling_layers``;
     none of them: ``STRUCTURE`` for a teacher of its depth, else the late arrangement's defaults."""
-    from pyterrier_tite.modeling.biencoder import PooledEncoder
-    from pyterrier_tite.modeling.tite_from_bert import pooling_from_flags, tite_from_bert
+    from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
+    from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
+    from pyterrier_tite.models.tite.from_bert import pooling_from_flags, tite_from_bert
     from pyterrier_tite.ops.dropout import set_dropout
-    from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
     q, d = teacher.inputs.query_max_length, teacher.inputs.doc_max_length
     pooling = pooling_from_flags(teacher.model.config.num_hidden_layers, STRUCTURE, POOLING_LAYERS, structure,
@@ -244,7 +244,7 @@ def loss_terms(log: list[dict[str, float]]) -> dict[str, float]:
 def save_tite(encoder, folder: str, query_encoder=None) -> None:
     """A distilled TITE as ``TITE.save_pretrained`` writes it (``TITE.from_pretrained`` loads it), with the teacher
     in ``query_encoder/`` as ``BertBiEncoder.save_pretrained`` writes it when it encodes the queries."""
-    from pyterrier_tite.convert.checkpoint import save_model_folder
+    from pyterrier_tite.models.checkpoint import save_model_folder
 
     settings = {**encoder.inputs.settings(), "normalize": encoder.normalize}
     if query_encoder is not None:

@@ -34,7 +34,9 @@ if [ ! -f "$stamp" ] || [ "$ROOT/setup.py" -nt "$stamp" ] || [ -n "$(find "$ROOT
   pip_quiet "setuptools>=64" wheel ninja
   # --no-build-isolation: an isolated build env would pull a different torch than the one installed above
   pip_quiet --no-build-isolation -e "$ROOT[test,minilm]"
-  python -c "import pyterrier_tite._C" || { echo "[setup] the compiled extension failed to build" >&2; exit 1; }
+  # checked from outside the checkout: an import from the repository root would find a stale _C there
+  (cd / && python -c "import importlib.metadata as m, pyterrier_tite._C; m.version('pyterrier-tite')") \
+    || { echo "[setup] pyterrier-tite failed to install (see pip's output above)" >&2; exit 1; }
   touch "$stamp"
 fi
 # The notebook test runs notebooks on the Jupyter kernel "python3" of this environment (ipykernel: test extra);

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pyterrier_tite.convert.tite import load_tite_tokenizer
-from pyterrier_tite.modeling import TiteModel
+from pyterrier_tite.models import TiteModel
+from pyterrier_tite.models.tite.convert import load_tite_tokenizer
 from pyterrier_tite.pt.tite import TITE
 
 ATOL = 1e-5

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyterrier_tite.modeling import SparseCrossEncoderConfig, SparseCrossEncoderModelForSequenceClassification
+from pyterrier_tite.models import SparseCrossEncoderConfig, SparseCrossEncoderModelForSequenceClassification
 
 
 def tiny_sparse_ce(window, symmetric: bool, hidden: int = 64, max_positions: int = 600):

@@ -15,8 +15,8 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from pyterrier_tite.convert.checkpoint import CheckpointError
-from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder, agg_plus, agg_star, lexical_representation
+from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder, agg_plus, agg_star, lexical_representation
+from pyterrier_tite.models.checkpoint import CheckpointError
 from pyterrier_tite.pt.aggretriever import Aggretriever
 from pyterrier_tite.training.tokenizer import train_wordpiece
 

@@ -16,9 +16,10 @@ from _hub import require_fixtures, snapshot
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM, BertTokenizer, DistilBertConfig, DistilBertForMaskedLM
 
-from pyterrier_tite.convert.aggretriever import detect_layout, load_aggretriever
-from pyterrier_tite.convert.checkpoint import CheckpointError
-from pyterrier_tite.modeling.aggretriever import castorini_offset
+from pyterrier_tite.models.aggretriever.configuration import castorini_offset
+from pyterrier_tite.models.aggretriever.convert import detect_layout
+from pyterrier_tite.models.aggretriever.modeling import load_aggretriever
+from pyterrier_tite.models.checkpoint import CheckpointError
 from pyterrier_tite.pt.aggretriever import Aggretriever
 
 pytestmark = pytest.mark.usefixtures("single_thread")

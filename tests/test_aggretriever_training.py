@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder
+from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder
 from pyterrier_tite.pt.aggretriever import Aggretriever
 from pyterrier_tite.training.aggretriever import AggretrieverTrainingLoss, fine_tune_aggretriever
 from pyterrier_tite.training.loop import TrainingArguments

@@ -495,7 +495,7 @@ def checkpoints(models, tmp_path_factory) -> dict[str, Path]:
 def _drop_a_tensor(folder: Path) -> str:
     from safetensors.torch import save_file
 
-    from pyterrier_tite.convert.checkpoint import read_state_dict
+    from pyterrier_tite.models.checkpoint import read_state_dict
 
     state = read_state_dict(folder)
     dropped = sorted(k for k in state if k.endswith("orm.weight"))[0]  # a LayerNorm: named alike in every layout
@@ -523,7 +523,7 @@ BERT_FOLDER = {"TITE": "not a TITE checkpoint: model_type 'bert'", "Aggretriever
 @pytest.mark.parametrize("case", FOLDER_CASES)
 @pytest.mark.parametrize("loader", LOADERS)
 def test_checkpoint_folders(checkpoints, tmp_path, loader, case):
-    from pyterrier_tite.convert.checkpoint import CheckpointError
+    from pyterrier_tite.models.checkpoint import CheckpointError
 
     load = _loader(loader)
     folder = tmp_path / "model"

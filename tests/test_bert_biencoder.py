@@ -173,7 +173,7 @@ def test_loading_refuses_missing_weights_but_not_an_unused_pooler_or_mlm_head(tm
 
     from transformers import BertConfig, BertForPreTraining, BertModel, BertTokenizerFast
 
-    from pyterrier_tite.convert.checkpoint import CheckpointError
+    from pyterrier_tite.models.checkpoint import CheckpointError
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 
     config = BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16)

@@ -132,7 +132,7 @@ def tiny_samples() -> list[Sample]:
 
 
 def tiny_model(kind: str):
-    from pyterrier_tite.modeling import TiteConfig, TiteModel
+    from pyterrier_tite.models import TiteConfig, TiteModel
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.tite import TITE
     from pyterrier_tite.start_points import minilm_path

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
-from pyterrier_tite.modeling.celi import (
+from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.models.cross_encoder.celi import (
     CeliHead,
     MeanPoolHead,
     PairStates,

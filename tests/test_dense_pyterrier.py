@@ -17,8 +17,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from pyterrier_tite.convert.checkpoint import CheckpointError, read_meta
-from pyterrier_tite.modeling import TiteConfig, TiteModel
+from pyterrier_tite.models import TiteConfig, TiteModel
+from pyterrier_tite.models.checkpoint import CheckpointError, read_meta
 from pyterrier_tite.pt.aggretriever import Aggretriever
 from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 from pyterrier_tite.pt.tite import TITE
@@ -69,7 +69,7 @@ def saved(tmp_path_factory) -> dict[str, str]:
     """A saved tiny TITE, BERT bi-encoder and Aggretriever (folders)."""
     from transformers import BertForMaskedLM
 
-    from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder
+    from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder
 
     try:
         tok = tokenizer()
@@ -200,15 +200,15 @@ def test_read_meta_names_a_malformed_file(tmp_path):
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "pyterrier_tite"
 FAMILY = {
-    "tokenization": ["tokenization/biencoder.py"],
-    "modeling": ["modeling/biencoder.py", "modeling/aggretriever.py", *(f"modeling/{p.name}" for p in
-                 sorted((ROOT / "modeling").glob("tite*.py")))],
+    "tokenization": ["models/bert_biencoder/tokenization.py"],
+    "modeling": ["models/bert_biencoder/modeling.py", "models/aggretriever/modeling.py",
+                 *(f"models/tite/{p.name}" for p in sorted((ROOT / "models" / "tite").glob("*.py")))],
     "training": ["training/biencoder.py", "training/biencoder_data.py", "training/aggretriever.py",
                  "training/tite_pretraining.py"],
 }  # fmt: skip
 FORBIDDEN = {
-    "tokenization": ("pyterrier_tite.modeling", "pyterrier_tite.pt", "pyterrier_tite.training", "pyterrier",
-                     "pandas", "torch.nn"),
+    "tokenization": ("pyterrier_tite.models.bert_biencoder.modeling", "pyterrier_tite.pt", "pyterrier_tite.training",
+                     "pyterrier", "pandas", "torch.nn"),
     "modeling": ("pyterrier_tite.pt", "pyterrier_tite.training", "pyterrier", "pandas"),
     "training": ("pyterrier_tite.pt", "pyterrier"),
 }  # fmt: skip

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoTokenizer
 
 from pyterrier_tite.cli.distill_rerankers import build_variant
-from pyterrier_tite.modeling.pair_scoring import score_by_query
+from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
 from pyterrier_tite.training.loop import seed_everything
 from tests._scripts import load_script
 from tests._tiny_bert import save_tiny_bert

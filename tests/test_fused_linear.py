@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
+from pyterrier_tite.models.fused_linear import ConcatenatedLinears
 
 
 def _linears() -> list[nn.Linear]:

@@ -148,7 +148,7 @@ def test_sparse_cross_encoder_on_gpu_equals_cpu(window, symmetric):
 
 @pytest.mark.parametrize("location", ["intra", "pre", "post"])
 def test_tite_on_gpu_equals_cpu(location):
-    from pyterrier_tite.modeling import TiteConfig, TiteModel
+    from pyterrier_tite.models import TiteConfig, TiteModel
 
     torch.manual_seed(0)
     late = [None, None, 2, 2, 2, 2, 2, 2, 2, 2, 2]
@@ -171,7 +171,7 @@ def test_tite_on_gpu_equals_cpu(location):
 
 
 def test_tite_trains_on_gpu_in_bf16_autocast():
-    from pyterrier_tite.modeling import TiteConfig, TiteModel
+    from pyterrier_tite.models import TiteConfig, TiteModel
 
     torch.manual_seed(0)
     late = [None, 2, 2, 2, 2, 2, 2]
@@ -191,8 +191,8 @@ def test_tite_trains_on_gpu_in_bf16_autocast():
 
 def test_tite_varlen_attention_equals_padded_sdpa():
     """bf16 on GPU goes through FlashAttention varlen (no padding); it must equal the padded SDPA path."""
-    from pyterrier_tite.modeling import tite_layers
-    from pyterrier_tite.modeling.tite_packing import PackedLayout
+    from pyterrier_tite.models.tite import layers as tite_layers
+    from pyterrier_tite.models.tite.packing import PackedLayout
 
     if tite_layers.flash_attn_varlen_func is None and tite_layers.torch_varlen_attn is None:
         pytest.skip("no varlen attention in this torch")
@@ -240,7 +240,7 @@ def _graph_inputs(seed: int):
 def test_cuda_graphs_replay_the_eager_scores(window, symmetric, head, dtype):
     """Three batches of one bucket: one capture, two replays, each equal to the eager forward of its own inputs (so
     the inputs are copied in); a batch of another bucket captures a second graph."""
-    from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+    from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 
     scorer = CrossEncoderScorer(_tiny_sparse_ce(window, symmetric), head=head, token_dim=8).to(CUDA).eval()
     scorer.use_cuda_graphs()
@@ -267,7 +267,7 @@ def test_cuda_graphs_replay_the_eager_scores(window, symmetric, head, dtype):
 def test_cuda_graphs_are_dropped_when_the_weights_change():
     """A captured graph reads the weights' addresses: after an in-place update (a training step) or a new tensor,
     the scores follow the new weights."""
-    from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+    from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 
     scorer = CrossEncoderScorer(_tiny_sparse_ce(4, False)).to(CUDA).eval().use_cuda_graphs()
     queries, docs = _graph_inputs(1)
@@ -289,7 +289,7 @@ def test_cuda_graphs_are_dropped_when_the_weights_change():
 
 def test_batches_of_long_docs_run_without_graphs():
     """Above ``max_doc_length`` the kernels dominate: no graph is captured, the scores are the eager ones."""
-    from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+    from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 
     scorer = CrossEncoderScorer(_tiny_sparse_ce(4, False)).to(CUDA).eval().use_cuda_graphs()
     scorer._graphs.max_doc_length = 64

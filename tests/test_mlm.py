@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pyterrier_tite.modeling.splade import splade_pool
+from pyterrier_tite.models.splade.modeling import splade_pool
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import flops
 from pyterrier_tite.training.mlm import BertSize, MlmBatches, MlmLoss, bert_mlm, pretrain_mlm, save_mlm

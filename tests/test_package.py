@@ -34,7 +34,7 @@ import sys
 from pyterrier_tite.cli import build_parser
 build_parser()
 heavy = ('transformers', 'pyterrier', 'pyterrier_dr', 'pyterrier_pisa', 'ir_datasets')
-print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('pyterrier_tite.modeling')))
+print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('pyterrier_tite.models')))
 """
 
 

@@ -95,7 +95,7 @@ def test_evaluation_with_the_same_model_in_every_fold_equals_the_single_model_ro
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
-    from pyterrier_tite.modeling.splade import SpladeEncoder
+    from pyterrier_tite.models.splade.modeling import SpladeEncoder
     from pyterrier_tite.pt.splade import Splade
     from pyterrier_tite.training.mlm import pretraining_texts
     from pyterrier_tite.training.tokenizer import train_wordpiece

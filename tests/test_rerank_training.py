@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import BertTokenizerFast
 
-from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
-from pyterrier_tite.modeling.celi import pair_states_from_sparse
+from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.models.cross_encoder.celi import pair_states_from_sparse
 from pyterrier_tite.pt.rerankers import CELI, CrossEncoderReranker, MonoCE, SparseCE
 from pyterrier_tite.training.loop import TrainingArguments
 from pyterrier_tite.training.rerankers import (

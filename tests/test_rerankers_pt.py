@@ -12,9 +12,8 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
 import pyterrier_tite
-from pyterrier_tite.convert import CheckpointError
-from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
-from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+from pyterrier_tite.models import CheckpointError, SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 from pyterrier_tite.pt.rerankers import CELI, CrossEncoderReranker, MonoCE, SparseCE
 from pyterrier_tite.start_points import minilm_path
 

@@ -14,8 +14,8 @@ from torch import nn
 from transformers import BertConfig, BertForSequenceClassification, ElectraConfig, ElectraForSequenceClassification
 
 from pyterrier_tite.devices import in_dtype, in_float32
-from pyterrier_tite.modeling import SparseCrossEncoder, SparseCrossEncoderConfig
-from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -15,8 +15,7 @@ import torch
 from _hub import require_fixtures, snapshot
 from safetensors.torch import load_file, save_file
 
-from pyterrier_tite.convert import CheckpointError
-from pyterrier_tite.modeling import SparseCrossEncoder
+from pyterrier_tite.models import CheckpointError, SparseCrossEncoder
 from pyterrier_tite.pt.rerankers import CrossEncoderReranker, MonoCE, SparseCE
 
 REPO = "webis/sparse-cross-encoder-4-4096"

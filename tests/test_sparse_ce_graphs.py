@@ -8,9 +8,9 @@ import torch
 from _tiny_sparse_ce import tiny_sparse_ce
 from _tolerance import assert_float_close
 
-from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
-from pyterrier_tite.modeling.sparse_ce_graphs import Bucket, SparseCEGraphs, bucket_of, pad_batch
-from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
+from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
+from pyterrier_tite.models.cross_encoder.tokenization import SparseCrossEncoderBatch
+from pyterrier_tite.models.sparse_ce.graphs import Bucket, SparseCEGraphs, bucket_of, pad_batch
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from pyterrier_tite.modeling import (
+from pyterrier_tite.models import (
     SparseCrossEncoder,
     SparseCrossEncoderBatch,
     SparseCrossEncoderConfig,
 )
-from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
-from pyterrier_tite.modeling.sparse_ce import FLAGS
+from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
+from pyterrier_tite.models.sparse_ce.modeling import FLAGS
 from pyterrier_tite.ops import unwindow_matmul, window_attention_reference, window_matmul
 
 ATOL = 1e-5
@@ -339,7 +339,7 @@ def test_band_ops_match_definition_and_have_gradients():
 def test_full_attention_dense_path_equals_a_band_covering_the_segment_in_values_and_gradients(monkeypatch):
     """w=None (training on CPU: one masked SDPA call) computes what the banded op computes with a window as wide as
     each segment, gradients included, so w=4 vs w=inf compares attention patterns, not two implementations."""
-    import pyterrier_tite.modeling.sparse_ce as sparse_ce
+    import pyterrier_tite.models.sparse_ce.modeling as sparse_ce
     from pyterrier_tite.ops import window_attention
 
     def band_everywhere(q, k, v, window, lengths=None, groups=(), scale=None, dropout=0.0):
@@ -367,7 +367,7 @@ def test_full_attention_dense_path_equals_a_band_covering_the_segment_in_values_
 @pytest.mark.parametrize("window", [0, 1, 3], ids=["w0", "w1", "w3"])
 def test_fused_kernel_and_pure_torch_band_paths_agree_in_values_and_gradients(window, monkeypatch):
     """Inference / no-dropout training use the fused window_attention kernel; dropout training the torch path."""
-    import pyterrier_tite.modeling.sparse_attention as sparse_attention
+    import pyterrier_tite.models.sparse_ce.attention as sparse_attention
 
     results = []
     for fused in (True, False):

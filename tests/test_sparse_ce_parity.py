@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pyterrier_tite.convert.sparse_ce import sparse_config
-from pyterrier_tite.modeling import SparseCrossEncoderModelForSequenceClassification
-from pyterrier_tite.modeling.sparse_ce import FLAGS
+from pyterrier_tite.models import SparseCrossEncoderModelForSequenceClassification
+from pyterrier_tite.models.sparse_ce.convert import sparse_config
+from pyterrier_tite.models.sparse_ce.modeling import FLAGS
 
 PARITY_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "parity"
 FIXTURES = sorted(PARITY_ROOT.glob("sparse-ce*")) if PARITY_ROOT.is_dir() else []

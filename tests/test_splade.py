@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from pyterrier_tite.modeling.splade import SpladeEncoder, splade_pool, splade_pool_projected
+from pyterrier_tite.models.splade.modeling import SpladeEncoder, splade_pool, splade_pool_projected
 from pyterrier_tite.pt.splade import PISA_SCALE, Splade, SpladePisaRetriever, pisa_term
 from pyterrier_tite.training.tokenizer import train_wordpiece
 

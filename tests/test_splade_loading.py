@@ -15,8 +15,8 @@ import torch
 from _hub import expected, require_fixtures, snapshot
 from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertForMaskedLM
 
-from pyterrier_tite.convert.checkpoint import CheckpointError
-from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair, mlm_from_pretrained, splade_pool
+from pyterrier_tite.models.checkpoint import CheckpointError
+from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair, mlm_from_pretrained, splade_pool
 from pyterrier_tite.pt.splade import Splade
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -38,13 +38,13 @@ def mean(values) -> float:
 
 
 def test_the_splade_family_flows_one_way():
-    """training/, modeling/ and tokenization/ of the SPLADE family never import pt/ (nor PyTerrier): retrievers and
+    """training/ and models/splade/ of the SPLADE family never import pt/ (nor PyTerrier): retrievers and
     teachers they need are passed in."""
     import subprocess
     import sys
 
-    modules = ["tokenization.splade", "modeling.splade", "training.splade", "training.splade_data", "training.mlm",
-               "training.pseudo_queries"]  # fmt: skip
+    modules = ["models.splade.tokenization", "models.splade.modeling", "training.splade", "training.splade_data",
+               "training.mlm", "training.pseudo_queries"]  # fmt: skip
     code = (
         "import sys\n"
         + "".join(f"import pyterrier_tite.{m}\n" for m in modules)
@@ -146,7 +146,7 @@ def test_tiny_end_to_end_tokenizer_pretrain_finetune_index_retrieve(tmp_path, ir
 def test_margin_mse_term_is_used_with_teacher_scores(tmp_path):
     from transformers import BertConfig, BertForMaskedLM
 
-    from pyterrier_tite.modeling.splade import SpladeEncoder
+    from pyterrier_tite.models.splade.modeling import SpladeEncoder
     from pyterrier_tite.training.tokenizer import train_wordpiece
 
     texts = [t for e in TOY for t in [e.query, e.positive, *e.negatives]]
@@ -170,7 +170,7 @@ def test_a_query_doc_pair_trains_both_sides_and_reloads(tmp_path):
     """efficient-splade layout: queries through one MLM, documents through another; training updates both."""
     from transformers import DistilBertConfig, DistilBertForMaskedLM
 
-    from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
+    from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
     from pyterrier_tite.training.tokenizer import train_wordpiece
 
     texts = [t for e in TOY for t in [e.query, e.positive, *e.negatives]]

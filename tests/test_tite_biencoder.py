@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from pyterrier_tite.modeling import TiteConfig, TiteModel
+from pyterrier_tite.models import TiteConfig, TiteModel
 from pyterrier_tite.pt.tite import TITE
 from pyterrier_tite.start_points import minilm_path
 

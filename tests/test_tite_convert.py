@@ -1,4 +1,4 @@
-"""TITE checkpoints of every layout load exactly or fail loudly (``pyterrier_tite.convert.tite``): doctored copies of
+"""TITE checkpoints of every layout load exactly or fail loudly (``models.tite.convert``): doctored copies of
 the hub fixtures (a dropped, extra or mis-shaped tensor; other stored settings), stored Lightning IR settings and
 their overrides, and every reference ``TiteConfig`` option either working or raising "not supported"."""
 
@@ -13,9 +13,8 @@ import torch
 from _hub import require_fixtures, snapshot
 from safetensors.torch import load_file, save_file
 
-from pyterrier_tite.convert import CheckpointError
-from pyterrier_tite.convert.tite import load_tite_model, load_tite_tokenizer
-from pyterrier_tite.modeling import TiteConfig, TiteModel
+from pyterrier_tite.models import CheckpointError, TiteConfig, TiteModel
+from pyterrier_tite.models.tite.convert import load_tite_model, load_tite_tokenizer
 from pyterrier_tite.pt.tite import TITE
 
 PRETRAINED, LIGHTNING_IR = "webis/tite-2-late", "webis/tite-2-late-msmarco"
@@ -66,7 +65,7 @@ def test_a_doctored_checkpoint_fails_naming_the_tensor(tmp_path, repo, change, n
 
 def test_the_position_table_comes_from_its_tied_copy_in_the_pretraining_head():
     require_fixtures()
-    model = load_tite_model(PRETRAINED)
+    model = load_tite_model(PRETRAINED, model_class=TiteModel)
     state = load_file(snapshot(PRETRAINED) / "model.safetensors")
     assert "tite.embeddings.position_embeddings.weight" not in state
     assert torch.equal(model.embeddings.position_embeddings.weight, state[POSITIONS_IN_HEAD])

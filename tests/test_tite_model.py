@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from _tolerance import assert_float_close
 from transformers import AutoModel, BertConfig, BertModel
 
-from pyterrier_tite.modeling import TiteConfig, TiteModel
-from pyterrier_tite.modeling.tite_from_bert import (
+from pyterrier_tite.models import TiteConfig, TiteModel
+from pyterrier_tite.models.tite.from_bert import (
     format_structure,
     parse_structure,
     pooling_layers,
@@ -378,7 +378,7 @@ def test_distilbert_converted_without_pooling_equals_distilbert(tmp_path: Path):
     an MLM checkpoint folder (its MLM head is left unused; a missing encoder tensor raises)."""
     from safetensors.torch import load_file, save_file
 
-    from pyterrier_tite.convert import CheckpointError
+    from pyterrier_tite.models import CheckpointError
 
     mlm = tiny_distilbert()
     mlm.save_pretrained(tmp_path / "mlm")
@@ -439,7 +439,7 @@ def test_minilm_checkpoint_converts_exactly_and_pools_to_one_vector():
 
 
 def test_pooling_from_flags_is_one_rule_for_the_default_the_late_flags_and_a_structure():
-    from pyterrier_tite.modeling.tite_from_bert import pooling_from_flags
+    from pyterrier_tite.models.tite.from_bert import pooling_from_flags
 
     late4 = {"kernel": 2, "arrangement": "late", "num_pooling_layers": 4}
     assert pooling_from_flags(6, "0/2/0/2/2/g", 4) == {"kernels": [None, 2, None, 2, 2, "global"]}

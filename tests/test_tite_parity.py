@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pyterrier_tite.modeling import TiteModel
+from pyterrier_tite.models import TiteModel
 
 PARITY_ROOT = Path(__file__).resolve().parents[1].parent / "shared" / "parity"
 FIXTURES = sorted(PARITY_ROOT.glob("tite*")) if PARITY_ROOT.is_dir() else []

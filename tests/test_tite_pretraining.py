@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from pyterrier_tite.modeling import TiteConfig, TiteModel
+from pyterrier_tite.models import TiteConfig, TiteModel
 from pyterrier_tite.training.loop import TrainingArguments
 from pyterrier_tite.training.tite_pretraining import (
     TitePretrainingModel,

@@ -273,7 +273,7 @@ def test_dropout_flag_sets_the_students_dropout_and_records_it(teacher_folder, t
     import argparse
 
     from pyterrier_tite.cli.distill import build_student, build_teacher
-    from pyterrier_tite.modeling import TiteModel
+    from pyterrier_tite.models import TiteModel
 
     flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=3, dropout=None)
     teacher = build_teacher(flags, device="cpu")

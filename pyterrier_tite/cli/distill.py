@@ -169,7 +169,7 @@ def build_student(args: argparse.Namespace, teacher, **kwargs):
 def student_structure(args: argparse.Namespace, max_length: int, num_layers: int) -> dict:
     """``tite_from_bert``'s pooling options from the flags (``pooling_from_flags``: ``DEFAULT_STRUCTURE`` where no
     flag is given and the teacher is as deep, else the late arrangement)."""
-    from pyterrier_tite.modeling.tite_from_bert import pooling_from_flags
+    from pyterrier_tite.models.tite.from_bert import pooling_from_flags
 
     flags = {name: getattr(args, name, None) for name in ("structure", "pooling_layers", "kernel", "arrangement")}
     return {**pooling_from_flags(num_layers, DEFAULT_STRUCTURE, DEFAULT_POOLING_LAYERS, **flags),
@@ -187,7 +187,7 @@ def check_resumed_structure(output_dir: str, config) -> None:
     with open(path) as f:
         saved = json.load(f)
     if (saved.get("kernel_sizes"), saved.get("strides")) != (list(config.kernel_sizes), list(config.strides)):
-        from pyterrier_tite.modeling.tite_from_bert import format_structure
+        from pyterrier_tite.models.tite.from_bert import format_structure
 
         raise SystemExit(
             f"cannot resume {path}: its pooling is {format_structure(saved['kernel_sizes'], saved['strides'])}, the "

@@ -113,8 +113,8 @@ def run_train_tokenizer(args: argparse.Namespace) -> int:
 def run_pretrain_mlm(args: argparse.Namespace) -> int:
     import os
 
-    from pyterrier_tite.convert.checkpoint import load_tokenizer
-    from pyterrier_tite.modeling.splade import mlm_from_pretrained
+    from pyterrier_tite.models.checkpoint import load_tokenizer
+    from pyterrier_tite.models.splade.modeling import mlm_from_pretrained
     from pyterrier_tite.training.loop import main_process_first
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer

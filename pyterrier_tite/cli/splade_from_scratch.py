@@ -68,7 +68,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def pretrain(args: argparse.Namespace, targs, folder: str) -> None:
     """Stage 1: the collection's vocabulary (``<folder>/tokenizer``) and MLM+FLOPS pretraining from random weights."""
-    from pyterrier_tite.convert.checkpoint import load_tokenizer
+    from pyterrier_tite.models.checkpoint import load_tokenizer
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 

@@ -73,7 +73,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def is_tite_folder(path: str) -> bool:
     """A TITE checkpoint (folder or hub id) of any layout: reference / ours ("tite") or Lightning IR on TITE."""
-    from pyterrier_tite.convert.checkpoint import local_checkpoint, read_config
+    from pyterrier_tite.models.checkpoint import local_checkpoint, read_config
 
     try:
         config = read_config(local_checkpoint(path))
@@ -95,8 +95,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
     import torch
 
     from pyterrier_tite import datasets
-    from pyterrier_tite.convert.checkpoint import load_tokenizer
-    from pyterrier_tite.modeling import TiteModel, tite_from_bert
+    from pyterrier_tite.models import TiteModel, tite_from_bert
+    from pyterrier_tite.models.checkpoint import load_tokenizer
     from pyterrier_tite.text import document_text, text_fields
     from pyterrier_tite.training.tite_pretraining import pretrain
 
@@ -145,7 +145,7 @@ def build_teacher(name: str):
 
     Margin-MSE copies the teacher's score margins, so the teacher should score on the student's scale: cosine
     teachers ('minilm') have margins within [-2, 2] and drag dot-product students' margins down to that range."""
-    from pyterrier_tite.convert.checkpoint import read_meta
+    from pyterrier_tite.models.checkpoint import read_meta
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.rerankers import CrossEncoderReranker
     from pyterrier_tite.pt.tite import TITE

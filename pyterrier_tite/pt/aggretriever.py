@@ -10,10 +10,10 @@ import os
 
 import torch
 
-from pyterrier_tite.convert.checkpoint import write_pt_meta
-from pyterrier_tite.modeling.aggretriever import AggretrieverEncoder, AggretrieverTextEncoder
+from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder, AggretrieverTextEncoder
+from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
+from pyterrier_tite.models.checkpoint import write_pt_meta
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
 
 class Aggretriever(DenseBiEncoder):
@@ -66,8 +66,8 @@ class Aggretriever(DenseBiEncoder):
         """An Aggretriever checkpoint (folder or hub id, in our, pyserini's or dhr's layout) with its tokenizer, loaded
         exactly; text lengths come from the checkpoint (pyserini: 32 / 512) unless given. A plain MLM needs
         ``new_heads=True`` (fresh heads, with a warning)."""
-        from pyterrier_tite.convert.aggretriever import load_aggretriever
-        from pyterrier_tite.convert.checkpoint import load_tokenizer
+        from pyterrier_tite.models.aggretriever.modeling import load_aggretriever
+        from pyterrier_tite.models.checkpoint import load_tokenizer
 
         loaded = load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads)
         lengths = {

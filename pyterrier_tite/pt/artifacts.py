@@ -11,7 +11,7 @@ import os
 
 import pyterrier as pt
 
-from pyterrier_tite.convert.checkpoint import local_checkpoint, read_config, read_json
+from pyterrier_tite.models.checkpoint import local_checkpoint, read_config, read_json
 from pyterrier_tite.start_points import resolve
 
 #: ``format`` of ``pt_meta.json`` -> (module, class) of the transformer that loads it

@@ -9,10 +9,10 @@ from typing import Literal
 
 import torch
 
-from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_meta
-from pyterrier_tite.modeling.biencoder import PooledEncoder
+from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
+from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
+from pyterrier_tite.models.checkpoint import load_tokenizer, local_checkpoint, read_meta
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
 
 __all__ = ["BertBiEncoder", "DenseBiEncoder"]
 #: settings of ``pt_meta.json`` that ``from_pretrained`` reads back as keyword arguments
@@ -69,7 +69,7 @@ class BertBiEncoder(DenseBiEncoder):
 
         Loading is exact: a tensor the encoder lacks or an unused one raises ``CheckpointError``, except the
         checkpoint's pooler and MLM head, which a bi-encoder that pools itself legitimately drops."""
-        from pyterrier_tite.convert.backbone import encoder_from_pretrained, sentence_transformers_settings
+        from pyterrier_tite.models.backbone import encoder_from_pretrained, sentence_transformers_settings
 
         folder = local_checkpoint(path)
         meta = {**sentence_transformers_settings(folder), **read_meta(folder)}

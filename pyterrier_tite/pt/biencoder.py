@@ -1,9 +1,9 @@
 """Dense bi-encoders as ``pyterrier_dr.BiEncoder`` s: what ``BertBiEncoder``, ``TITE`` and ``Aggretriever`` share.
 
-A :class:`DenseBiEncoder` wraps a torch :class:`~pyterrier_tite.modeling.biencoder.TextEncoder` (texts -> vectors,
-the part training uses) and adds the PyTerrier side: length-sorted float32 encoding, a query encoder, a doc encoder
-with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes without DataFrames, all or nothing and
-with checked docnos: :class:`FlexIndexing`) and a scorer, each
+A :class:`DenseBiEncoder` wraps a torch :class:`~pyterrier_tite.models.bert_biencoder.modeling.TextEncoder`
+(texts -> vectors, the part training uses) and adds the PyTerrier side: length-sorted float32 encoding, a query
+encoder, a doc encoder with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes without
+DataFrames, all or nothing and with checked docnos: :class:`FlexIndexing`) and a scorer, each
 
 - refusing missing text (None / NaN in ``query`` or the text field) by qid / docno, and a qid that carries two
   query texts (``pt/validation.py``),
@@ -26,9 +26,9 @@ import pyterrier_dr
 import torch
 from more_itertools import chunked, peekable
 
-from pyterrier_tite.convert.checkpoint import save_model_folder
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
-from pyterrier_tite.modeling.biencoder import TextEncoder
+from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
+from pyterrier_tite.models.checkpoint import save_model_folder
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, text_column
 

@@ -4,8 +4,8 @@ attention, monoBERT) and ``CELI`` (late-interaction head on either backbone).
 All three take a result frame (qid, query, docno, text) and return every row rescored and re-ranked (pointwise, so
 ``pyterrier_caching.ScorerCache`` may call them on any subset). Docs are scored grouped by query, so a sparse
 cross-encoder whose query attends only to itself encodes each query once per batch. Tokenising and truncation:
-:mod:`pyterrier_tite.tokenization.cross_encoder`; loading: :mod:`pyterrier_tite.convert.cross_encoder` /
-:mod:`~pyterrier_tite.convert.sparse_ce`.
+:mod:`pyterrier_tite.models.cross_encoder.tokenization`; loading: :mod:`pyterrier_tite.models.cross_encoder.convert` /
+:mod:`~pyterrier_tite.models.sparse_ce.convert`.
 
 Inputs are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missing (None / NaN) query or text is an
 error naming the qid / docno, and so is a qid that carries two different query texts.
@@ -26,22 +26,29 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 import torch
 
-from pyterrier_tite.convert.checkpoint import local_checkpoint, read_meta
-from pyterrier_tite.convert.cross_encoder import load_scorer, one_fresh_warning, save_scorer, sequence_classifier
-from pyterrier_tite.convert.sparse_ce import KEEP, is_sparse_model, sparse_backbone, stored_lengths
 from pyterrier_tite.devices import default_device, resolve_precision
-from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
-from pyterrier_tite.modeling.pair_scoring import score_by_query
-from pyterrier_tite.modeling.sparse_ce import FLAGS, SparseCrossEncoder
-from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import one_query_per_qid, text_column
-from pyterrier_tite.tokenization.cross_encoder import (
+from pyterrier_tite.models.checkpoint import local_checkpoint, one_fresh_warning, read_meta
+from pyterrier_tite.models.cross_encoder.convert import (
+    KEEP,
+    is_sparse_model,
+    load_scorer,
+    save_scorer,
+    sequence_classifier,
+    sparse_backbone,
+    stored_lengths,
+)
+from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
+from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
+from pyterrier_tite.models.cross_encoder.tokenization import (
     QUERY_MAX_LENGTH,
     CrossEncoderInputs,
     fill_special_ids,
     folder_tokenizer,
     special_ids,
 )
+from pyterrier_tite.models.sparse_ce.modeling import FLAGS, SparseCrossEncoder
+from pyterrier_tite.pt.schematic import NamedSchematic
+from pyterrier_tite.pt.validation import one_query_per_qid, text_column
 
 __all__ = ["CELI", "CrossEncoderReranker", "MonoCE", "SparseCE"]
 
@@ -218,7 +225,7 @@ class SparseCE(CrossEncoderReranker):
     ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
     else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster). ``cuda_graphs``: on a CUDA
     device, replay one captured CUDA graph per batch shape bucket instead of launching every kernel (passages are
-    launch-bound there; see :mod:`pyterrier_tite.modeling.sparse_ce_graphs`); ignored on CPU. The setting lives on the
+    launch-bound there; see :mod:`pyterrier_tite.models.sparse_ce.graphs`); ignored on CPU. The setting lives on the
     scorer, so rerankers built on one in-memory scorer share it (the last one built decides).
 
     Example::

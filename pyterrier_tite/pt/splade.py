@@ -23,13 +23,13 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_json, write_pt_meta
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
-from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
+from pyterrier_tite.models.checkpoint import load_tokenizer, local_checkpoint, read_json, write_pt_meta
+from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
+from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
 from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index, pisa_derived_files
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, text_column
-from pyterrier_tite.tokenization.splade import Role, SpladeInputs
 
 #: what ``pt_meta.json`` of a saved pair names: the sub-folder of each side
 PAIR_FOLDERS = {"query": "query", "doc": "doc"}

@@ -2,7 +2,7 @@
 product. Reference conventions: marker tokens ``[QUE]`` / ``[DOC]`` first, queries cut to 32 and documents to 256
 tokens (the marker included).
 
-``TITE.from_pretrained(folder_or_hub_id)`` loads every TITE layout (``pyterrier_tite.convert.tite``): the reference
+``TITE.from_pretrained(folder_or_hub_id)`` loads every TITE layout (``models.tite.convert``): the reference
 pre-training module (``webis/tite-2-late``), Lightning IR bi-encoders (``webis/tite-2-late-msmarco``, whose stored
 lengths, markers and similarity are used) and folders saved by ``save_pretrained`` (settings in ``pt_meta.json``);
 explicit keyword arguments override stored settings. ``TITE.from_bert(bert_folder, ...)`` inserts pooling into a BERT
@@ -21,14 +21,14 @@ import os
 import numpy as np
 import torch
 
-from pyterrier_tite.convert.checkpoint import load_tokenizer, local_checkpoint, read_meta
-from pyterrier_tite.convert.tite import biencoder_settings, load_tite_model
-from pyterrier_tite.modeling.biencoder import PooledEncoder
-from pyterrier_tite.modeling.tite import TiteModel
-from pyterrier_tite.modeling.tite_from_bert import tite_from_bert
+from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
+from pyterrier_tite.models.bert_biencoder.tokenization import DOC_MARKER, QUERY_MARKER, BiEncoderInputs
+from pyterrier_tite.models.checkpoint import load_tokenizer, local_checkpoint, read_meta
+from pyterrier_tite.models.tite.convert import biencoder_settings
+from pyterrier_tite.models.tite.from_bert import tite_from_bert
+from pyterrier_tite.models.tite.modeling import TiteModel
 from pyterrier_tite.pt.bert_biencoder import SETTINGS, BertBiEncoder
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.tokenization.biencoder import DOC_MARKER, QUERY_MARKER, BiEncoderInputs
 
 #: the sub-folder of a saved TITE that holds its query model, when it has one
 QUERY_ENCODER_FOLDER = "query_encoder"
@@ -90,7 +90,7 @@ class TITE(DenseBiEncoder):
             runtime = {k: kwargs[k] for k in ("batch_size", "device", "dtype", "verbose") if k in kwargs}
             query_folder = os.path.join(folder, meta["query_encoder"])
             settings["query_model"] = BertBiEncoder.from_pretrained(query_folder, **runtime)
-        model = cls(load_tite_model(folder), load_tokenizer(folder), **settings)
+        model = cls(TiteModel.from_pretrained(folder), load_tokenizer(folder), **settings)
         model._loaded_from(path, os.path.realpath(folder))
         return model
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pyterrier_tite.modeling.aggretriever import AggretrieverTextEncoder
+from pyterrier_tite.models.aggretriever.modeling import AggretrieverTextEncoder
 from pyterrier_tite.training.biencoder import saver, text_encoder_of
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import aggretriever_loss

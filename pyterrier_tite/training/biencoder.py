@@ -9,7 +9,8 @@
   teacher disagrees, and docs the teacher scores above it are then not used as in-sample negatives.
 Without teacher scores (``Y`` = 1 for the positive, 0 otherwise) only InfoNCE is used.
 
-``fine_tune`` trains a :class:`~pyterrier_tite.modeling.biencoder.TextEncoder` (texts -> vectors on the torch side):
+``fine_tune`` trains a :class:`~pyterrier_tite.models.bert_biencoder.modeling.TextEncoder` (texts -> vectors on the
+torch side):
 given directly with a ``save(path)`` callback, or held by a bi-encoder as ``.text_encoder`` (the PyTerrier ``TITE`` /
 ``BertBiEncoder``), which then saves with its ``save_pretrained``. Only the encoder's ``.model`` is trained.
 """
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from pyterrier_tite.modeling.biencoder import TextEncoder
+from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 
 

@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from pyterrier_tite.devices import autocast
-from pyterrier_tite.modeling.biencoder import PooledEncoder
-from pyterrier_tite.modeling.tite import pack_padded
-from pyterrier_tite.modeling.tite_packing import PackedLayout
-from pyterrier_tite.tokenization.biencoder import Role
+from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
+from pyterrier_tite.models.bert_biencoder.tokenization import Role
+from pyterrier_tite.models.tite.modeling import pack_padded
+from pyterrier_tite.models.tite.packing import PackedLayout
 
 
 @dataclass

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from pyterrier_tite.modeling.biencoder import PooledEncoder
+from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
+from pyterrier_tite.models.bert_biencoder.tokenization import Role
 from pyterrier_tite.ops import packed_mean_pool
-from pyterrier_tite.tokenization.biencoder import Role
 
 
 def pooled_teacher_targets(

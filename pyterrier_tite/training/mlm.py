@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyterrier_tite.devices import default_device
-from pyterrier_tite.modeling.splade import splade_pool
-from pyterrier_tite.tokenization.splade import mlm_token_ids
+from pyterrier_tite.models.splade.modeling import splade_pool
+from pyterrier_tite.models.splade.tokenization import mlm_token_ids
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 from pyterrier_tite.training.losses import QuadraticWarmup, flops
 

@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from pyterrier_tite.convert.cross_encoder import save_scorer
-from pyterrier_tite.tokenization.cross_encoder import CrossEncoderInputs
+from pyterrier_tite.models.cross_encoder.convert import save_scorer
+from pyterrier_tite.models.cross_encoder.tokenization import CrossEncoderInputs
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import margin_mse
 

@@ -8,8 +8,8 @@ from typing import Protocol
 
 from torch import nn
 
-from pyterrier_tite.modeling.splade import SpladeEncoder, SpladePair
-from pyterrier_tite.tokenization.splade import SpladeInputs
+from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
+from pyterrier_tite.models.splade.tokenization import SpladeInputs
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import SpladeLoss
 from pyterrier_tite.training.splade_data import ContrastiveBatches, Example

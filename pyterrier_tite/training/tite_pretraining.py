@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyterrier_tite.tokenization.biencoder import BiEncoderInputs
+from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
 
 

@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 
 from pyterrier_tite.devices import autocast
-from pyterrier_tite.modeling.biencoder import TextEncoder
-from pyterrier_tite.tokenization.biencoder import Role
+from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
+from pyterrier_tite.models.bert_biencoder.tokenization import Role
 from pyterrier_tite.training.collection_kl import collection_kl, collection_log_partition
 from pyterrier_tite.training.frozen_prefix import encode_from_lower_states, lower_states
 from pyterrier_tite.training.hidden_distillation import encode_with_hidden_loss

@@ -15,41 +15,42 @@ Special ids come from the tokenizer the texts were tokenised with, never from a 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from pyterrier_tite.models.sparse_ce.tokenization import (
+    QUERY_MAX_LENGTH,
+    REFERENCE_QUERY_WORD_PIECES,
+    SPECIAL_IDS,
+    VOCAB_FILES,
+    SparseCrossEncoderBatch,
+    folder_tokenizer,
+    pad_ids,
+    special_ids,
+)
+
+__all__ = [  # the list layout and tokenizer loading live with the sparse cross-encoder; one import for all inputs
+    "QUERY_MAX_LENGTH",
+    "REFERENCE_QUERY_WORD_PIECES",
+    "SPECIAL_IDS",
+    "SPECIAL_TOKENS",
+    "VOCAB_FILES",
+    "CrossEncoderInputs",
+    "PairBatch",
+    "SparseCrossEncoderBatch",
+    "config_special_id",
+    "fill_special_ids",
+    "folder_tokenizer",
+    "special_ids",
+]
+
 #: [CLS] q [SEP] d [SEP]
 SPECIAL_TOKENS = 3
-#: query cap (word pieces) of our own models when the checkpoint stores none
-QUERY_MAX_LENGTH = 32
-#: the released sparse cross-encoders' query cap: ``TirexDataModule(max_query_length=32)`` counts [CLS] and [SEP]
-REFERENCE_QUERY_WORD_PIECES = 32 - 2
-SPECIAL_IDS = ("pad_token_id", "cls_token_id", "sep_token_id")
-#: files that hold a vocabulary: without one, transformers 5 builds an empty tokenizer instead of failing
-VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
 # ------------------------------------------------------------------------------------------------ tokenizer, specials
-def folder_tokenizer(folder: str | os.PathLike):
-    """The folder's tokenizer; a folder without vocabulary files raises (transformers 5 would silently build an
-    empty one whose [SEP] id is wrong) instead of scoring with made-up ids."""
-    from transformers import AutoTokenizer
-
-    folder = os.fspath(folder)
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
-        raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
-    return AutoTokenizer.from_pretrained(folder)
-
-
-def special_ids(tokenizer) -> dict[str, int]:
-    """pad / cls / sep ids of a tokenizer (those it has), the reference Lightning module's source of these ids."""
-    ids = {name: getattr(tokenizer, name, None) for name in SPECIAL_IDS} if tokenizer is not None else {}
-    return {k: int(v) for k, v in ids.items() if v is not None}
-
-
 def fill_special_ids(config, tokenizer) -> None:
     """Sets the [CLS] / [SEP] ids a config lacks (BERT / ELECTRA configs carry none) from the tokenizer, so the pair
     layout uses the ids the texts were tokenised with (saved with the config: a reloaded folder scores the same)."""
@@ -108,13 +109,6 @@ class CrossEncoderInputs:
 
 
 # ------------------------------------------------------------------------------------------------ layouts
-def _pad(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    if not seqs:
-        return torch.zeros(0, 0, dtype=torch.long), lengths
-    return torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad), lengths
-
-
 @dataclass
 class PairBatch:
     """``[CLS] q [SEP] d [SEP]`` per (query, doc) pair [N, L], right-padded, with token types 0 / 1 and the mask."""
@@ -135,43 +129,8 @@ class PairBatch:
     ) -> PairBatch:
         """One query with a list of docs per entry -> one row per pair (docs in query order)."""
         rows = [([cls_id, *q, sep_id, *d, sep_id], len(q) + 2) for q, ds in zip(queries, docs, strict=True) for d in ds]
-        ids, lengths = _pad([torch.tensor(r, dtype=torch.long) for r, _ in rows], pad_id)
+        ids, lengths = pad_ids([torch.tensor(r, dtype=torch.long) for r, _ in rows], pad_id)
         positions = torch.arange(ids.shape[1])[None, :]
         mask = positions < lengths[:, None]
         types = mask & (positions >= torch.tensor([n for _, n in rows], dtype=torch.long)[:, None])
         return cls(ids.to(device), types.long().to(device), mask.long().to(device))
-
-
-@dataclass
-class SparseCrossEncoderBatch:
-    """Padded raw ids (no special tokens): queries [Q, Lq], docs [N, Ld]; ``doc_query_index`` [N] maps doc -> query."""
-
-    query_ids: torch.Tensor
-    query_lengths: torch.Tensor
-    doc_ids: torch.Tensor
-    doc_lengths: torch.Tensor
-    doc_query_index: torch.Tensor
-
-    @classmethod
-    def from_lists(
-        cls,
-        queries: Sequence[Sequence[int] | torch.Tensor],
-        docs: Sequence[Sequence[Sequence[int] | torch.Tensor]],
-        pad_token_id: int = 0,
-        device: torch.device | str | None = None,
-    ) -> SparseCrossEncoderBatch:
-        """One query with a list of docs per entry -> padded tensors (docs in query order)."""
-        if len(queries) != len(docs):
-            raise ValueError(f"{len(queries)} queries but {len(docs)} doc lists")
-        flat = [torch.as_tensor(d, dtype=torch.long) for ds in docs for d in ds]
-        index = torch.repeat_interleave(
-            torch.arange(len(docs)), torch.tensor([len(ds) for ds in docs], dtype=torch.long)
-        )
-        q_ids, q_len = _pad([torch.as_tensor(q, dtype=torch.long) for q in queries], pad_token_id)
-        d_ids, d_len = _pad(flat, pad_token_id)
-        return cls(q_ids, q_len, d_ids, d_len, index).to(device)
-
-    def to(self, device: torch.device | str | None) -> SparseCrossEncoderBatch:
-        if device is None:
-            return self
-        return SparseCrossEncoderBatch(*(t.to(device) for t in self.__dict__.values()))

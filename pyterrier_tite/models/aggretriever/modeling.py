@@ -8,7 +8,7 @@ and the score is the dot product of the concatenation ``[cls (128) ; agg* (640)]
 The released checkpoints (pyserini, castorini dhr) use the raw term weight; the models we train start with
 ``term_weight_relu=True`` (``relu(w_t)``), which is what the reference training computes in effect: it pads every text
 to the maximum length and lets padded positions contribute 0 to the max, and ``max(0, max_t p_t w_t)`` equals
-``max_t p_t relu(w_t)``. Checkpoint layouts are read in :mod:`pyterrier_tite.convert.aggretriever`.
+``max_t p_t relu(w_t)``. Checkpoint layouts are read in :mod:`pyterrier_tite.models.aggretriever.convert`.
 """
 
 from __future__ import annotations
@@ -23,21 +23,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyterrier_tite.modeling.biencoder import TextEncoder
-from pyterrier_tite.tokenization.biencoder import BiEncoderInputs, Role
-
-CONFIG_NAME = "aggretriever.json"
-HEADS_NAME = "aggretriever_heads.safetensors"
-#: the vocabulary size castorini's aggregation derives its slicing from, whatever the model's vocabulary
-CASTORINI_VOCAB = 30522
-
-
-def castorini_offset(width: int, vocab_size: int = CASTORINI_VOCAB) -> int:
-    """castorini's vocabulary offset for slices of ``width`` ids (dhr ``cal_remove_dim``; pyserini copies it): ``k >=
-    0`` drops the first ``k`` ids (BERT's [unused] block), ``k < 0`` appends ``-k`` zeros. It is computed from 30,522
-    for every model, so for d = 640 (width 1,280) it always appends 198 zeros."""
-    offset = vocab_size % width
-    return offset - width if offset > 1000 else offset
+from pyterrier_tite.models.aggretriever.configuration import CONFIG_NAME, HEADS_NAME
+from pyterrier_tite.models.aggretriever.convert import (
+    HEADS,
+    READERS,
+    detect_layout,
+    fill_tied,
+    legacy_names,
+    mlm_from_config,
+    settings_of,
+)
+from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
+from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs, Role
+from pyterrier_tite.models.checkpoint import CheckpointError, load_exactly, local_checkpoint, read_state_dict
 
 
 def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> torch.Tensor:
@@ -195,8 +193,6 @@ class AggretrieverEncoder(nn.Module):
 
         A plain MLM has no heads: it raises unless ``new_heads=True`` (the training start point), which starts them
         fresh with the given dims and says so in a warning."""
-        from pyterrier_tite.convert.aggretriever import load_aggretriever
-
         return load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads).encoder
 
     def save_pretrained(self, path: str, extra: dict | None = None) -> None:
@@ -230,3 +226,66 @@ class AggretrieverTextEncoder(TextEncoder):
     def parts(self, texts: list[str], role: Role) -> AggretrieverOutput:
         """Projected [CLS] and ``agg*`` of ``texts`` as one batch."""
         return self.model(**{k: v.to(self.device) for k, v in self.inputs(texts, role).items()})
+
+
+# ------------------------------------------------------------------------------------------------ loading
+@dataclass
+class LoadedAggretriever:
+    """An encoder loaded exactly, with what the checkpoint says about using it."""
+
+    encoder: AggretrieverEncoder
+    folder: str
+    layout: str
+    query_max_length: int | None = None
+    doc_max_length: int | None = None
+
+
+def load_aggretriever(
+    path_or_id: str | os.PathLike,
+    *,
+    agg_dim: int | None = None,
+    cls_dim: int | None = None,
+    new_heads: bool = False,
+) -> LoadedAggretriever:
+    """Any Aggretriever checkpoint (folder or hub id) loaded exactly: every tensor of the encoder from the
+    checkpoint and every checkpoint tensor used (a ``position_ids`` buffer aside), else :class:`CheckpointError`
+    naming them. A plain MLM raises unless ``new_heads=True``, which starts the two heads fresh and warns once."""
+    source = os.fspath(path_or_id)
+    folder = local_checkpoint(source)
+    state = read_state_dict(folder)
+    layout = detect_layout(folder, state)
+    if layout == "mlm" and not new_heads:
+        raise CheckpointError(
+            f"{source} has no Aggretriever heads (pyserini tok_proj/cls_proj, dhr TermWeightTrans.pt, or our "
+            f"{HEADS_NAME}); to start new heads on this MLM (training), pass new_heads=True"
+        )
+    read = READERS[layout](folder, state)
+    encoder = AggretrieverEncoder(
+        mlm_from_config(folder), **settings_of(read, source, {"agg_dim": agg_dim, "cls_dim": cls_dim})
+    )
+    check_vocabulary(encoder, source)
+    loaded = fill_tied(encoder, legacy_names(encoder, read.state), source)
+    own = encoder.state_dict()
+    unused = [k for k in loaded if k.endswith("position_ids") and k not in own]
+    fresh = HEADS if layout == "mlm" else ("cls_projection.",) if encoder.cls_dim == 0 else ()
+    load_exactly(encoder, loaded, source, fresh=fresh, unused=unused)
+    if layout == "mlm":
+        warnings.warn(
+            f"{source} is a plain MLM: the Aggretriever heads (term weight, [CLS] projection to {encoder.cls_dim}) "
+            "start fresh; train them before use",
+            stacklevel=3,
+        )
+    return LoadedAggretriever(encoder, folder, layout, *read.lengths)
+
+
+def check_vocabulary(encoder: AggretrieverEncoder, source: str) -> None:
+    """castorini's fixed offset only fits some vocabularies (the reference fails on the others): say so at load."""
+    if encoder.vocab_offset is None or encoder.agg_dim == 0:
+        return
+    vocab, width = int(encoder.mlm.config.vocab_size), 2 * encoder.agg_dim
+    if (vocab - encoder.vocab_offset) % width:
+        raise CheckpointError(
+            f"not supported: {source} has {vocab} vocabulary ids; castorini's aggregation for agg_dim "
+            f"{encoder.agg_dim} (offset {encoder.vocab_offset}, derived from 30522) needs a multiple of {width} "
+            f"plus {encoder.vocab_offset}"
+        )

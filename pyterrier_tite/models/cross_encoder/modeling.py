@@ -1,6 +1,6 @@
 """One cross-encoder backbone with one score head: the module the rerankers (SparseCE, MonoCE, CELI) run and the
 reranker trainer trains. Raw token ids in (one query per entry with its list of docs), scores out, flat ``[N]`` in
-input order; the input layouts come from :mod:`pyterrier_tite.tokenization.cross_encoder`."""
+input order; the input layouts come from :mod:`pyterrier_tite.models.cross_encoder.tokenization`."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import torch
 from torch import nn
 
 from pyterrier_tite.devices import in_dtype
-from pyterrier_tite.modeling.celi import (
+from pyterrier_tite.models.cross_encoder.celi import (
     CeliHead,
     MeanPoolHead,
     PairStates,
     pair_states_from_bert,
     pair_states_from_sparse,
 )
-from pyterrier_tite.modeling.sparse_ce import SparseCrossEncoder, check_positions
-from pyterrier_tite.tokenization.cross_encoder import PairBatch, SparseCrossEncoderBatch, config_special_id
+from pyterrier_tite.models.cross_encoder.tokenization import PairBatch, SparseCrossEncoderBatch, config_special_id
+from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_positions
 
 HEADS = ("cls", "mean", "celi")
 
@@ -78,11 +78,11 @@ class CrossEncoderScorer(nn.Module):
 
     def use_cuda_graphs(self, enabled: bool = True) -> CrossEncoderScorer:
         """Sparse backbones on a CUDA device: replay captured CUDA graphs in inference (one per shape bucket, see
-        :mod:`pyterrier_tite.modeling.sparse_ce_graphs`), which removes the per-kernel launch cost that dominates on
+        :mod:`pyterrier_tite.models.sparse_ce.graphs`), which removes the per-kernel launch cost that dominates on
         passages. Training, CPU devices and standard backbones are unaffected."""
         self._graphs = None
         if enabled and self.is_sparse:
-            from pyterrier_tite.modeling.sparse_ce_graphs import SparseCEGraphs
+            from pyterrier_tite.models.sparse_ce.graphs import SparseCEGraphs
 
             config = self.backbone.config
             self._graphs = SparseCEGraphs(

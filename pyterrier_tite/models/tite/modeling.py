@@ -22,9 +22,10 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from pyterrier_tite.modeling.tite_config import TiteConfig
-from pyterrier_tite.modeling.tite_layers import RMSNorm, RopeCache, TiteEmbeddings, TiteEncoder
-from pyterrier_tite.modeling.tite_packing import PackedLayout
+from pyterrier_tite.models.tite.configuration import TiteConfig
+from pyterrier_tite.models.tite.convert import load_tite_model, tite_config
+from pyterrier_tite.models.tite.layers import RMSNorm, RopeCache, TiteEmbeddings, TiteEncoder
+from pyterrier_tite.models.tite.packing import PackedLayout
 from pyterrier_tite.ops import pooled_lengths
 
 
@@ -98,13 +99,11 @@ class TiteModel(TitePreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
         """A folder or hub id in any TITE layout (reference pre-training module, Lightning IR bi-encoder, reference
-        or our own ``TiteModel``), loaded exactly by :func:`pyterrier_tite.convert.tite.load_tite_model`: a missing
-        or unused tensor raises ``CheckpointError`` instead of the logged random init of ``PreTrainedModel``.
+        or our own ``TiteModel``), loaded exactly by :func:`~pyterrier_tite.models.tite.convert.load_tite_model`: a
+        missing or unused tensor raises ``CheckpointError`` instead of the logged random init of ``PreTrainedModel``.
 
         Other keyword arguments override stored config fields; ``dtype`` / ``torch_dtype`` cast the result;
         ``attn_implementation`` is ignored (kernels are picked by device); unset hub options are accepted."""
-        from pyterrier_tite.convert.tite import load_tite_model, tite_config
-
         if model_args:
             raise TypeError(f"{cls.__name__}.from_pretrained takes no positional model arguments")
         if config is not None and not isinstance(config, TiteConfig):

@@ -1,6 +1,6 @@
 """Texts -> vectors on the torch side, shared by inference (``pyterrier_tite.pt`` bi-encoders) and training: a
-:class:`~pyterrier_tite.tokenization.biencoder.BiEncoderInputs` makes the batches, a module encodes them, and the
-subclass pools the states into one vector per text. Gradients flow when they are enabled (training)."""
+:class:`~pyterrier_tite.models.bert_biencoder.tokenization.BiEncoderInputs` makes the batches, a module encodes
+them, and the subclass pools the states into one vector per text. Gradients flow when they are enabled (training)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from more_itertools import chunked
 from torch import nn
 
-from pyterrier_tite.tokenization.biencoder import BiEncoderInputs, Role
+from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs, Role
 
 #: ``cls``: the first token's state; ``mean``: masked mean of all states; ``single``: the model pools every text to
 #: exactly one state itself (TITE) and that state is the vector

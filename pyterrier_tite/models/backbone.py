@@ -1,6 +1,6 @@
 """Hugging Face encoders of any family (BERT, DistilBERT, ...) loaded exactly, as the backbone of a model that adds
 its own pooling or head: what such a model legitimately leaves unused (a BERT pooler, the checkpoint's MLM head) is
-named here once, everything else missing or unused raises :class:`~pyterrier_tite.convert.checkpoint.CheckpointError`.
+named here once, everything else missing or unused raises :class:`~pyterrier_tite.models.checkpoint.CheckpointError`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import torch
 from torch import nn
 
-from pyterrier_tite.convert.checkpoint import local_checkpoint, read_json, strict_from_pretrained
+from pyterrier_tite.models.checkpoint import local_checkpoint, read_json, strict_from_pretrained
 
 
 def _on_meta(auto_class, config) -> nn.Module | None:

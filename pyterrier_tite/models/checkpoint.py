@@ -10,6 +10,7 @@ import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import nn
@@ -95,8 +96,8 @@ def read_meta(folder: str | os.PathLike) -> dict:
 
 def load_tokenizer(path_or_id: str | os.PathLike):
     """The tokenizer of a checkpoint (folder or hub id) with the template it was trained with
-    (:func:`pyterrier_tite.tokenization.biencoder.load_tokenizer`; TITE's unregistered classes included)."""
-    from pyterrier_tite.tokenization.biencoder import load_tokenizer as load_folder_tokenizer
+    (:func:`pyterrier_tite.models.bert_biencoder.tokenization.load_tokenizer`; TITE's unregistered classes included)."""
+    from pyterrier_tite.models.bert_biencoder.tokenization import load_tokenizer as load_folder_tokenizer
 
     folder = local_checkpoint(path_or_id)
     with quiet_transformers():
@@ -213,3 +214,31 @@ def write_pt_meta(path: str | os.PathLike, fmt: str, settings: dict | None = Non
     meta = {"type": "model", "format": fmt, "package_hint": "pyterrier-tite", **(settings or {})}
     with open(os.path.join(os.fspath(path), PT_META), "w") as f:
         json.dump(meta, f, indent=1)
+
+
+# ------------------------------------------------------------------------------------------------ fresh weights
+_NOTES: ContextVar[list[str] | None] = ContextVar("fresh_weight_notes", default=None)
+
+
+@contextmanager
+def one_fresh_warning(source: str) -> Iterator[list[str]]:
+    """Collects what the loaders inside create fresh (backbone head, score head) into ONE warning for ``source``, so
+    a user starting from a plain encoder is told once, not once per part. Yields the list of notes (empty: every
+    weight came from a checkpoint)."""
+    notes: list[str] = []
+    token = _NOTES.set(notes)
+    try:
+        yield notes
+    finally:
+        _NOTES.reset(token)
+    if notes:
+        warnings.warn(f"{source}: new weights (random init, train before use): {'; '.join(notes)}", stacklevel=3)
+
+
+def note_fresh(note: str) -> None:
+    """Reports fresh weights: into the enclosing :func:`one_fresh_warning`, or as its own warning outside one."""
+    notes = _NOTES.get()
+    if notes is None:
+        warnings.warn(f"new weights (random init, train before use): {note}", stacklevel=3)
+    else:
+        notes.append(note)

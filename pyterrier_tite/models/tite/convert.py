@@ -11,7 +11,7 @@ Layouts (all read from the checkpoint, never from its name):
 - a reference ``TiteModel`` and our own saved folders: ``model_type`` "tite", keys without prefix.
 
 Tokenizers (``TiteTokenizer`` / ``BiEncoderTokenizer``, template ``$A`` without special tokens) load in
-:mod:`pyterrier_tite.tokenization.biencoder`; :func:`load_tite_tokenizer` takes a hub id as well.
+:mod:`pyterrier_tite.models.bert_biencoder.tokenization`; :func:`load_tite_tokenizer` takes a hub id as well.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from __future__ import annotations
 import os
 
 import torch
+from torch import nn
 
-from pyterrier_tite.convert.checkpoint import (
+from pyterrier_tite.models.bert_biencoder.tokenization import DOC_MARKER, QUERY_MARKER
+from pyterrier_tite.models.checkpoint import (
     CheckpointError,
     load_exactly,
     local_checkpoint,
     read_config,
     read_state_dict,
 )
-from pyterrier_tite.convert.checkpoint import load_tokenizer as load_tite_tokenizer
-from pyterrier_tite.modeling.tite import TiteModel
-from pyterrier_tite.modeling.tite_config import TiteConfig
-from pyterrier_tite.tokenization.biencoder import DOC_MARKER, QUERY_MARKER
+from pyterrier_tite.models.checkpoint import load_tokenizer as load_tite_tokenizer
+from pyterrier_tite.models.tite.configuration import TiteConfig
 
 __all__ = ["DOC_MARKER", "QUERY_MARKER", "biencoder_settings", "load_tite_model", "load_tite_tokenizer", "tite_layout"]
 
@@ -115,9 +115,10 @@ def encoder_state_dict(
 
 
 def load_tite_model(
-    path_or_id: str | os.PathLike, *, config: TiteConfig | None = None, model_class: type = TiteModel, **overrides
-) -> TiteModel:
-    """A ``TiteModel`` (eval mode, float32 as stored) from a folder or hub id of any TITE layout, loaded exactly.
+    path_or_id: str | os.PathLike, *, model_class: type[nn.Module], config: TiteConfig | None = None, **overrides
+) -> nn.Module:
+    """A ``model_class`` (``TiteModel`` or a subclass; eval mode, float32 as stored) from a folder or hub id of any
+    TITE layout, loaded exactly. The class is passed in so that this reader never imports the model it fills.
 
     ``overrides`` replace stored ``TiteConfig`` fields (e.g. ``pooling_implementation``, which is ignored anyway);
     ``config`` replaces the stored config altogether."""

@@ -1,5 +1,5 @@
 """SPLADE-family inputs (SPLADE encoders and MLM pretraining): the tokenizer of each side, the shared vocabulary
-check and truncation (tokenizers load through :func:`pyterrier_tite.convert.checkpoint.load_tokenizer`).
+check and truncation (tokenizers load through :func:`pyterrier_tite.models.checkpoint.load_tokenizer`).
 
 A text is one segment with the tokenizer's own special tokens (``[CLS] text [SEP]``), truncated to the side's
 maximum length; a batch is right-padded. Query and document sides may have their own tokenizer (naver's

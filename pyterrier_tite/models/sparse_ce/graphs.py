@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
+from pyterrier_tite.models.sparse_ce.tokenization import SparseCrossEncoderBatch
 
 __all__ = ["Bucket", "SparseCEGraphs", "bucket_of", "capture_graph", "pad_batch"]
 

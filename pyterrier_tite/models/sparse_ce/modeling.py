@@ -15,6 +15,7 @@ scores would tie.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,11 +27,13 @@ from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
 from pyterrier_tite.devices import capturing_cuda_graph, in_dtype
-from pyterrier_tite.modeling.fused_linear import ConcatenatedLinears
-from pyterrier_tite.modeling.sparse_attention import KeyGroup, grouped_attention
-from pyterrier_tite.modeling.sparse_ce_config import FLAGS, SparseCrossEncoderConfig
+from pyterrier_tite.models.checkpoint import load_exactly, local_checkpoint, note_fresh, read_config, read_state_dict
+from pyterrier_tite.models.fused_linear import ConcatenatedLinears
+from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
+from pyterrier_tite.models.sparse_ce.configuration import FLAGS, SparseCrossEncoderConfig
+from pyterrier_tite.models.sparse_ce.convert import DERIVED, bert_state, is_sparse_config, new_head_keys, sparse_config
+from pyterrier_tite.models.sparse_ce.tokenization import SparseCrossEncoderBatch
 from pyterrier_tite.ops import add_layer_norm
-from pyterrier_tite.tokenization.cross_encoder import SparseCrossEncoderBatch
 
 __all__ = [
     "FLAGS",
@@ -335,10 +338,8 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
     def from_bert(cls, path_or_model, **config_overrides) -> SparseCrossEncoderModelForSequenceClassification:
         """Any plain BERT checkpoint (folder / hub id, or a loaded ``BertModel`` / ``BertFor*``) as a sparse
         cross-encoder with the given window and flags, e.g. ``from_bert(path, attention_window_size=4,
-        query_cls_attention=False, query_doc_attention=False)``; see :func:`pyterrier_tite.convert.sparse_ce.from_bert`
+        query_cls_attention=False, query_doc_attention=False)``; see :func:`from_bert`
         (a sparse checkpoint loads exactly, missing heads start fresh with a warning, anything else is an error)."""
-        from pyterrier_tite.convert.sparse_ce import from_bert
-
         return from_bert(path_or_model, **config_overrides)
 
     def make_batch(self, queries, docs) -> SparseCrossEncoderBatch:
@@ -372,3 +373,41 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
 
 
 SparseCrossEncoder = SparseCrossEncoderModelForSequenceClassification
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def load_sparse_cross_encoder(folder: str, ids: dict[str, int] | None = None, **overrides) -> SparseCrossEncoder:
+    """A sparse checkpoint loaded exactly (every tensor used, none missing), or a plain BERT checkpoint converted:
+    encoder exact, pooler / classifier fresh when absent, pre-training heads ignored, all said once."""
+    folder = os.fspath(folder)
+    sparse = is_sparse_config(read_config(folder))
+    model = SparseCrossEncoder(sparse_config(folder, ids, **overrides))
+    state = read_state_dict(folder)
+    if sparse:
+        load_exactly(model, state, folder, fresh=DERIVED)
+    else:
+        state = bert_state(state)
+        fresh, ignored = new_head_keys(model, state)
+        load_exactly(model, state, folder, fresh=DERIVED + tuple(fresh), unused=tuple(ignored))
+        if fresh:
+            note_fresh(f"score head {', '.join(fresh)}" + (f" (ignored: {', '.join(ignored)})" if ignored else ""))
+    return model.eval()
+
+
+def from_bert(path_or_model, ids: dict[str, int] | None = None, **overrides) -> SparseCrossEncoder:
+    """A sparse cross-encoder from a folder / hub id (:func:`load_sparse_cross_encoder`) or a loaded BERT module
+    (``BertModel`` / ``BertFor*`` / a sparse model): its encoder weights must all be there, the heads it lacks
+    (pooler, classifier) start fresh and are reported. ``ids``: special ids the module's config lacks."""
+    if not isinstance(path_or_model, nn.Module):
+        return load_sparse_cross_encoder(local_checkpoint(path_or_model), ids, **overrides)
+    bert = path_or_model
+    fields = {k: v for k, v in bert.config.to_dict().items() if k not in ("id2label", "label2id") and v is not None}
+    model = SparseCrossEncoder(SparseCrossEncoderConfig(**{**(ids or {}), **fields, **overrides}))
+    missing, _ = model.load_state_dict(bert_state(bert.state_dict()), strict=False)
+    missing = [k for k in missing if k not in DERIVED]
+    lost = [k for k in missing if "embeddings." in k or "encoder." in k]
+    if lost:
+        raise ValueError(f"not a BERT checkpoint, missing encoder weights: {lost[:4]}")
+    if missing:
+        note_fresh(f"score head {', '.join(missing)} (from a {type(bert).__name__})")
+    return model.to(bert.dtype)

@@ -12,8 +12,8 @@ import os
 import torch
 from torch import nn
 
-from pyterrier_tite.modeling.vocab_max import head_states, max_over_tokens, projection_is_last
-from pyterrier_tite.tokenization.splade import Role
+from pyterrier_tite.models.splade.tokenization import Role
+from pyterrier_tite.models.splade.vocab_max import head_states, max_over_tokens, projection_is_last
 
 
 def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, inplace: bool = False) -> torch.Tensor:
@@ -44,7 +44,7 @@ def splade_pool_projected(
     ``log1p`` and ``relu`` do not decrease and the bias is the same for every token, so the max moves inside:
     ``max_t log1p(relu(h_t W + b)) = log1p(relu(max_t (h_t W) + b))`` over the unmasked tokens, exactly in floating
     point too (rounding does not decrease either); the elementwise work is ``[B, V]``, not ``[B, L, V]``. Only the
-    unmasked tokens are projected (:func:`~pyterrier_tite.modeling.vocab_max.max_over_tokens`).
+    unmasked tokens are projected (:func:`~pyterrier_tite.models.splade.vocab_max.max_over_tokens`).
     """
     keep = attention_mask.bool()
     if not keep.any():  # no tokens at all: the zero vectors
@@ -138,14 +138,14 @@ class SpladePair(nn.Module):
 
 def mlm_from_pretrained(path: str, new_head: bool = False, **kwargs) -> nn.Module:
     """``AutoModelForMaskedLM`` from a folder or hub id, exactly: a tensor the checkpoint lacks or one nothing uses
-    raises :class:`~pyterrier_tite.convert.checkpoint.CheckpointError` naming it. Tied decoder weights,
+    raises :class:`~pyterrier_tite.models.checkpoint.CheckpointError` naming it. Tied decoder weights,
     ``position_ids`` buffers and the pre-training-only pooler / next-sentence head (``bert-base-uncased``) are no
     problem. ``new_head=True`` (pretraining from an encoder-only checkpoint) lets the MLM head start fresh, with one
     warning."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from pyterrier_tite.convert.backbone import mlm_head_prefixes, pretraining_only_keys
-    from pyterrier_tite.convert.checkpoint import local_checkpoint, strict_from_pretrained
+    from pyterrier_tite.models.backbone import mlm_head_prefixes, pretraining_only_keys
+    from pyterrier_tite.models.checkpoint import local_checkpoint, strict_from_pretrained
 
     folder = local_checkpoint(path)
     config = AutoConfig.from_pretrained(folder)

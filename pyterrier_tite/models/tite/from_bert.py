@@ -14,8 +14,8 @@ from typing import Literal
 
 import torch
 
-from pyterrier_tite.modeling.tite import TiteModel
-from pyterrier_tite.modeling.tite_config import TiteConfig, output_shapes
+from pyterrier_tite.models.tite.configuration import TiteConfig, output_shapes
+from pyterrier_tite.models.tite.modeling import TiteModel
 
 
 def pooling_needed(max_length: int, kernel: int) -> int:
@@ -240,7 +240,7 @@ def load_bert(path: str | os.PathLike) -> torch.nn.Module:
     ``CheckpointError`` (only the heads an encoder drops are ignored) instead of starting at random."""
     from transformers import AutoConfig, AutoModel
 
-    from pyterrier_tite.convert.checkpoint import local_checkpoint, strict_from_pretrained
+    from pyterrier_tite.models.checkpoint import local_checkpoint, strict_from_pretrained
 
     folder = local_checkpoint(path)
     config = AutoConfig.from_pretrained(folder)

@@ -7,52 +7,28 @@ warning (:func:`one_fresh_warning`)."""
 from __future__ import annotations
 
 import os
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 
 from torch import nn
 
-from pyterrier_tite.convert.checkpoint import (
+from pyterrier_tite.models.checkpoint import (
     CheckpointError,
     load_exactly,
     local_checkpoint,
+    note_fresh,
     quiet_transformers,
     raise_on_mismatch,
     read_config,
     read_meta,
     write_pt_meta,
 )
-from pyterrier_tite.modeling.cross_encoder import CrossEncoderScorer
+from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
+from pyterrier_tite.models.sparse_ce.configuration import FLAGS
+from pyterrier_tite.models.sparse_ce.convert import KEEP, RELEASED_PATTERN, is_sparse_checkpoint
+from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, from_bert
+from pyterrier_tite.models.sparse_ce.tokenization import QUERY_MAX_LENGTH, REFERENCE_QUERY_WORD_PIECES
 
 #: model types whose ``*ForSequenceClassification`` takes ``[CLS] q [SEP] d [SEP]`` with token types 0 / 1
 SEQUENCE_CLASSIFIER_TYPES = ("bert", "electra")
-_NOTES: ContextVar[list[str] | None] = ContextVar("fresh_weight_notes", default=None)
-
-
-@contextmanager
-def one_fresh_warning(source: str) -> Iterator[list[str]]:
-    """Collects what the loaders inside create fresh (backbone head, score head) into ONE warning for ``source``, so
-    a user starting from a plain encoder is told once, not once per part. Yields the list of notes (empty: every
-    weight came from a checkpoint)."""
-    notes: list[str] = []
-    token = _NOTES.set(notes)
-    try:
-        yield notes
-    finally:
-        _NOTES.reset(token)
-    if notes:
-        warnings.warn(f"{source}: new weights (random init, train before use): {'; '.join(notes)}", stacklevel=3)
-
-
-def note_fresh(note: str) -> None:
-    """Reports fresh weights: into the enclosing :func:`one_fresh_warning`, or as its own warning outside one."""
-    notes = _NOTES.get()
-    if notes is None:
-        warnings.warn(f"new weights (random init, train before use): {note}", stacklevel=3)
-    else:
-        notes.append(note)
 
 
 def sequence_classifier(path_or_model) -> nn.Module:
@@ -173,3 +149,59 @@ def _fresh_head(scorer: CrossEncoderScorer) -> CrossEncoderScorer:
     if scorer.head is not None:
         note_fresh(f"{scorer.head_name!r} score head")
     return scorer
+
+
+# ------------------------------------------------------------------------------------------------ reranker settings
+def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, bool]) -> dict:
+    """Config overrides for a sparse backbone: a plain BERT gets the released pattern unless told otherwise; ``w``
+    (``KEEP``: the checkpoint's, None: full attention), ``symmetric`` (the query attends to [CLS] and the doc) and
+    single attention flags override."""
+    overrides: dict = {}
+    if not is_sparse_model(path_or_model):
+        overrides.update(RELEASED_PATTERN)
+    if w != KEEP:
+        if w is not None and (not isinstance(w, int) or w < 0):
+            raise ValueError(f"w must be None (full attention) or an int >= 0, got {w!r}")
+        overrides["attention_window_size"] = w
+    if symmetric is not None:
+        overrides.update(query_cls_attention=symmetric, query_doc_attention=symmetric)
+    unknown = set(flags) - set(FLAGS)
+    if unknown:
+        raise TypeError(f"unknown attention flags {sorted(unknown)}; expected some of {FLAGS}")
+    overrides.update(flags)
+    return overrides
+
+
+def sparse_backbone(
+    path_or_model, w=KEEP, symmetric: bool | None = None, ids: dict[str, int] | None = None, **flags: bool
+) -> SparseCrossEncoder:
+    """A :class:`SparseCrossEncoder` from a reference checkpoint (folder or hub id, loaded exactly), any plain BERT
+    (folder or module; new score head) or a model, with the settings of :func:`sparse_overrides`. ``ids``: special
+    token ids for a config that lacks them (the tokenizer's, as in the reference)."""
+    if not isinstance(path_or_model, nn.Module):
+        path_or_model = local_checkpoint(path_or_model)
+    overrides = sparse_overrides(path_or_model, w, symmetric, flags)
+    if isinstance(path_or_model, SparseCrossEncoder) and not overrides:
+        return path_or_model
+    return from_bert(path_or_model, ids, **overrides)
+
+
+def is_sparse_model(model) -> bool:
+    """A sparse cross-encoder: a scorer or model of one, a folder saved with a sparse backbone or a sparse config."""
+    if isinstance(model, CrossEncoderScorer):
+        return model.is_sparse
+    if isinstance(model, nn.Module):
+        return isinstance(model, SparseCrossEncoder)
+    return read_meta(model).get("backbone") == "sparse" or is_sparse_checkpoint(model)
+
+
+def stored_lengths(model) -> dict[str, int | None]:
+    """The input caps a checkpoint folder stores: ``pt_meta.json``'s (our saves), the reference's for a released
+    sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions left), else ours (32, positions)."""
+    if isinstance(model, str):
+        meta = read_meta(model)
+        if "query_max_length" in meta:
+            return {"query_max_length": meta["query_max_length"], "doc_max_length": meta.get("doc_max_length")}
+        if not meta and is_sparse_checkpoint(model):
+            return {"query_max_length": REFERENCE_QUERY_WORD_PIECES, "doc_max_length": None}
+    return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}

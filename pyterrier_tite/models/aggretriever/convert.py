@@ -1,5 +1,5 @@
-"""Aggretriever checkpoints in every layout we know, loaded exactly into
-:class:`~pyterrier_tite.modeling.aggretriever.AggretrieverEncoder` (one place, so a new layout is one reader here):
+"""Aggretriever checkpoints in every layout we know, read for
+:class:`~pyterrier_tite.models.aggretriever.modeling.AggretrieverEncoder` (one place: a new layout is one reader here):
 
 - ``pyterrier-tite`` (ours): the MLM in Hugging Face layout + ``aggretriever_heads.safetensors`` +
   ``aggretriever.json`` (dims, term-weight activation, vocabulary offset, text lengths).
@@ -22,41 +22,21 @@ and 128 (its ``q_max_len`` / ``p_max_len`` defaults). dhr concatenates ``[agg ; 
 from __future__ import annotations
 
 import os
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from pyterrier_tite.convert.checkpoint import (
+from pyterrier_tite.models.aggretriever.configuration import CONFIG_NAME, HEADS_NAME, castorini_offset
+from pyterrier_tite.models.checkpoint import (
     CheckpointError,
-    load_exactly,
-    local_checkpoint,
     read_json,
-    read_state_dict,
-)
-from pyterrier_tite.modeling.aggretriever import (
-    CONFIG_NAME,
-    HEADS_NAME,
-    AggretrieverEncoder,
-    castorini_offset,
 )
 
 #: text lengths (query, document) each layout's own encoder uses when the checkpoint does not store them
 LAYOUT_LENGTHS: dict[str, tuple[int, int]] = {"pyserini": (32, 512), "dhr": (32, 128)}
-_HEADS = ("term_weight.", "cls_projection.")
-
-
-@dataclass
-class LoadedAggretriever:
-    """An encoder loaded exactly, with what the checkpoint says about using it."""
-
-    encoder: AggretrieverEncoder
-    folder: str
-    layout: str
-    query_max_length: int | None = None
-    doc_max_length: int | None = None
+HEADS = ("term_weight.", "cls_projection.")
 
 
 @dataclass
@@ -155,10 +135,10 @@ def _read_mlm(folder: str, state: dict[str, torch.Tensor]) -> _Read:
     return _Read(_renamed(state, {"": "mlm."}), defaults={"agg_dim": 640, "cls_dim": 128})
 
 
-_READERS = {"pyterrier-tite": _read_pyterrier_tite, "pyserini": _read_pyserini, "dhr": _read_dhr, "mlm": _read_mlm}
+READERS = {"pyterrier-tite": _read_pyterrier_tite, "pyserini": _read_pyserini, "dhr": _read_dhr, "mlm": _read_mlm}
 
 
-def _settings(read: _Read, source: str, explicit: dict) -> dict:
+def settings_of(read: _Read, source: str, explicit: dict) -> dict:
     """Encoder settings: stored ones (an explicit value that disagrees raises), else explicit, else the layout's."""
     given = {k: v for k, v in explicit.items() if v is not None}
     for key, value in given.items():
@@ -170,17 +150,17 @@ def _settings(read: _Read, source: str, explicit: dict) -> dict:
     return settings
 
 
-def _mlm_from_config(folder: str) -> nn.Module:
+def mlm_from_config(folder: str) -> nn.Module:
     """The checkpoint's masked-LM class built from its ``config.json`` (weights come from :func:`load_exactly`)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from pyterrier_tite.convert.checkpoint import quiet_transformers
+    from pyterrier_tite.models.checkpoint import quiet_transformers
 
     with quiet_transformers():
         return AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(folder))
 
 
-def _legacy_names(encoder: AggretrieverEncoder, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def legacy_names(encoder: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Names Hugging Face itself maps on load, mapped for tensors the model lacks: TF-era ``LayerNorm.gamma`` /
     ``.beta`` -> ``.weight`` / ``.bias``, and a base model saved without its prefix (``embeddings.*`` for
     ``bert.embeddings.*``), so an error names what is really missing (e.g. the MLM head) instead of every tensor."""
@@ -205,7 +185,7 @@ def _candidates(key: str, prefix: str) -> list[str]:
     return names
 
 
-def _fill_tied(module: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+def fill_tied(module: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
     """Tensors the model ties (word embeddings and MLM decoder) filled from whichever name the checkpoint holds
     (``save_pretrained`` keeps one); a checkpoint whose copies differ cannot be loaded into one tensor: raises."""
     groups: dict[int, list[str]] = defaultdict(list)
@@ -220,54 +200,3 @@ def _fill_tied(module: nn.Module, state: dict[str, torch.Tensor], source: str) -
         for name in names if present else ():
             state.setdefault(name, state[present[0]])
     return state
-
-
-def load_aggretriever(
-    path_or_id: str | os.PathLike,
-    *,
-    agg_dim: int | None = None,
-    cls_dim: int | None = None,
-    new_heads: bool = False,
-) -> LoadedAggretriever:
-    """Any Aggretriever checkpoint (folder or hub id) loaded exactly: every tensor of the encoder from the
-    checkpoint and every checkpoint tensor used (a ``position_ids`` buffer aside), else :class:`CheckpointError`
-    naming them. A plain MLM raises unless ``new_heads=True``, which starts the two heads fresh and warns once."""
-    source = os.fspath(path_or_id)
-    folder = local_checkpoint(source)
-    state = read_state_dict(folder)
-    layout = detect_layout(folder, state)
-    if layout == "mlm" and not new_heads:
-        raise CheckpointError(
-            f"{source} has no Aggretriever heads (pyserini tok_proj/cls_proj, dhr TermWeightTrans.pt, or our "
-            f"{HEADS_NAME}); to start new heads on this MLM (training), pass new_heads=True"
-        )
-    read = _READERS[layout](folder, state)
-    encoder = AggretrieverEncoder(
-        _mlm_from_config(folder), **_settings(read, source, {"agg_dim": agg_dim, "cls_dim": cls_dim})
-    )
-    _check_vocabulary(encoder, source)
-    loaded = _fill_tied(encoder, _legacy_names(encoder, read.state), source)
-    own = encoder.state_dict()
-    unused = [k for k in loaded if k.endswith("position_ids") and k not in own]
-    fresh = _HEADS if layout == "mlm" else ("cls_projection.",) if encoder.cls_dim == 0 else ()
-    load_exactly(encoder, loaded, source, fresh=fresh, unused=unused)
-    if layout == "mlm":
-        warnings.warn(
-            f"{source} is a plain MLM: the Aggretriever heads (term weight, [CLS] projection to {encoder.cls_dim}) "
-            "start fresh; train them before use",
-            stacklevel=3,
-        )
-    return LoadedAggretriever(encoder, folder, layout, *read.lengths)
-
-
-def _check_vocabulary(encoder: AggretrieverEncoder, source: str) -> None:
-    """castorini's fixed offset only fits some vocabularies (the reference fails on the others): say so at load."""
-    if encoder.vocab_offset is None or encoder.agg_dim == 0:
-        return
-    vocab, width = int(encoder.mlm.config.vocab_size), 2 * encoder.agg_dim
-    if (vocab - encoder.vocab_offset) % width:
-        raise CheckpointError(
-            f"not supported: {source} has {vocab} vocabulary ids; castorini's aggregation for agg_dim "
-            f"{encoder.agg_dim} (offset {encoder.vocab_offset}, derived from 30522) needs a multiple of {width} "
-            f"plus {encoder.vocab_offset}"
-        )

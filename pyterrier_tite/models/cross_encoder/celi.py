@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from pyterrier_tite.devices import as_dtype, autocast_off
-from pyterrier_tite.modeling.sparse_ce import Segments
+from pyterrier_tite.models.sparse_ce.modeling import Segments
 
 
 @dataclass

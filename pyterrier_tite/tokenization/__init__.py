@@ -1,1 +1,0 @@
-"""Text to token ids, per model family: input layouts, special tokens, truncation, tokenizer loading."""
