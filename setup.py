@@ -47,7 +47,7 @@ setup(
         "pyterrier-alpha>=0.12",
         "pyterrier-dr>=0.8",
         "pyterrier-pisa>=0.4",
-        "pyterrier-caching>=0.4",  # re-ranker scores kept between evaluations (pt.score_cache)
+        "pyterrier-caching>=0.4",  # ScorerCache compatibility; the studies keep re-ranker scores in it
         "ir_datasets>=0.6",
         "ir-measures>=0.3",
         "torch>=2.4",

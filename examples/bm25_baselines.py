@@ -12,7 +12,7 @@ import pyterrier as pt
 from pyterrier.measures import AP, R, nDCG
 
 import pyterrier_tite as t
-from pyterrier_tite.tables import markdown_table
+from experiments.common.tables import markdown_table
 
 # (label, index dataset, evaluation dataset)
 FULL = [

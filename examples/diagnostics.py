@@ -230,10 +230,10 @@ def dense_paired(folders: list[str], collections: list[str], against_all: bool =
 
     from pyterrier.measures import nDCG
 
+    from experiments.common.rerank_experiment import per_query, summarise
     from pyterrier_tite import datasets
     from pyterrier_tite.cli.distill import STUDENT_LABEL
-    from pyterrier_tite.pt.dense_experiment import dense_pipeline
-    from pyterrier_tite.pt.rerank_experiment import per_query, summarise
+    from pyterrier_tite.pt.dense_pipeline import dense_pipeline
 
     models = {entry: paired_model(entry) for entry in folders}  # loaded once, all sets
     rows = []
@@ -283,7 +283,7 @@ def dense_sensitivity(folder: str, collections: list[str], teacher_name: str = "
     from pyterrier_tite import datasets
     from pyterrier_tite.cli.distill import STUDENT_LABEL, teacher_label
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
-    from pyterrier_tite.pt.dense_experiment import RERANKED, dense_index_path, dense_pipeline
+    from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_index_path, dense_pipeline
     from pyterrier_tite.pt.first_stage import trec_dl_bm25
     from pyterrier_tite.pt.tite import TITE
     from pyterrier_tite.start_points import resolve

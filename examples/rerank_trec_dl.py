@@ -172,7 +172,7 @@ def _dataset_name(name: str) -> str:
 
 # ------------------------------------------------------------------------------------------------------------ summary
 def summary(out: str) -> None:
-    from pyterrier_tite.tables import markdown_table
+    from experiments.common.tables import markdown_table
 
     records = pd.DataFrame(done(out))
     if records.empty:

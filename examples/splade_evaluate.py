@@ -125,7 +125,7 @@ def main() -> None:
         pipeline = bm25(dataset_id, num_results=1000)
         row["index_bytes"] = directory_size(str(pisa_index(dataset_id).path))
     elif args.fold_models:
-        from pyterrier_tite.pt.cross_validation import CrossValidated
+        from experiments.common.cross_validation import CrossValidated
         from pyterrier_tite.query_folds import assign_folds
 
         models = [resolve(m) for m in args.fold_models.split(",")]

@@ -36,7 +36,7 @@ def rescorers(args) -> dict:
 def fusions(frames: dict) -> dict:
     from pyterrier_alpha.fusion import rr_fusion
 
-    from pyterrier_tite.pt.fusion import normalised_sum
+    from experiments.common.fusion import normalised_sum
 
     bm25, minilm, splade = frames["BM25"], frames["MiniLM bi-encoder"], frames["SPLADE 2-layer"]
     return {

@@ -93,7 +93,7 @@ def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
 def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Transformer:
     """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
     from pyterrier_tite.pt.artifacts import load, model_format
-    from pyterrier_tite.pt.dense_experiment import RERANKED, dense_pipeline
+    from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_pipeline
     from pyterrier_tite.pt.model_keys import model_key
 
     kind = model_format(folder)

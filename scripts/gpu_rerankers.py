@@ -11,7 +11,7 @@ but neither the collections nor PyTerrier:
    score_by_query`); scores are written after each model, so a run cut short keeps what it finished. A time budget
    skips models that would not finish.
 3. ``evaluate`` (here): nDCG@10 of the scores with the recipe's statistics (mean ± std over seeds, paired t-tests and
-   95% intervals against BM25 / the widest window / the [CLS] model: :mod:`pyterrier_tite.pt.rerank_experiment`).
+   95% intervals against BM25 / the widest window / the [CLS] model: :mod:`experiments.common.rerank_experiment`).
 
     python scripts/gpu_rerankers.py bundle --out gpu_carry/rerankers
     python scripts/gpu_rerankers.py train --bundle gpu_carry/rerankers --out $OUT --models mono,sparse-w4 --seeds 1,2
@@ -46,8 +46,8 @@ def names(text: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------------------ bundle
 def bundle(args: argparse.Namespace) -> None:
     """Training pool + evaluation candidates -> ``<out>/data.json.gz``; the start model -> ``<out>/start``."""
+    from experiments.common.offline_teacher import OfflineTeacher
     from pyterrier_tite.pt.first_stage import training_bm25
-    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
     from pyterrier_tite.start_points import resolve
     from pyterrier_tite.training.reranker_distillation import teacher_labels, training_candidates
 
@@ -379,8 +379,8 @@ def evaluate(args: argparse.Namespace) -> None:
     import pyterrier as pt
     from pyterrier.measures import nDCG
 
+    from experiments.common.rerank_experiment import BM25, per_query, summarise, table_columns
     from pyterrier_tite.cli.distill_rerankers import comparisons
-    from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
     from pyterrier_tite.pt.rerankers_first_stage import topics_and_qrels
 
     data = load_bundle(args.bundle)

@@ -10,9 +10,9 @@ import sys
 import pandas as pd
 import pytest
 
+from experiments.common.recipes import finished_steps
 from pyterrier_tite.cli import main
 from pyterrier_tite.cli.aggretriever_vs_cls import VARIANTS, comparisons
-from pyterrier_tite.cli.recipes import finished_steps
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -41,8 +41,8 @@ def test_aggretriever_vs_cls_end_to_end(irds_home, tite_cache, tmp_path):
     is in the table's mean, the paired test compares them, and a rerun trains nothing and reuses the indexes."""
     from pyterrier.measures import nDCG
 
+    from experiments.common.dense_experiment import dense_experiment
     from pyterrier_tite.pt.aggretriever import Aggretriever
-    from pyterrier_tite.pt.dense_experiment import dense_experiment
 
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "pyterrier_tite", "aggretriever-vs-cls", "--output-dir", str(out), "--seeds", "1,2",

@@ -135,7 +135,7 @@ def test_tree_plan_encodes_shared_queries_once(saved, tmp_path, monkeypatch):
 
 
 def test_cross_validated_routers_are_equal_by_folds_and_pipelines(saved):
-    from pyterrier_tite.pt.cross_validation import CrossValidated
+    from experiments.common.cross_validation import CrossValidated
 
     def router(**settings):
         load = lambda: BertBiEncoder.from_pretrained(saved["bert"], device="cpu", **settings).scorer()  # noqa: E731

@@ -13,7 +13,7 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 
-from pyterrier_tite.pt.cross_validation import CrossValidated
+from experiments.common.cross_validation import CrossValidated
 from pyterrier_tite.query_folds import assign_folds, held_out_qids, parse_fold, training_qids
 
 QIDS = [str(q) for q in range(1, 94)]  # vaswani's 93 query ids

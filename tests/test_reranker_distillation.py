@@ -15,10 +15,10 @@ import pytest
 import scipy.sparse as sp
 from scipy import stats
 
+from experiments.common.fusion import min_max_per_query, normalised_sum
+from experiments.common.recipes import finished_steps, training_minutes
+from experiments.common.rerank_experiment import summarise
 from pyterrier_tite.cli.distill_rerankers import comparisons, parse_variant
-from pyterrier_tite.cli.recipes import finished_steps, training_minutes
-from pyterrier_tite.pt.fusion import min_max_per_query, normalised_sum
-from pyterrier_tite.pt.rerank_experiment import summarise
 from pyterrier_tite.training.reranker_distillation import teacher_labels
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -77,7 +77,7 @@ def _frame() -> pd.DataFrame:
 
 
 def test_teacher_components_are_the_models_own_scores(teacher_models):
-    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+    from experiments.common.offline_teacher import OfflineTeacher
 
     dense, splade = teacher_models
     frame = _frame()
@@ -90,7 +90,7 @@ def test_teacher_components_are_the_models_own_scores(teacher_models):
 
 
 def test_teacher_is_the_normalised_sum_and_ranks_the_relevant_text_first(teacher_models):
-    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+    from experiments.common.offline_teacher import OfflineTeacher
 
     dense, splade = teacher_models
     frame = _frame()
@@ -105,7 +105,7 @@ def test_teacher_is_the_normalised_sum_and_ranks_the_relevant_text_first(teacher
 
 
 def test_teacher_keeps_an_empty_frame_empty_and_names_a_missing_column(teacher_models):
-    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+    from experiments.common.offline_teacher import OfflineTeacher
 
     teacher = OfflineTeacher(*teacher_models, verbose=False)
     empty = teacher(_frame().iloc[:0])
@@ -115,7 +115,7 @@ def test_teacher_keeps_an_empty_frame_empty_and_names_a_missing_column(teacher_m
 
 
 def test_teacher_encodes_each_document_once_and_reuses_its_cache(teacher_models, tmp_path, monkeypatch):
-    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+    from experiments.common.offline_teacher import OfflineTeacher
 
     dense, splade = teacher_models
     frame = _frame()
@@ -145,7 +145,7 @@ def test_teacher_encodes_each_document_once_and_reuses_its_cache(teacher_models,
 def test_teacher_cache_cut_short_by_a_killed_save_keeps_its_consistent_prefix(teacher_models, tmp_path, short):
     """A run killed between the replacements of the cache's files leaves them of different lengths; the teacher must
     neither pair a document with another's vector nor crash, but re-encode what the shorter files lack."""
-    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
+    from experiments.common.offline_teacher import OfflineTeacher
 
     dense, splade = teacher_models
     frame = _frame()

@@ -1,5 +1,5 @@
-"""Re-ranker scores kept between evaluations (``pt.score_cache``): read back equal and never rescored, one cache per
-collection, a fresh cache for a rewritten checkpoint or any setting that moves the scores, and no cache for weights
+"""Re-ranker scores kept between evaluations (``experiments.common.score_cache``): read back equal and never rescored,
+one cache per collection, a fresh cache for a rewritten checkpoint or any setting that moves the scores, and no cache for weights
 without a folder."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from test_rerankers_pt import frame, tiny_sparse
 from test_rerankers_pyterrier import TOKENIZER, count_scored_docs, scores
 
+from experiments.common.score_cache import cached_scores, scores_key
 from pyterrier_tite.pt.rerankers import SparseCE
-from pyterrier_tite.pt.score_cache import cached_scores, scores_key
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -60,7 +60,7 @@ def test_any_setting_that_moves_the_scores_gets_its_own_key(folder, settings):
 
 
 def test_a_release_that_changes_the_scoring_code_gets_a_fresh_cache(folder, monkeypatch):
-    from pyterrier_tite.pt import score_cache
+    from experiments.common import score_cache
 
     before = scores_key(SparseCE(folder))
     monkeypatch.setattr(score_cache, "SCORING_REVISION", score_cache.SCORING_REVISION + 1)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-from pyterrier_tite.cli.recipes import finished_steps, training_minutes
+from experiments.common.recipes import finished_steps, training_minutes
 from pyterrier_tite.cli.splade_from_scratch import fine_tuning_folders
 
 

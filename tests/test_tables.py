@@ -1,6 +1,6 @@
 import pandas as pd
 
-from pyterrier_tite.tables import markdown_table
+from experiments.common.tables import markdown_table
 
 
 def test_markdown_table_formats_floats_only():

@@ -6,7 +6,7 @@ Both models start from the same MLM-headed checkpoint (default: the shipped 2-la
 same encoder with the lexical part removed (``agg_dim=0``), trained with the NLL of its score. Same training queries
 and BM25 hard negatives (one fixed sample), same steps, batches and learning rate; one model per variant and seed in
 ``<output-dir>/<variant>/seed-<seed>``. Finally every model retrieves from its own FlexIndex on each evaluation
-collection (:func:`~pyterrier_tite.pt.dense_experiment.dense_seed_experiment`: mean ± std over seeds, paired t-tests
+collection (:func:`~experiments.common.dense_experiment.dense_seed_experiment`: mean ± std over seeds, paired t-tests
 of ``aggretriever`` against ``cls`` and of both against BM25). A rerun skips finished models, resumes unfinished ones
 and reuses the indexes.
 
@@ -18,8 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import (
+from experiments.common.recipes import (
     finished_steps,
     model_dtype,
     recipe_precision,
@@ -27,7 +26,8 @@ from pyterrier_tite.cli.recipes import (
     training_minutes,
     variants_and_seeds,
 )
-from pyterrier_tite.cli.recipes import names as _names
+from experiments.common.recipes import names as _names
+from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
 
 VARIANTS = {"aggretriever": {"agg_dim": 640, "cls_dim": 128}, "cls": {"agg_dim": 0, "cls_dim": 128}}
 DEFAULT_EVALUATION = "scifact,vaswani,cranfield"
@@ -91,8 +91,8 @@ def run_aggretriever_vs_cls(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
+    from experiments.common.dense_experiment import dense_seed_experiment
     from pyterrier_tite.pt.aggretriever import Aggretriever
-    from pyterrier_tite.pt.dense_experiment import dense_seed_experiment
     from pyterrier_tite.pt.first_stage import bm25
     from pyterrier_tite.start_points import resolve
     from pyterrier_tite.training.aggretriever import fine_tune_aggretriever

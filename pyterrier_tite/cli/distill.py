@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from experiments.common.recipes import model_dtype, recipe_precision, training_minutes
+from experiments.common.recipes import names as _names
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import model_dtype, recipe_precision, training_minutes
-from pyterrier_tite.cli.recipes import names as _names
 from pyterrier_tite.start_points import resolve
 
 DEFAULT_EVALUATION = "scifact,vaswani,cranfield-graded,dl19,dl20"
@@ -199,7 +199,7 @@ def check_resumed_structure(output_dir: str, config) -> None:
 def run_distill_tite(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from pyterrier_tite.pt.dense_experiment import dense_experiment
+    from experiments.common.dense_experiment import dense_experiment
     from pyterrier_tite.pt.tite import TITE
     from pyterrier_tite.training.distillation_texts import collect_distillation_texts
     from pyterrier_tite.training.vector_distillation import (

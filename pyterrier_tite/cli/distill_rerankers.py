@@ -2,13 +2,13 @@
 point with the same data, steps and seeds, taught by the offline teacher, and compared in one table.
 
 The recipe: training queries (MS MARCO dev/small, optionally Inverse-Cloze pseudo-queries ``ict:<collection>``) with
-BM25 candidates, scored by :class:`~pyterrier_tite.pt.offline_teacher.OfflineTeacher` (norm-sum of all-MiniLM-L6-v2 and
+BM25 candidates, scored by :class:`~experiments.common.offline_teacher.OfflineTeacher` (norm-sum of all-MiniLM-L6-v2 and
 the shipped 2-layer SPLADE); every model variant x seed is trained with MarginMSE against those scores
 (:mod:`pyterrier_tite.training.reranker_distillation`) into ``<output-dir>/<variant>/seed-<seed>``; finally every
-variant re-ranks BM25 on each evaluation collection (:func:`~pyterrier_tite.pt.rerank_experiment.rerank_experiment`:
+variant re-ranks BM25 on each evaluation collection (:func:`~experiments.common.rerank_experiment.rerank_experiment`:
 mean ± std over seeds, paired t-tests). A rerun skips finished models, resumes unfinished ones, reuses the teacher's
 document vectors and reads back the scores of every model that an earlier evaluation scored
-(``<output-dir>/score-cache``, :mod:`pyterrier_tite.pt.score_cache`; a retrained model is scored again).
+(``<output-dir>/score-cache``, :mod:`experiments.common.score_cache`; a retrained model is scored again).
 
     pyterrier-tite distill-rerankers --models mono,sparse-w4 --seeds 1,2,3 --output-dir runs/rerankers
 """
@@ -19,8 +19,7 @@ import argparse
 import os
 import re
 
-from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import (
+from experiments.common.recipes import (
     finished_steps,
     model_dtype,
     recipe_precision,
@@ -28,7 +27,8 @@ from pyterrier_tite.cli.recipes import (
     training_minutes,
     variants_and_seeds,
 )
-from pyterrier_tite.cli.recipes import names as _names
+from experiments.common.recipes import names as _names
+from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
 
 DEFAULT_MODELS = "mono,sparse-w4"
 DEFAULT_SOURCES = "msmarco-passage/dev/small"  # training queries (reranker_distillation.DEFAULT_SOURCES)
@@ -179,9 +179,9 @@ def run_distill_rerankers(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
+    from experiments.common.offline_teacher import OfflineTeacher
+    from experiments.common.rerank_experiment import rerank_experiment
     from pyterrier_tite.pt.first_stage import training_bm25
-    from pyterrier_tite.pt.offline_teacher import OfflineTeacher
-    from pyterrier_tite.pt.rerank_experiment import rerank_experiment
     from pyterrier_tite.pt.rerankers import CrossEncoderReranker
     from pyterrier_tite.start_points import resolve
     from pyterrier_tite.training.loop import seed_everything

@@ -19,7 +19,7 @@ def add_training_arguments(
     recipe: bool = False,
 ) -> None:
     """The flags of :class:`~pyterrier_tite.training.loop.TrainingArguments` plus threads, resume and quiet;
-    ``recipe``: the command picks its precision with :func:`~pyterrier_tite.cli.recipes.recipe_precision` (bf16 on
+    ``recipe``: the command picks its precision with :func:`~experiments.common.recipes.recipe_precision` (bf16 on
     CPUs with native bf16 too), and its help says so; ``batch_size=None`` leaves ``--batch-size`` to the command (e.g.
     when it means something else there)."""
     parser.add_argument(

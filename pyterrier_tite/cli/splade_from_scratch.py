@@ -22,9 +22,9 @@ import argparse
 import dataclasses
 import os
 
+from experiments.common.recipes import finished_steps, recipe_precision, training_minutes
+from experiments.common.recipes import names as _names
 from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
-from pyterrier_tite.cli.recipes import finished_steps, recipe_precision, training_minutes
-from pyterrier_tite.cli.recipes import names as _names
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -169,9 +169,9 @@ def evaluate_seeds(folders: list[str], collections: list[str], index_root: str, 
     import pandas as pd
     from pyterrier.measures import R, nDCG
 
+    from experiments.common.rerank_experiment import BM25, per_query, summarise, table_columns
     from pyterrier_tite import datasets
     from pyterrier_tite.pt.first_stage import bm25
-    from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
 
     measure, tables = nDCG @ 10, []
     for dataset in collections:

@@ -20,7 +20,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 import scipy.sparse as sp
 
-from pyterrier_tite.pt.fusion import min_max_per_query
+from experiments.common.fusion import min_max_per_query
 
 
 def text_key(text: str) -> str:

@@ -9,45 +9,17 @@ and weights' modification time), so a retrained model is indexed again.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import pyterrier as pt
 from pyterrier.measures import nDCG
 
+from experiments.common.rerank_experiment import BM25, per_query, summarise, table_columns
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
+from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_pipeline
 from pyterrier_tite.pt.first_stage import bm25, trec_dl_bm25
-from pyterrier_tite.pt.model_keys import model_key, slug
-from pyterrier_tite.pt.rerank_experiment import BM25, per_query, summarise, table_columns
-from pyterrier_tite.text import document_text, text_fields
-
-#: the TREC DL aliases whose mirrored passages are only the BM25 candidates: re-ranked, not retrieved
-RERANKED = {"dl19": "2019", "dl20": "2020", datasets.ALIASES["dl19"]: "2019", datasets.ALIASES["dl20"]: "2020"}
-
-
-def dense_index_path(model: DenseBiEncoder, name: str, dataset: str, index_root: str) -> str:
-    """Where :func:`dense_pipeline` caches ``model``'s FlexIndex of ``dataset`` (under :func:`model_key`), so other
-    tools read the same vectors."""
-    key = model_key(name, model.source or id(model))
-    return os.path.join(index_root, key, slug(datasets.irds_id(dataset)) + ".flex")
-
-
-def dense_pipeline(model: DenseBiEncoder, name: str, dataset: str, index_root: str, verbose: bool = True):
-    """``model`` as a ranker on ``dataset``: query encoder >> its FlexIndex (built on first use, at
-    :func:`dense_index_path`), or BM25 top-100 >> its scorer on TREC DL."""
-    import pyterrier_dr
-
-    if dataset in RERANKED:
-        return trec_dl_bm25(RERANKED[dataset]) >> model.scorer()
-    dataset_id = datasets.irds_id(dataset)
-    index = pyterrier_dr.FlexIndex(dense_index_path(model, name, dataset, index_root))
-    if not index.built():
-        fields = text_fields(dataset_id)
-        corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=verbose)
-        (model >> index).index({"docno": d["docno"], "text": document_text(d, fields)} for d in corpus)
-    return model.query_encoder() >> index.np_retriever(num_results=1000)
 
 
 def dense_experiment(
@@ -94,7 +66,7 @@ def dense_seed_experiment(
     verbose: bool = True,
 ) -> pd.DataFrame:
     """Dense models trained with several seeds, side by side: rows ``dataset, name, seeds, <measure>, std, vs, delta,
-    ci_low, ci_high, p`` as in :func:`~pyterrier_tite.pt.rerank_experiment.rerank_experiment` (mean ± std over the
+    ci_low, ci_high, p`` as in :func:`~experiments.common.rerank_experiment.rerank_experiment` (mean ± std over the
     seeds' means, paired t-test and 95% interval of the difference over queries of the seed-averaged values against
     each name in ``comparisons[name]``; ``'BM25'`` is there
     when ``with_bm25``). Each seed's model ranks through :func:`dense_pipeline` (its own cached FlexIndex)."""

@@ -17,8 +17,8 @@ import pyterrier as pt
 from pyterrier.measures import nDCG
 from scipy import stats
 
+from experiments.common.score_cache import cached_scores
 from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
-from pyterrier_tite.pt.score_cache import cached_scores
 
 BM25 = "BM25"
 
@@ -90,7 +90,7 @@ def rerank_experiment(
 
     ``systems``: name -> its re-rankers (one per seed); ``comparisons``: name -> the names it is tested against
     (``'BM25'`` is available when ``with_bm25``); ``score_cache``: a folder where re-rankers loaded from folders keep
-    their scores for the next evaluation (:mod:`~pyterrier_tite.pt.score_cache`; ``verbose`` reports its hits)."""
+    their scores for the next evaluation (:mod:`~experiments.common.score_cache`; ``verbose`` reports its hits)."""
     comparisons = dict(comparisons or {})
     tables = []
     for dataset in collections:
