@@ -5,7 +5,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup-env.sh"
 cd "$ROOT"
 ruff check .
-python -m pytest -q -ra --durations=15 "$@"  # the slowest tests, to keep the suite inside its 30 minutes
+python experiments/report.py --check  # docs/results.md is generated from experiments/*/results.json
+python -m pytest -q -ra --durations=15 "$@"  # tests/ and one smoke test per study; the slowest listed (budget: 15 min)
 if [ $# -eq 0 ]; then
   # The numerics once more as a CPU without AVX-512 computes them (AVX2 kernels in ATen, MKL and oneDNN): tolerances
   # must follow from dtype and magnitude, never from the machine the tests were written on.

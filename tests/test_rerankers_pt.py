@@ -177,8 +177,11 @@ def test_save_and_load_round_trip(name, tokenizer, tmp_path):
 def test_bad_arguments(tokenizer):
     with pytest.raises(ValueError, match="head"):
         SparseCE(tiny_sparse(), head="max", tokenizer=tokenizer)
+    for bad_window in (-1, 1.5, True):  # checked once, by the config the window reaches
+        with pytest.raises(ValueError, match="w must be"):
+            SparseCE(tiny_sparse(), w=bad_window, tokenizer=tokenizer)
     with pytest.raises(ValueError, match="w must be"):
-        SparseCE(tiny_sparse(), w=-1, tokenizer=tokenizer)
+        SparseCrossEncoderConfig(attention_window_size=-2)
     with pytest.raises(TypeError, match="flags"):
         SparseCE(tiny_sparse(), tokenizer=tokenizer, doc_doc_attention=False)
     with pytest.raises(ValueError, match="tokenizer"):

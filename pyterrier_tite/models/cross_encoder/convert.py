@@ -160,9 +160,7 @@ def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, 
     if not is_sparse_model(path_or_model):
         overrides.update(RELEASED_PATTERN)
     if w != KEEP:
-        if w is not None and (not isinstance(w, int) or w < 0):
-            raise ValueError(f"w must be None (full attention) or an int >= 0, got {w!r}")
-        overrides["attention_window_size"] = w
+        overrides["attention_window_size"] = w  # checked by SparseCrossEncoderConfig, the one place
     if symmetric is not None:
         overrides.update(query_cls_attention=symmetric, query_doc_attention=symmetric)
     unknown = set(flags) - set(FLAGS)

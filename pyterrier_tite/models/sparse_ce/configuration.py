@@ -61,8 +61,12 @@ class SparseCrossEncoderConfig(PretrainedConfig):
             raise ValueError(
                 f"hidden_size {hidden_size} is not a multiple of num_attention_heads {num_attention_heads}"
             )
-        if attention_window_size is not None and attention_window_size < 0:
-            raise ValueError(f"attention_window_size must be None or >= 0, got {attention_window_size}")
+        window = attention_window_size  # the one place the window is checked (``SparseCE(w=...)`` arrives here)
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+            raise ValueError(
+                f"the attention window w must be None (full attention) or an int >= 0 (attention_window_size), "
+                f"got {window!r}"
+            )
         if position_embedding_type != "absolute":
             raise ValueError(f"only absolute position embeddings are supported, got {position_embedding_type!r}")
         self.vocab_size = vocab_size
