@@ -1,5 +1,5 @@
-"""Encoding speed of a distilled TITE against the bi-encoder it replaces (``pyterrier-tite distill-tite``), measured
-in one run: the ratio a user sees when swapping the teacher for its TITE in an indexing or query pipeline.
+"""Encoding speed of a distilled TITE against the bi-encoder it replaces (``python -m experiments.distill_tite``),
+measured in one run: the ratio a user sees when swapping the teacher for its TITE in an indexing or query pipeline.
 
 Both models encode the same real texts (half scifact documents, half DL passages; scifact / DL queries), each under
 its own length limits and the chosen dtype, round-robin for ``--rounds`` rounds, keeping each model's fastest round.
@@ -29,6 +29,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root: experiments/
 
 
 def cpu_flags() -> str:
@@ -44,7 +45,7 @@ def cpu_flags() -> str:
 
 def parse_structures(spec: str) -> dict[str, dict]:
     """``"4:2,0/2/0/2/2/g"`` -> each entry's ``build_student`` flags: ``POOLING_LAYERS:KERNEL`` (the last layers pool)
-    or a per-layer ``--structure`` of ``distill-tite``; a malformed entry names itself."""
+    or a per-layer ``--structure`` of the distillation recipe; a malformed entry names itself."""
     from pyterrier_tite.models.tite.from_bert import parse_structure
 
     out = {}
@@ -64,7 +65,7 @@ def parse_structures(spec: str) -> dict[str, dict]:
 def one_structure(args: argparse.Namespace) -> dict[str, dict]:
     """The single student without ``--structures``: the late arrangement's where any of its flags is given, else the
     recipe's default (``build_student`` resolves it from the teacher's depth)."""
-    from pyterrier_tite.cli.distill import DEFAULT_POOLING_LAYERS
+    from experiments.distill_tite.recipe import DEFAULT_POOLING_LAYERS
 
     if args.pooling_layers is None and args.kernel is None and args.arrangement is None:
         return {"default": {"structure": None, "pooling_layers": None, "kernel": None}}
@@ -109,7 +110,7 @@ def encoders(model, path: str, precision: str):
 def main(argv=None) -> int:
     from encode_throughput import load_texts
 
-    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from experiments.distill_tite.recipe import build_student, build_teacher
     from pyterrier_tite.devices import autocast, resolve_precision
     from pyterrier_tite.pt.tite import TITE
 
@@ -123,9 +124,8 @@ def main(argv=None) -> int:
         "--structures",
         default=None,
         help="comma list of students measured in one run (instead of --pooling-layers/--kernel): POOLING_LAYERS:KERNEL "
-        "or distill-tite's per-layer --structure, e.g. 4:2,0/2/0/2/2/g",
+        "or the distillation recipe's per-layer --structure, e.g. 4:2,0/2/0/2/2/g",
     )
-    p.set_defaults(dropout=None)  # build_student's flag; no effect on encoding speed (eval mode)
     p.add_argument("--docs", type=int, default=512)
     p.add_argument("--queries", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=32)

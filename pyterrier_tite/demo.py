@@ -6,7 +6,7 @@ the package's extras (no hub access needed):
 - ``minilm``: BM25's top ``rerank_depth`` re-scored by the all-MiniLM-L6-v2 bi-encoder (mean pooling, cosine), the
   rest of the BM25 ranking kept below them.
 
-``models_dir``: every model folder in it (saved by a training command or recipe, e.g. ``distill-tite``) becomes one
+``models_dir``: every model folder in it (saved by a training command or ``save_pretrained``) becomes one
 more row, so a user who trained a model sees it beside BM25: dense bi-encoders retrieve from their own FlexIndex
 (re-rank BM25's top 100 on TREC DL), SPLADE from its own PISA index, cross-encoders re-rank BM25's top
 ``rerank_depth``.

@@ -134,17 +134,6 @@ def test_tree_plan_encodes_shared_queries_once(saved, tmp_path, monkeypatch):
     assert len(table) == 2 and calls == ["query"]
 
 
-def test_cross_validated_routers_are_equal_by_folds_and_pipelines(saved):
-    from experiments.common.cross_validation import CrossValidated
-
-    def router(**settings):
-        load = lambda: BertBiEncoder.from_pretrained(saved["bert"], device="cpu", **settings).scorer()  # noqa: E731
-        return CrossValidated({1: load(), 2: load()}, {"q0": 1, "q1": 2})
-
-    assert router() == router() and hash(router()) == hash(router())
-    assert router() != router(doc_max_length=12)
-
-
 def test_verbose_shows_progress_bars(capsys, tmp_path):
     model = tiny_tite(verbose=True)
     model.doc_encoder()(DOCS)

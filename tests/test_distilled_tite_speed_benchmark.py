@@ -48,16 +48,16 @@ def test_structures_beside_a_trained_student_are_refused(capsys):
 
 
 def test_a_student_with_a_query_model_is_timed_with_it_for_queries(tmp_path, irds_home, capsys):
-    """A TITE saved with its teacher as query encoder (distill-tite's default) is used that way: the queries row times
-    the query model, not TITE's own query path."""
+    """A TITE saved with its teacher as query encoder (the distillation recipe's default) is used that way: the
+    queries row times the query model, not TITE's own query path."""
     import argparse
 
     from _tiny_bert import save_tiny_bert
 
-    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from experiments.distill_tite.recipe import build_student, build_teacher
 
     teacher_folder = save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True)
-    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=4, dropout=None,
+    flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=4,
                                query_encoder="teacher")  # fmt: skip
     build_student(flags, build_teacher(flags, device="cpu"), device="cpu").save_pretrained(str(tmp_path / "student"))
     bench = load_script("benchmarks/distilled_tite_speed.py")
@@ -75,7 +75,7 @@ def test_the_pipeline_path_times_the_bi_encoders_own_encoding(tmp_path):
 
     from _tiny_bert import save_tiny_bert
 
-    from pyterrier_tite.cli.distill import build_teacher
+    from experiments.distill_tite.recipe import build_teacher
 
     flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=2, sentence_transformers=True))
     teacher = build_teacher(flags, device="cpu")
@@ -94,10 +94,10 @@ def test_the_flop_ratio_follows_where_pooling_starts(tmp_path, irds_home):
 
     from _tiny_bert import save_tiny_bert
 
-    from pyterrier_tite.cli.distill import build_student, build_teacher
+    from experiments.distill_tite.recipe import build_student, build_teacher
 
     flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True),
-                               kernel=2, arrangement="late", dropout=None, query_encoder="tite")  # fmt: skip
+                               kernel=2, arrangement="late", query_encoder="tite")  # fmt: skip
     teacher = build_teacher(flags, device="cpu")
     bench = load_script("benchmarks/distilled_tite_speed.py")
 

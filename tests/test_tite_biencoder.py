@@ -207,11 +207,11 @@ def test_indexes_and_retrieves_cranfield(minilm, irds_home, tmp_path):
 
 
 def test_experiment_script_starts_tite_from_a_pretrained_tite_folder(minilm, tmp_path):
-    """examples/tite_experiment.py --start <folder of `pyterrier-tite pretrain`> fine-tunes that TITE (not a new
-    TITE built from a BERT), with the experiment's markers and lengths."""
+    """experiments/distill_tite/tite_vs_pooling.py --start <folder of `pyterrier-tite pretrain`> fine-tunes that TITE
+    (not a new TITE built from a BERT), with the experiment's markers and lengths."""
     from _scripts import load_script
 
-    experiment = load_script("examples/tite_experiment.py")
+    experiment = load_script("experiments/distill_tite/tite_vs_pooling.py")
 
     tokenizer = AutoTokenizer.from_pretrained(minilm)
     encoder = tiny_tite(len(tokenizer))

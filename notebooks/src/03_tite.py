@@ -95,7 +95,7 @@ experiment[["name", "nDCG@10", "AP", "R@100", "nDCG@10 +", "nDCG@10 -", "nDCG@10
 # Pooling hurts a short query most (10 word pieces leave one row after a few pooling layers), while a query is cheap
 # to encode with the unpooled model, once per search. `query_model=` gives a TITE another bi-encoder for its queries:
 # documents (the indexing cost) stay TITE's, queries are MiniLM's, so the TITE index above is reused unchanged.
-# `pyterrier-tite distill-tite` trains TITE's documents towards MiniLM's vectors and saves its student this way
+# `python -m experiments.distill_tite` trains TITE's documents towards MiniLM's vectors and saves its student this way
 # (`query_encoder/` inside the checkpoint; `t.TITE.from_pretrained(folder)` loads both); after 500 CPU steps such a
 # student reaches about 0.59 nDCG@10 on scifact against MiniLM's 0.64
 # ([docs/results.md](../docs/results.md#the-teacher-as-query-encoder-the-default-since)). Undistilled, as here, the

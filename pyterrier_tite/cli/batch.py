@@ -64,11 +64,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Retrieve the top k documents of each topic from an index built by `pyterrier-tite index`.",
     )
     retrieve.add_argument("--index", required=True, help="index folder")
-    retrieve.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file (.jsonl/.tsv/.xml)")
-    retrieve.add_argument("--out", required=True, help="run file to write (.gz compresses)")
     retrieve.add_argument("--model", default=None, help="query encoder (default: the model that built the index)")
-    retrieve.add_argument("-k", type=int, default=1000, help="results per query (default 1000)")
-    retrieve.add_argument("--overwrite", action="store_true", help="replace an existing run file")
+    add_run_arguments(retrieve, k=1000, k_help="results per query")
     add_runtime_arguments(retrieve)
     retrieve.set_defaults(func=run_retrieve)
 
@@ -80,16 +77,21 @@ def register(commands: argparse._SubParsersAction) -> None:
         "file).",
     )
     rerank.add_argument("--model", required=True, help="hub id, model folder or shipped name")
-    rerank.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file")
     source = rerank.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="TREC run file to re-rank (.gz allowed)")
     source.add_argument("--first-stage", help="bm25 (over the ir_datasets id --dataset) or an index folder")
     rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file")
-    rerank.add_argument("--out", required=True, help="run file to write (.gz compresses)")
-    rerank.add_argument("-k", type=int, default=100, help="candidates re-ranked per query (default 100)")
-    rerank.add_argument("--overwrite", action="store_true", help="replace an existing run file")
+    add_run_arguments(rerank, k=100, k_help="candidates re-ranked per query")
     add_runtime_arguments(rerank)
     rerank.set_defaults(func=run_rerank)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, k: int, k_help: str) -> None:
+    """``--topics``, ``--out``, ``-k`` and ``--overwrite``: what a command that writes a run file reads and writes."""
+    parser.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file (.jsonl/.tsv/.xml)")
+    parser.add_argument("--out", required=True, help="run file to write (.gz compresses)")
+    parser.add_argument("-k", type=int, default=k, help=f"{k_help} (default {k})")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run file")
 
 
 def _check_k(k: int) -> None:

@@ -13,7 +13,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     demo.add_argument("--rerank-depth", type=int, default=50, help="BM25 results re-scored by MiniLM (default 50)")
     demo.add_argument(
-        "--models", default=None, help="a folder of trained model folders (e.g. runs/distill): one more row each"
+        "--models", default=None, help="a folder of saved model folders (e.g. training outputs): one more row each"
     )
     demo.set_defaults(func=run_demo)
 

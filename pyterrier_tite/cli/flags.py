@@ -1,4 +1,7 @@
-"""Optimisation flags shared by every training command, so ``train-*`` / ``pretrain*`` read the same way.
+"""Flags that several commands share, defined once so that they read the same everywhere: the optimisation flags of
+every training command (``add_training_arguments``), the runtime flags of every batch command
+(``add_runtime_arguments``: ``--device``, ``--batch-size``, ``--threads``, ``--quiet``, ``--precision``) and the text
+lengths (``add_length_arguments``).
 
 Long names follow ``TrainingArguments`` (``--output-dir``, ``--max-steps``, ``--learning-rate``); the short forms
 ``--output``, ``--steps`` and ``--lr`` are accepted as aliases.
@@ -17,27 +20,50 @@ def add_training_arguments(
     warmup_steps: int = 10,
     batch_size: int | None = 8,
     recipe: bool = False,
+    batch_size_help: str = "training examples (queries or texts) per batch and process",
 ) -> None:
     """The flags of :class:`~pyterrier_tite.training.loop.TrainingArguments` plus threads, resume and quiet;
     ``recipe``: the command picks its precision with :func:`~experiments.common.recipes.recipe_precision` (bf16 on
-    CPUs with native bf16 too), and its help says so; ``batch_size=None`` leaves ``--batch-size`` to the command (e.g.
-    when it means something else there)."""
+    CPUs with native bf16 too), and its help says so; ``batch_size=None`` leaves ``--batch-size`` to the command;
+    ``batch_size_help`` says what a batch counts where the command means something else by it."""
     parser.add_argument(
         "--output-dir", "--output", dest="output_dir", required=True,
         help="output folder (checkpoint/ inside; a rerun resumes from it)",
     )  # fmt: skip
     parser.add_argument("--max-steps", "--steps", dest="max_steps", type=int, default=max_steps, help="optimizer steps")
     if batch_size is not None:
-        parser.add_argument("--batch-size", type=int, default=batch_size)
-    parser.add_argument("--learning-rate", "--lr", dest="learning_rate", type=float, default=learning_rate)
+        parser.add_argument("--batch-size", type=int, default=batch_size, help=batch_size_help)
+    parser.add_argument(
+        "--learning-rate", "--lr", dest="learning_rate", type=float, default=learning_rate, help="peak learning rate"
+    )
     parser.add_argument("--warmup-steps", type=int, default=warmup_steps, help="learning-rate warm-up")
-    parser.add_argument("--grad-accumulation", type=int, default=1)
+    parser.add_argument("--grad-accumulation", type=int, default=1, help="batches per optimizer step")
     parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads per process (default: torch's)")
+    parser.add_argument("--seed", type=int, default=42, help="seed of initialisation, sampling, dropout and order")
     parser.add_argument("--no-resume", action="store_true", help="start over even if output-dir has a checkpoint")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_process_arguments(parser, threads_help="torch CPU threads per process (default: torch's)")
     add_precision_argument(parser, recipe=recipe)
+
+
+def add_process_arguments(parser: argparse.ArgumentParser, threads_help: str) -> None:
+    """``--threads`` and ``--quiet``, which every training and batch command takes."""
+    parser.add_argument("--threads", type=int, default=None, help=threads_help)
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_length_arguments(
+    parser: argparse.ArgumentParser, query_max_length: int | None = None, doc_max_length: int | None = None
+) -> None:
+    """``--query-max-length`` / ``--doc-max-length`` in word pieces (``None``: as stored with the model)."""
+    stored = "as stored with the model"
+    parser.add_argument(
+        "--query-max-length", type=int, default=query_max_length,
+        help=f"word pieces per query (default: {query_max_length or stored})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--doc-max-length", type=int, default=doc_max_length,
+        help=f"word pieces per document (default: {doc_max_length or stored + ', else all the model reads'})",
+    )  # fmt: skip
 
 
 def add_precision_argument(parser: argparse.ArgumentParser, recipe: bool = False) -> None:
@@ -94,8 +120,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, batch_size: int | Non
     parser.add_argument(
         "--batch-size", type=int, default=batch_size, help="texts per model call (default: the model's own)"
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads and PISA threads")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_process_arguments(parser, threads_help="torch CPU threads and PISA threads")
     add_precision_argument(parser)
 
 

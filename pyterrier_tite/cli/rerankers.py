@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_length_arguments, add_training_arguments, training_arguments
 
 
 def window(value: str) -> int | None | str:
@@ -30,21 +30,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--symmetric", action="store_true", default=None, help="query attends to [CLS] and the doc (sparse only)"
     )
-    parser.add_argument("--head", choices=["cls", "mean", "celi"], default="cls")
+    parser.add_argument("--head", choices=["cls", "mean", "celi"], default="cls", help="score head on the encoder")
     parser.add_argument("--token-dim", type=int, default=32, help="D_tok of the CELI head")
-    parser.add_argument(
-        "--query-max-length",
-        type=int,
-        default=None,
-        help="query word pieces; default: as stored with the model (ours 32, released SparseCE 30)",
-    )
-    parser.add_argument(
-        "--doc-max-length",
-        type=int,
-        default=None,
-        help="doc word pieces; default: as stored, else every position the query leaves",
-    )
-    parser.add_argument("--batch-size", type=int, default=32, help="docs per forward pass when scoring")
+    add_length_arguments(parser)
 
 
 def build_reranker(args: argparse.Namespace):
@@ -71,12 +59,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--dataset", default="2020", help="TREC DL year (2019/2020) or collection alias with qrels")
     train.add_argument("--depth", type=int, default=100, help="first-stage candidates per query (negatives pool)")
     train.add_argument("--max-queries", type=int, default=None, help="use only the first N judged queries")
-    train.add_argument("--loss", choices=["lce", "margin_mse", "ranknet"], default="lce")
+    train.add_argument("--loss", choices=["lce", "margin_mse", "ranknet"], default="lce", help="training loss")
     train.add_argument("--teacher-run", default=None, help="TREC run file of teacher scores (for margin_mse)")
-    train.add_argument("--negatives", type=int, default=7)
-    train.add_argument("--queries-per-batch", type=int, default=4)
+    train.add_argument("--negatives", type=int, default=7, help="negatives per positive in a training group")
+    train.add_argument("--queries-per-batch", type=int, default=4, help="training groups per batch")
     train.add_argument("--min-label", type=int, default=1, help="qrels label from which a candidate is a positive")
-    add_training_arguments(train, batch_size=None)  # --batch-size is the scoring batch (model arguments)
+    add_training_arguments(train, batch_size=32, batch_size_help="documents per forward pass when scoring")
     train.set_defaults(func=run_train)
 
 

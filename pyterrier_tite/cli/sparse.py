@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_length_arguments, add_training_arguments, training_arguments
 from pyterrier_tite.start_points import resolve
 
 
@@ -14,8 +14,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     tok = commands.add_parser("train-tokenizer", help="WordPiece vocabulary from a collection's documents (HF format)")
     tok.add_argument("--dataset", required=True, help="ir_datasets ID or alias (vaswani, scifact, ...)")
     tok.add_argument("--output-dir", "--output", dest="output_dir", required=True, help="folder for the tokenizer")
-    tok.add_argument("--vocab-size", type=int, default=32_000)
-    tok.add_argument("--min-frequency", type=int, default=2)
+    tok.add_argument("--vocab-size", type=int, default=32_000, help="WordPiece vocabulary size")
+    tok.add_argument("--min-frequency", type=int, default=2, help="occurrences a token needs to enter the vocabulary")
     tok.add_argument("--limit", type=int, default=None, help="only the first N documents")
     tok.set_defaults(func=run_train_tokenizer)
 
@@ -24,13 +24,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     mlm.add_argument("--tokenizer", help="tokenizer folder; default: train one on the collection (--vocab-size)")
     mlm.add_argument("--vocab-size", type=int, default=32_000, help="vocabulary size when training the tokenizer")
     mlm.add_argument("--init", help="continue from this MLM checkpoint ('minilm' = the shipped MiniLM) instead")
-    mlm.add_argument("--objective", choices=["mlm", "mlm+flops"], default="mlm+flops")
-    mlm.add_argument("--hidden-size", type=int, default=256)
-    mlm.add_argument("--layers", type=int, default=2)
-    mlm.add_argument("--heads", type=int, default=4)
-    mlm.add_argument("--intermediate-size", type=int, default=1024)
+    mlm.add_argument("--objective", choices=["mlm", "mlm+flops"], default="mlm+flops", help="pretraining loss")
+    mlm.add_argument("--hidden-size", type=int, default=256, help="BERT width (from scratch)")
+    mlm.add_argument("--layers", type=int, default=2, help="BERT layers (from scratch)")
+    mlm.add_argument("--heads", type=int, default=4, help="attention heads (from scratch)")
+    mlm.add_argument("--intermediate-size", type=int, default=1024, help="feed-forward width (from scratch)")
     mlm.add_argument("--max-length", type=int, default=128, help="tokens per text (truncated)")
-    mlm.add_argument("--mlm-probability", type=float, default=0.15)
+    mlm.add_argument("--mlm-probability", type=float, default=0.15, help="share of tokens masked")
     mlm.add_argument("--flops-weight", type=float, default=1e-3, help="lambda of FLOPS (paper: 1e-3)")
     mlm.add_argument("--flops-warmup-steps", type=int, default=0, help="quadratic warm-up of lambda")
     mlm.add_argument("--queries", help="also pretrain on this dataset's queries (e.g. scifact-train)")
@@ -48,8 +48,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     agg = commands.add_parser("train-aggretriever", help="fine-tune Aggretriever on qrels + BM25 hard negatives")
     _add_fine_tuning_flags(agg)
-    agg.add_argument("--agg-dim", type=int, default=640)
-    agg.add_argument("--cls-dim", type=int, default=128)
+    agg.add_argument("--agg-dim", type=int, default=640, help="width of the lexical agg* vector (new heads)")
+    agg.add_argument("--cls-dim", type=int, default=128, help="width of the projected [CLS] vector (new heads)")
     agg.set_defaults(func=run_train_aggretriever)
 
 
@@ -65,15 +65,13 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
         type=_fold_spec,
         help="cross-validation: train on the queries outside fold I of N (for collections without training queries)",
     )
-    parser.add_argument("--fold-seed", type=int, default=0, help="seed of the query -> fold assignment")
     parser.add_argument(
         "--pseudo-queries",
         action="store_true",
         help="train on Inverse-Cloze pseudo-queries made from the collection's documents instead of its qrels",
     )
     parser.add_argument("--max-docs", type=int, default=None, help="with --pseudo-queries: a seeded sample of docs")
-    parser.add_argument("--query-max-length", type=int, default=64)
-    parser.add_argument("--doc-max-length", type=int, default=256)
+    add_length_arguments(parser, query_max_length=64, doc_max_length=256)
     parser.add_argument("--no-in-batch", action="store_true", help="only each query's own documents as negatives")
     _add_optimisation_flags(parser, lr=2e-5, batch_size=16, steps=1000)
 
@@ -176,7 +174,7 @@ def _examples(args: argparse.Namespace):
     qids = None
     if args.hold_out_fold:
         all_qids = datasets.get_dataset(args.dataset).get_topics()["qid"].astype(str)
-        qids = training_qids(all_qids, args.hold_out_fold, seed=args.fold_seed)
+        qids = training_qids(all_qids, args.hold_out_fold)  # folds of query_folds.assign_folds, seed 0
     examples = hard_negative_examples(
         args.dataset, negatives, depth=args.depth, max_queries=args.max_queries, qids=qids, seed=args.seed
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_length_arguments, add_training_arguments, training_arguments
 from pyterrier_tite.start_points import resolve
 
 
@@ -26,7 +26,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="BERT -> TITE: layers that pool (default: enough for one vector, at most all but the first)",
     )
     parser.add_argument("--kernel", type=int, default=2, help="BERT -> TITE: kernel = stride of the pooling layers")
-    parser.add_argument("--arrangement", choices=["late", "staggered"], default="late")
+    parser.add_argument(
+        "--arrangement", choices=["late", "staggered"], default="late", help="BERT -> TITE: which layers pool"
+    )
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -35,13 +37,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     pre.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
     pre.add_argument("--max-length", type=int, default=128, help="tokens per text")
     pre.add_argument("--mae-mask-rate", type=float, default=0.5, help="share of positions each MAE query cannot see")
-    pre.add_argument("--input-mask-rate", type=float, default=0.0, help="encoder input masking (paper: none)")
     add_model_arguments(pre)
     add_training_arguments(pre)
     pre.set_defaults(func=run_pretrain, learning_rate=1e-4)
 
     ft = commands.add_parser("train-biencoder", help="fine-tune a TITE / CLS / mean-pool bi-encoder (M-MSE+KL+NCE)")
-    ft.add_argument("--model", choices=["tite", "cls", "mean"], default="tite")
+    ft.add_argument("--model", choices=["tite", "cls", "mean"], default="tite", help="TITE, or BERT with CLS / mean")
     add_model_arguments(ft)
     ft.add_argument(
         "--train-data",
@@ -57,10 +58,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "or a cross-encoder reranker (MonoCE / CELI / SparseCE)",
     )
     ft.add_argument("--samples-cache", default=None, help="jsonl to reuse built samples (written when missing)")
-    ft.add_argument("--max-samples", type=int, default=None)
+    ft.add_argument("--max-samples", type=int, default=None, help="train on the first N samples only")
     ft.add_argument("--docs-per-query", type=int, default=4, help="positive + sampled negatives per query and step")
-    ft.add_argument("--query-max-length", type=int, default=32)
-    ft.add_argument("--doc-max-length", type=int, default=256)
+    add_length_arguments(ft, query_max_length=32, doc_max_length=256)
     ft.add_argument("--no-markers", action="store_true", help="no [QUE]/[DOC] marker tokens")
     ft.add_argument(
         "--cosine", action="store_true", help="cls / mean: L2-normalised vectors (default: dot product, like TITE)"
@@ -116,7 +116,6 @@ def run_pretrain(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_length=args.max_length,
         mae_mask_rate=args.mae_mask_rate,
-        input_mask_rate=args.input_mask_rate,
         resume=not args.no_resume,
     )
     print(f"pretrained {len(log)} steps on {len(texts)} texts; last loss {log[-1]['loss']:.4f} -> {args.output_dir}")
