@@ -118,6 +118,17 @@ def test_data_flows_one_way(room):
     assert not offences, "\n".join(offences)
 
 
+def test_the_library_never_imports_the_studies():
+    """``experiments/`` is not installed: a library module importing it would work in the repository only."""
+    offences = [
+        f"{file.relative_to(PACKAGE)} imports {name}"
+        for file in sorted(PACKAGE.rglob("*.py"))
+        for name in imports(file)
+        if name.split(".")[0] == "experiments"
+    ]
+    assert not offences, "\n".join(offences)
+
+
 def test_every_family_has_its_own_folder():
     families = {p.name for p in (PACKAGE / "models").iterdir() if (p / "__init__.py").exists()}
     assert families == set(FAMILY_BASES)
