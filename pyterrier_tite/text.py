@@ -16,15 +16,26 @@ def text_fields(dataset_id: str) -> list[str]:
     return ["title", "text"] if dataset_id.startswith("beir/") else ["text"]
 
 
-def _present(value) -> bool:
+def _as_text(value, field: str) -> str:
+    """A field's value as text: ``bytes`` are UTF-8 (never ``"b'...'"``), anything else its ``str``."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{field} is bytes that are not valid UTF-8 ({exc.reason} at position {exc.start}): "
+                             "decode it to str with its encoding first") from None
+    return str(value)
+
+
+def _present(value, field: str = "text") -> bool:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return False
-    return bool(str(value).strip())
+    return bool(_as_text(value, field).strip())
 
 
 def document_text(doc: Mapping, fields: Sequence[str] = DEFAULT_FIELDS) -> str:
     """``fields`` of ``doc`` that are present and non-empty, joined by a space ("" when none is)."""
-    return " ".join(str(doc[f]).strip() for f in fields if f in doc and _present(doc[f]))
+    return " ".join(_as_text(doc[f], f).strip() for f in fields if f in doc and _present(doc[f], f))
 
 
 def join_text_columns(frame, fields: Sequence[str] = DEFAULT_FIELDS):

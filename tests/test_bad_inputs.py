@@ -309,16 +309,15 @@ def test_dense_one_document_index_is_readable(models, tmp_path):
         assert_float_close(np.array(vectors[-1:]), models["TITE"].encode_docs([docs[-1]["text"]]))
 
 
-@pytest.mark.xfail(strict=True, reason="pyterrier_alpha's DataFrameBuilder keeps 1-element arrays as cells")
 def test_dense_single_result_rows(models, indexes):
-    """pyterrier_dr's np_retriever with one result per query (a 1-document index, or num_results=1) returns
-    array-valued docno / score cells; upstream behaviour, documented here (it xpasses once fixed)."""
-    import pyterrier_dr
+    """pyterrier_dr's retrievers with one result per query (a 1-document index, or num_results=1) return
+    array-valued docno / score cells (pyterrier_alpha's DataFrameBuilder keeps 1-element arrays as cells); ours
+    (``dense_index.dense_retriever``, which ``retrieve`` / ``rerank --first-stage`` use) returns scalars."""
+    from pyterrier_tite.pt.dense_index import dense_retriever
 
-    retriever = models["TITE"].query_encoder() >> pyterrier_dr.FlexIndex(str(indexes["TITE>>FlexIndex"])).np_retriever(
-        num_results=1
-    )
-    assert all(isinstance(d, str) for d in retriever(QUERIES)["docno"])
+    run = dense_retriever(models["TITE"], indexes["TITE>>FlexIndex"], k=1)(QUERIES)
+    assert list(run["qid"]) == ["q1", "q2"] and all(isinstance(d, str) for d in run["docno"])
+    assert run["score"].dtype.kind == "f"
 
 
 def test_dense_build_into_an_existing_index(models, indexes, tmp_path):

@@ -117,7 +117,7 @@ def test_a_concurrent_first_retriever_waits_instead_of_removing_half_written_fil
     the same index meanwhile must not remove (or rewrite) that half-written file, but wait and then reuse it."""
     import threading
 
-    from pyterrier_tite.pt.index_build import pisa_derived_files
+    from pyterrier_tite.pt.pisa_derived import pisa_derived_files
 
     path = tmp_path / "index"
     build_pisa_index(DOCS, str(path), ["text"])

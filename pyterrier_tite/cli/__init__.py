@@ -3,12 +3,18 @@
 Each sub-command lives in the module that owns its work: a module listed in ``COMMAND_MODULES`` defines
 ``register(subparsers)``, which adds its parsers and sets ``func`` (called with the parsed arguments, returns the exit
 code) as a parser default. Heavy imports stay inside those functions so ``--help`` is fast.
+
+Errors a user can fix (a damaged index, a checkpoint that does not load, a missing or unwritable file, a full disk)
+end as one line ``pyterrier-tite COMMAND: error: ...`` and exit code 2; anything else keeps its traceback (a bug).
+``PYTERRIER_TITE_DEBUG=1`` shows the traceback of those too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
 
 COMMAND_MODULES = [
@@ -35,7 +41,30 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     keep_large_blocks()  # a command owns its process: large tensors reuse the heap (see cpu_allocator)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (OSError, ValueError) as exc:
+        message = user_error(exc)
+        if message is None or os.environ.get("PYTERRIER_TITE_DEBUG", "") not in ("", "0"):
+            raise
+        print(f"pyterrier-tite {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def user_error(exc: BaseException) -> str | None:
+    """The one-line message of an error the user can fix, or None for one that is a bug: every ``OSError`` (files,
+    folders, disks, damaged indexes: :class:`~pyterrier_tite.pt.index_build.CorruptIndexError` says how to rebuild)
+    and :class:`~pyterrier_tite.models.checkpoint.CheckpointError`."""
+    from pyterrier_tite.models.checkpoint import CheckpointError
+    from pyterrier_tite.pt.index_build import CorruptIndexError
+
+    if not isinstance(exc, OSError | CheckpointError):
+        return None
+    message = re.sub(r"\s*\n\s*", " ", str(exc)).strip()  # one line
+    if isinstance(exc, CorruptIndexError):
+        message += "" if message.endswith("rebuild the index") else "; rebuild the index"
+        message += " (pyterrier-tite index --overwrite ...)"
+    return message
 
 
 if __name__ == "__main__":

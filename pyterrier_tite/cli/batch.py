@@ -17,9 +17,11 @@ import os
 import sys
 
 from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
+from pyterrier_tite.pt.locks import WriteTargetError
 
-#: errors that mean bad input: printed as one line, not as a traceback
-INPUT_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError)
+#: errors that mean bad input, or an output that cannot be written (busy, unwritable, a full disk): printed as one
+#: line, not as a traceback
+INPUT_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, WriteTargetError)
 
 
 def input_errors(command: str):
@@ -34,6 +36,33 @@ def input_errors(command: str):
                 message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
                 print(f"pyterrier-tite {command}: error: {message}", file=sys.stderr)
                 return 2
+
+        return run
+
+    return wrap
+
+
+def writes_to(target):
+    """Decorate a command's function (under :func:`input_errors`): it runs holding the write lock of the path
+    ``target(args)`` (:func:`~pyterrier_tite.pt.locks.write_lock`), so a target that another process is writing, or
+    whose folder cannot be written, fails at once, before any model is loaded; an existing target is refused first
+    unless ``--overwrite``. Under ``torchrun`` only rank 0, which writes, takes the lock."""
+
+    def wrap(func):
+        @functools.wraps(func)
+        def run(args: argparse.Namespace) -> int:
+            from pyterrier_tite.pt.index_build import refuse_existing
+            from pyterrier_tite.pt.locks import write_lock
+
+            path = target(args)
+            if hasattr(args, "overwrite"):
+                refuse_existing(path, args.overwrite)
+            if int(os.environ.get("RANK", "0")) != 0:
+                return func(args)
+            with write_lock(path):
+                if hasattr(args, "overwrite"):
+                    refuse_existing(path, args.overwrite)  # written by another process meanwhile
+                return func(args)
 
         return run
 
@@ -138,6 +167,7 @@ def check_corpus_source(source: str) -> None:
 
 
 @input_errors("index")
+@writes_to(lambda args: args.index)
 def run_index(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import build_index
     from pyterrier_tite.pt.index_build import refuse_existing
@@ -165,6 +195,7 @@ def run_index(args: argparse.Namespace) -> int:
 
 
 @input_errors("retrieve")
+@writes_to(lambda args: args.out)
 def run_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import index_info, index_retriever, retrieve
     from pyterrier_tite.pt.index_build import refuse_existing
@@ -193,6 +224,7 @@ def _system(model: str) -> str:
 
 
 @input_errors("rerank")
+@writes_to(lambda args: args.out)
 def run_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import DocumentTexts, attach_queries, load_model, rerank, scorer_of, top_k
     from pyterrier_tite.pt.index_build import refuse_existing
@@ -208,7 +240,7 @@ def run_rerank(args: argparse.Namespace) -> int:
     if args.run is not None:
         if not os.path.isfile(args.run):
             raise FileNotFoundError(f"run file {args.run} does not exist")
-        run = read_trec_run(args.run)
+        run = read_trec_run(args.run, duplicates="warn")  # top_k keeps each pair once
     else:
         run = _first_stage(args, topics)
     if args.dataset is None:

@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 
+from pyterrier_tite.cli.batch import input_errors
+
 DEFAULT_MEASURES = "nDCG@10 AP R@100"
+#: multiple-testing corrections (statsmodels' ``multipletests`` methods, as ``pt.Experiment`` takes them)
+CORRECTIONS = (
+    "bonferroni", "sidak", "holm-sidak", "holm", "simes-hochberg", "hommel",
+    "fdr_bh", "fdr_by", "fdr_tsbh", "fdr_tsbky",
+)  # fmt: skip
+#: statsmodels' short names of the same corrections
+_CORRECTION_ALIASES = ("b", "bonf", "s", "h", "hs", "sh", "ho", "fdr_i", "fdr_p", "fdr_n", "fdr_twostage")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -20,12 +29,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--measures", default=DEFAULT_MEASURES, help=f"measures (default {DEFAULT_MEASURES!r})")
     parser.add_argument("--names", default=None, help="comma-separated system names (default: the file names)")
     parser.add_argument("--baseline", type=int, default=None, help="index of the run to test the others against")
-    parser.add_argument("--correction", default=None, help="multiple-testing correction, e.g. holm or bonferroni")
+    parser.add_argument(
+        "--correction", default=None, metavar="NAME",
+        help=f"multiple-testing correction of the p-values against --baseline: {', '.join(CORRECTIONS)}",
+    )  # fmt: skip
     parser.add_argument("--csv", default=None, help="also write the table as CSV")
     parser.add_argument("--json", default=None, help="also write the table as JSON records")
     parser.set_defaults(func=run_evaluate)
 
 
+@input_errors("evaluate")
 def run_evaluate(args: argparse.Namespace) -> int:
     table = evaluate(
         args.runs, args.qrels, args.measures.split(), names=_names(args), baseline=args.baseline,
@@ -46,13 +59,14 @@ def _names(args: argparse.Namespace) -> list[str]:
     if args.names:
         names = [n.strip() for n in args.names.split(",")]
         if len(names) != len(args.runs):
-            raise SystemExit(f"--names gives {len(names)} names for {len(args.runs)} runs")
+            raise ValueError(f"--names gives {len(names)} names for {len(args.runs)} runs")
         return names
     return [os.path.basename(path) for path in args.runs]
 
 
 def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str], baseline=None, correction=None):
-    """``pt.Experiment`` over the runs (read as result frames) on the queries of the qrels."""
+    """``pt.Experiment`` over the runs (read as result frames) on the queries of the qrels. Every argument is checked
+    before any file is read; a bad run or qrels file is a ``ValueError`` naming the file and line."""
     import ir_measures
     import pandas as pd
     import pyterrier as pt
@@ -63,12 +77,24 @@ def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str],
     try:
         parsed = [ir_measures.parse_measure(m) for m in measures]
     except (ValueError, NameError, SyntaxError) as exc:
-        raise SystemExit(f"unknown measure in {measures}: {exc}") from exc
+        raise ValueError(f"unknown measure in {measures}: {exc}") from exc
     if baseline is not None and not 0 <= baseline < len(runs):
-        raise SystemExit(f"--baseline {baseline} is not the index of one of the {len(runs)} runs")
+        raise ValueError(f"--baseline {baseline} is not the index of one of the {len(runs)} runs")
+    _check_correction(correction, baseline)
     judged = load_qrels(qrels)
     systems = [read_trec_run(path) for path in runs]
     topics = pd.DataFrame({"qid": sorted(judged["qid"].unique()), "query": ""})
     return pt.Experiment(
         systems, topics, judged, parsed, names=names, baseline=baseline, correction=correction, round=4
     )
+
+
+def _check_correction(correction: str | None, baseline: int | None) -> None:
+    """An unknown correction (or one without a baseline to test against) is refused before any evaluation runs."""
+    if correction is None:
+        return
+    if correction.lower() not in CORRECTIONS + _CORRECTION_ALIASES:
+        raise ValueError(f"--correction {correction!r} is not a multiple-testing correction; use one of "
+                         f"{', '.join(CORRECTIONS)}")  # fmt: skip
+    if baseline is None:
+        raise ValueError(f"--correction {correction} corrects the p-values of tests against a baseline: add --baseline")

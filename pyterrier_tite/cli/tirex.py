@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.batch import input_errors
+from pyterrier_tite.cli.batch import input_errors, writes_to
 from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
 
 
@@ -45,7 +45,13 @@ def _folders(args: argparse.Namespace):
     return source, tira_dir(args.output, OUTPUT_VARIABLES, "output")
 
 
+def _run_file(args: argparse.Namespace):
+    """The ``run.txt`` a command writes (its write lock is taken before any work)."""
+    return _folders(args)[1] / "run.txt"
+
+
 @input_errors("tirex rerank")
+@writes_to(_run_file)
 def run_tirex_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import load_model, rerank, scorer_of, system_name, top_k
     from pyterrier_tite.pt.tira import read_rerank, write_tirex_output
@@ -66,6 +72,7 @@ def run_tirex_rerank(args: argparse.Namespace) -> int:
 
 
 @input_errors("tirex retrieve")
+@writes_to(_run_file)
 def run_tirex_retrieve(args: argparse.Namespace) -> int:
     import tempfile
 

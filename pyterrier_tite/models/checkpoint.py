@@ -1,6 +1,7 @@
 """Finding and reading checkpoints without silent fallbacks: hub id or folder -> local folder, config and tensors read
 with errors that name the file, and weights loaded strictly (every model tensor from the checkpoint, every checkpoint
-tensor used), so a checkpoint in a layout we do not know fails loudly instead of computing something else."""
+tensor used, no integer tensor cast into a float one), so a checkpoint in a layout we do not know fails loudly
+instead of computing something else."""
 
 from __future__ import annotations
 
@@ -112,28 +113,87 @@ def read_config(folder: str | os.PathLike) -> dict:
     return read_json(file)
 
 
-def read_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint folder: ``model.safetensors`` (or its sharded index) first, else
-    ``pytorch_model.bin`` (or its index), loaded on the CPU without running pickled code."""
+def weight_files(folder: str | os.PathLike) -> list[str]:
+    """The files holding a checkpoint folder's tensors, in the order transformers prefers them: ``model.safetensors``
+    (or the shards of its index), else ``pytorch_model.bin`` (or its shards)."""
     folder = os.fspath(folder)
-    from safetensors.torch import load_file
-
-    candidates = [
-        ("model.safetensors", load_file),
-        ("pytorch_model.bin", lambda f: torch.load(f, map_location="cpu", weights_only=True)),
-    ]
-    for name, load in candidates:
+    for name in ("model.safetensors", "pytorch_model.bin"):
         single = os.path.join(folder, name)
         if os.path.isfile(single):
-            return dict(load(single))
+            return [single]
         index = single + ".index.json"
         if os.path.isfile(index):
-            shards = sorted(set(read_json(index)["weight_map"].values()))
-            state: dict[str, torch.Tensor] = {}
-            for shard in shards:
-                state.update(load(os.path.join(folder, shard)))
-            return state
+            return [os.path.join(folder, shard) for shard in sorted(set(read_json(index)["weight_map"].values()))]
     raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin")
+
+
+def _load_weights(file: str, mmap: bool = False) -> Mapping[str, torch.Tensor]:
+    """The tensors of one weight file on the CPU, without running pickled code."""
+    if file.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(file)
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+    except RuntimeError:
+        if not mmap:
+            raise
+        return torch.load(file, map_location="cpu", weights_only=True)  # a legacy (non-zip) file cannot be mapped
+
+
+def read_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint folder (:func:`weight_files`), loaded on the CPU without running pickled code."""
+    state: dict[str, torch.Tensor] = {}
+    for file in weight_files(folder):
+        state.update(_load_weights(file))
+    return state
+
+
+#: safetensors' names of the integer and boolean dtypes
+_SAFETENSORS_INTEGERS = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+                         "U16": torch.uint16, "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64,
+                         "U64": torch.uint64}  # fmt: skip
+
+
+def stored_integer_dtypes(folder: str | os.PathLike) -> dict[str, torch.dtype]:
+    """``{name: dtype}`` of the checkpoint's integer / boolean tensors, read from the safetensors headers (a ``.bin``
+    is memory-mapped) without loading the weights."""
+    found: dict[str, torch.dtype] = {}
+    for file in weight_files(folder):
+        if file.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(file, "pt") as f:
+                dtypes = {k: _SAFETENSORS_INTEGERS.get(f.get_slice(k).get_dtype()) for k in f.keys()}
+        else:
+            dtypes = {k: v.dtype for k, v in _load_weights(file, mmap=True).items()}
+        found.update({k: d for k, d in dtypes.items() if d is not None and not (d.is_floating_point or d.is_complex)})
+    return found
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def integer_into_float(stored: Mapping[str, torch.dtype], own: Mapping[str, torch.Tensor], prefix: str = "") -> list:
+    """``name (checkpoint int64, model float32)`` for each tensor ``stored`` as an integer (or boolean) dtype whose
+    model tensor in ``own`` is floating: loading would cast it silently. Integer tensors the model holds as integers
+    (``position_ids`` buffers) are fine. ``prefix``: the base model's prefix, which transformers adds or strips."""
+    found = []
+    for key, dtype in stored.items():
+        candidates = [key, key.removeprefix(prefix + "."), f"{prefix}.{key}"] if prefix else [key]
+        target = next((own[k] for k in candidates if k in own), None)
+        if target is not None and target.is_floating_point() and not (dtype.is_floating_point or dtype.is_complex):
+            found.append(f"{key} (checkpoint {_dtype_name(dtype)}, model {_dtype_name(target.dtype)})")
+    return sorted(found)
+
+
+def loaded_integer_into_float(model: nn.Module, folder: str | os.PathLike) -> list:
+    """:func:`integer_into_float` for a model transformers loaded from ``folder`` (its base model prefix added or
+    stripped, as transformers does)."""
+    folder = os.fspath(folder)
+    stored = stored_integer_dtypes(folder if os.path.isdir(folder) else local_checkpoint(folder))
+    return integer_into_float(stored, model.state_dict(), getattr(model, "base_model_prefix", "")) if stored else []
 
 
 def load_exactly(
@@ -145,7 +205,8 @@ def load_exactly(
     unused: Iterable[str] = (),
 ) -> None:
     """Load ``state_dict`` into ``module``, raising :class:`CheckpointError` naming every model tensor the checkpoint
-    lacks, every checkpoint tensor nothing uses and every shape mismatch.
+    lacks, every checkpoint tensor nothing uses, every shape mismatch and every integer tensor where the model holds
+    floats (``load_state_dict`` would cast it silently).
 
     ``fresh``: prefixes of model tensors that may start new (an explicit new head; the caller says so to the user).
     ``unused``: prefixes of checkpoint tensors known to be irrelevant (pre-training heads, ``position_ids`` buffers).
@@ -160,16 +221,20 @@ def load_exactly(
         for k, v in kept.items()
         if k in own and tuple(v.shape) != tuple(own[k].shape)
     )
-    raise_on_mismatch(source, missing, unexpected, mismatched)
+    wrong_dtype = integer_into_float({k: v.dtype for k, v in kept.items()}, own)
+    raise_on_mismatch(source, missing, unexpected, mismatched, wrong_dtype)
     module.load_state_dict(kept, strict=False)
 
 
-def raise_on_mismatch(source: str, missing: Iterable[str], unexpected: Iterable[str], mismatched: Iterable) -> None:
-    """One :class:`CheckpointError` listing what does not fit (nothing raised when all three are empty)."""
+def raise_on_mismatch(
+    source: str, missing: Iterable[str], unexpected: Iterable[str], mismatched: Iterable, wrong_dtype: Iterable = ()
+) -> None:
+    """One :class:`CheckpointError` listing what does not fit (nothing raised when all are empty)."""
     problems = {
         "missing from the checkpoint": sorted(missing),
         "in the checkpoint but unused": sorted(unexpected),
         "with the wrong shape": sorted(str(k) for k in mismatched),
+        "with an integer dtype where the model holds floats": sorted(str(k) for k in wrong_dtype),
     }
     found = [f"{len(keys)} tensors {what}: {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}"
              for what, keys in problems.items() if keys]  # fmt: skip
@@ -179,13 +244,15 @@ def raise_on_mismatch(source: str, missing: Iterable[str], unexpected: Iterable[
 
 def strict_from_pretrained(model_class, path: str, *, fresh: Iterable[str] = (), unused: Iterable[str] = (), **kwargs):
     """``model_class.from_pretrained(path, **kwargs)`` that raises :class:`CheckpointError` instead of logging when
-    tensors are missing, unused or mis-shaped (``fresh`` / ``unused`` prefixes as in :func:`load_exactly`)."""
+    tensors are missing, unused or mis-shaped, or stored as integers where the model holds floats (transformers casts
+    them silently); ``fresh`` / ``unused`` prefixes as in :func:`load_exactly`."""
     fresh, unused = tuple(fresh), tuple(unused)
     with quiet_transformers():
         model, info = model_class.from_pretrained(path, output_loading_info=True, **kwargs)
     missing = [k for k in info.get("missing_keys", ()) if not (fresh and k.startswith(fresh))]
     unexpected = [k for k in info.get("unexpected_keys", ()) if not (unused and k.startswith(unused))]
-    raise_on_mismatch(path, missing, unexpected, info.get("mismatched_keys", ()))
+    wrong_dtype = loaded_integer_into_float(model, path)
+    raise_on_mismatch(path, missing, unexpected, info.get("mismatched_keys", ()), wrong_dtype)
     warn_fresh(path, sorted(k for k in info.get("missing_keys", ()) if fresh and k.startswith(fresh)))
     return model
 
@@ -199,21 +266,31 @@ def warn_fresh(source: str, created: list[str]) -> None:
                       stacklevel=3)  # fmt: skip
 
 
-def save_model_folder(path: str | os.PathLike, model, tokenizer, fmt: str, settings: dict | None = None) -> None:
-    """A model folder: Hugging Face layout (``model.save_pretrained`` + ``tokenizer.save_pretrained``) and
-    ``pt_meta.json`` (:func:`write_pt_meta`); needs no PyTerrier, so the GPU scripts write the same folders."""
+def save_model_folder(
+    path: str | os.PathLike, model, tokenizer, fmt: str, settings: dict | None = None, card: dict | None = None
+) -> None:
+    """A model folder: Hugging Face layout (``model.save_pretrained`` + ``tokenizer.save_pretrained``),
+    ``pt_meta.json`` and the model card (:func:`write_pt_meta`); needs no PyTerrier, so the GPU scripts write the same
+    folders."""
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    write_pt_meta(path, fmt, settings)
+    write_pt_meta(path, fmt, settings, card)
 
 
-def write_pt_meta(path: str | os.PathLike, fmt: str, settings: dict | None = None) -> None:
-    """``pt_meta.json`` of a saved model: the artifact fields (``pt.Artifact.load`` finds the class by ``format``)
-    and the settings ``from_pretrained`` reads back."""
+def write_pt_meta(path: str | os.PathLike, fmt: str, settings: dict | None = None, card: dict | None = None) -> None:
+    """``pt_meta.json`` of a saved model: the artifact fields (``pt.Artifact.load`` finds the class by ``format``),
+    the settings ``from_pretrained`` reads back and ``card`` (what the model card says besides them: base model,
+    license, training, evaluation); then the card itself, ``README.md`` (:mod:`~pyterrier_tite.models.model_card`;
+    a README.md that is not ours is kept)."""
+    from pyterrier_tite.models.model_card import write_card
+
     meta = {"type": "model", "format": fmt, "package_hint": "pyterrier-tite", **(settings or {})}
+    if card:
+        meta["card"] = card
     with open(os.path.join(os.fspath(path), PT_META), "w") as f:
         json.dump(meta, f, indent=1)
+    write_card(path, meta)
 
 
 # ------------------------------------------------------------------------------------------------ fresh weights

@@ -80,13 +80,16 @@ class Aggretriever(DenseBiEncoder):
         model._loaded_from(path, None if fresh_heads else os.path.realpath(loaded.folder))
         return model
 
+    ARTIFACT_FORMAT = "aggretriever"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
+
     def save_pretrained(self, path: str) -> None:
-        """Encoder (MLM + heads + settings, text lengths included) and tokenizer; ``from_pretrained(path)`` reloads
-        them."""
+        """Encoder (MLM + heads + settings, text lengths included), tokenizer and model card;
+        ``from_pretrained(path)`` reloads them."""
         lengths = {"query_max_length": self.query_max_length, "doc_max_length": self.doc_max_length}
         self.encoder.save_pretrained(path, extra=lengths)
         self.tokenizer.save_pretrained(path)
         write_pt_meta(path, "aggretriever")
+        self._write_card(path)
 
     def __repr__(self) -> str:
         return f"Aggretriever({getattr(self, 'model_name', '')!r})"

@@ -11,7 +11,7 @@ import os
 
 import pyterrier as pt
 
-from pyterrier_tite.models.checkpoint import local_checkpoint, read_config, read_json
+from pyterrier_tite.models.checkpoint import local_checkpoint, read_config, read_json, read_meta
 from pyterrier_tite.start_points import resolve
 
 #: ``format`` of ``pt_meta.json`` -> (module, class) of the transformer that loads it
@@ -60,10 +60,16 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
         sce = t.load('webis/sparse-cross-encoder-4-512')     # -> SparseCE
         minilm = t.load('minilm', batch_size=64)              # -> BertBiEncoder
         same = pt.Artifact.load('runs/my-model')              # a saved folder, through the entry points
+        same.to_hf('me/my-model')                             # every model is a pt.Artifact (pt/model_artifact.py)
     """
     import importlib
+    from pathlib import Path
 
     name = resolve(os.fspath(name))
     folder = local_checkpoint(name)
     module, cls = FORMATS[model_format(folder)]
-    return getattr(importlib.import_module(module), cls).from_pretrained(name, **kwargs)
+    model = getattr(importlib.import_module(module), cls).from_pretrained(name, **kwargs)
+    if os.path.isdir(name):  # the artifact's folder (build_package writes beside it); hub ids keep NO_PATH
+        model.path = Path(name)
+    model.card = read_meta(folder).get("card")  # what its card says travels with it (saves, packages)
+    return model

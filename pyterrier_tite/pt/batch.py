@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pyterrier as pt
 
-from pyterrier_tite.pt.dense_index import build_flex_index, checked_documents, encode_in_order
+from pyterrier_tite.pt.dense_index import build_flex_index, checked_documents, dense_retriever, encode_in_order
 from pyterrier_tite.pt.index_build import atomic_build
 from pyterrier_tite.pt.validation import checked_id, checked_text, one_query_per_qid
 
@@ -32,8 +32,9 @@ KINDS = ("bm25", "dense", "splade", "reranker")
 
 
 def model_name_for_record(name: str) -> str:
-    """What to store as the model of an index: a folder as an absolute path, a hub id or keyword as given."""
-    return os.path.abspath(name) if os.path.isdir(name) else name
+    """What to store as the model of an index: a folder as an absolute path, a hub id or keyword as given (``bm25``
+    also where a folder of that name is in the working directory)."""
+    return os.path.abspath(name) if os.path.isdir(name) and name.lower() != BM25 else name
 
 
 def load_model(
@@ -236,35 +237,20 @@ def index_retriever(
     if kind == BM25:
         if model_name and model_name.lower() != BM25:
             raise ValueError(f"{path} is a BM25 index; --model {model_name} cannot query it")
-        from pyterrier_pisa import PisaIndex
+        from pyterrier_tite.pt.pisa_derived import open_pisa_retriever
 
-        from pyterrier_tite._native_output import native_output_silenced
-        from pyterrier_tite.pt.index_build import check_pisa_index, pisa_derived_files
-
-        check_pisa_index(path)
-        with pisa_derived_files(path), native_output_silenced():
-            return PisaIndex(str(path), threads=threads).bm25(k1=0.9, b=0.4, num_results=k, threads=threads)
-    if not model_name:
+        return open_pisa_retriever(path, "bm25", k, threads, k1=0.9, b=0.4)  # checked; k cut to the collection
+    if not model_name and model is None:
         raise ValueError(f"{path} does not name the model that built it ({INDEX_INFO} is missing): pass --model")
     if model is None:
         loaded_kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
     else:
         loaded_kind = model_kind(model)
     if loaded_kind != kind:
-        raise ValueError(f"{path} is a {kind} index but {model_name!r} is a {loaded_kind} model")
+        raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is a {loaded_kind} model")
     if kind == "splade":
-        from pyterrier_tite.pt.index_build import check_pisa_index
-
-        check_pisa_index(path)
-        return model.retriever(str(path), num_results=k, threads=threads, verbose=False)
-    from pyterrier_dr import FlexIndex
-
-    index = FlexIndex(str(path), verbose=False)
-    if str(model.device).startswith("cuda"):
-        retriever = index.torch_retriever(num_results=k, device=str(model.device))
-    else:
-        retriever = index.np_retriever(num_results=k)
-    return model.query_encoder(verbose=False) >> retriever
+        return model.retriever(str(path), num_results=k, threads=threads, verbose=False)  # checked; k cut
+    return dense_retriever(model, path, k)
 
 
 def retrieve(retriever: pt.Transformer, topics: pd.DataFrame, chunk: int = 256, verbose: bool = True) -> pd.DataFrame:
@@ -292,19 +278,27 @@ def scorer_of(model) -> pt.Transformer:
 
 
 def top_k(run: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Each (qid, docno) once (its best-ranked row) and the first ``k`` rows of each query by rank (else score)."""
+    """Each (qid, docno) once (its best row) and the best ``k`` rows of each query: by score, as evaluation tools
+    order a run (a run whose ranks are all 1 is still cut by score), ties by rank (when every rank is positive:
+    inputs without scores), then by row order. A NaN score is an error naming qid and docno."""
     run = run.assign(
         qid=[checked_id(q, "qid") for q in run["qid"]], docno=[checked_id(d, "docno") for d in run["docno"]]
     )
-    if "rank" in run.columns and (pd.to_numeric(run["rank"], errors="coerce") > 0).all():
-        order, ascending = "rank", True
-    else:
-        order, ascending = "score", False
     first_seen = {q: i for i, q in enumerate(dict.fromkeys(run["qid"]))}
-    run = run.assign(_q=run["qid"].map(first_seen))
-    run = run.sort_values(["_q", order], ascending=[True, ascending], kind="stable")
+    keys = {"_q": run["qid"].map(first_seen).to_numpy()}
+    ascending = [True]
+    if "score" in run.columns:
+        scores = pd.to_numeric(run["score"], errors="raise")
+        if scores.isna().any():
+            bad = run.loc[scores.isna()].iloc[0]
+            raise ValueError(f"score NaN for qid {bad['qid']!r}, docno {bad['docno']!r}: candidates need scores")
+        keys["_score"], ascending = scores.to_numpy(), [*ascending, False]
+    ranks = pd.to_numeric(run["rank"], errors="coerce") if "rank" in run.columns else None
+    if ranks is not None and (ranks > 0).all():
+        keys["_rank"], ascending = ranks.to_numpy(), [*ascending, True]
+    run = run.assign(**keys).sort_values(list(keys), ascending=ascending, kind="stable")
     run = run.drop_duplicates(["qid", "docno"], keep="first")
-    return run.groupby("qid", sort=False).head(k).drop(columns="_q").reset_index(drop=True)
+    return run.groupby("qid", sort=False).head(k).drop(columns=list(keys)).reset_index(drop=True)
 
 
 def attach_queries(run: pd.DataFrame, topics: pd.DataFrame) -> pd.DataFrame:
@@ -320,9 +314,25 @@ def attach_queries(run: pd.DataFrame, topics: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _corpus_file_texts(path: str, wanted: set[str] | None) -> dict[str, str]:
+    """``{docno: text}`` of a corpus file (only ``wanted`` docnos); one of them twice is an error, as in ``index``."""
+    from pyterrier_tite.pt.inputs import corpus_file_records
+
+    texts, lines = {}, {}
+    for line, docno, text in corpus_file_records(path):
+        if wanted is not None and docno not in wanted:
+            continue
+        if docno in lines:
+            raise ValueError(f"{path}, line {line}: docno {docno!r} appears twice (first at line {lines[docno]}); "
+                             "docnos must be unique in a corpus: remove or rename one")  # fmt: skip
+        texts[docno], lines[docno] = text, line
+    return texts
+
+
 class DocumentTexts:
     """Texts of documents by docno, from an ir_datasets collection (its docstore, the collection's text fields by
-    the one text rule) or from a corpus file (read once, keeping only the docnos asked for)."""
+    the one text rule) or from a corpus file (read once, keeping only the docnos asked for; one of them twice in the
+    file is an error naming it)."""
 
     def __init__(self, source: str, docnos: Iterable[str] | None = None):
         from pyterrier_tite.pt.inputs import is_file_argument
@@ -330,12 +340,7 @@ class DocumentTexts:
         self.source = source
         self.texts: dict[str, str] | None = None
         if is_file_argument(source):
-            from pyterrier_tite.pt.inputs import iter_corpus
-
-            wanted = set(docnos) if docnos is not None else None
-            self.texts = {
-                d["docno"]: d["text"] for d in iter_corpus(source) if wanted is None or d["docno"] in wanted
-            }
+            self.texts = _corpus_file_texts(source, set(docnos) if docnos is not None else None)
         else:
             from pyterrier_tite import datasets
             from pyterrier_tite.text import text_fields

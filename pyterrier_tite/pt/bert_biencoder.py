@@ -81,9 +81,13 @@ class BertBiEncoder(DenseBiEncoder):
         encoder._loaded_from(path, os.path.realpath(folder))
         return encoder
 
+    ARTIFACT_FORMAT = "bert-biencoder"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
+
     def save_pretrained(self, path: str) -> None:
-        """HF layout + ``pt_meta.json`` (pooling, normalisation, lengths, markers); ``from_pretrained`` reloads it."""
+        """HF layout + ``pt_meta.json`` (pooling, normalisation, lengths, markers) + model card; ``from_pretrained``
+        reloads it."""
         self._save(path, "bert-biencoder")
+        self._write_card(path)
 
     def __repr__(self) -> str:
         norm = ", normalize=True" if self.normalize else ""

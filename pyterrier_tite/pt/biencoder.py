@@ -6,7 +6,9 @@ encoder, a doc encoder with ``transform_iter`` (``model >> pyterrier_dr.FlexInde
 DataFrames, all or nothing and with checked docnos: :class:`FlexIndexing`) and a scorer, each
 
 - refusing missing text (None / NaN in ``query`` or the text field) by qid / docno, and a qid that carries two
-  query texts (``pt/validation.py``),
+  query texts, decoding ``bytes`` texts (UTF-8) (``pt/validation.py``),
+- refusing NaN / inf vectors (NaN weights, a float16 overflow) by the first qid / docno, before they are ranked or
+  written into an index,
 - comparing equal (``__eq__`` / ``__hash__``) to another built from the same checkpoint with the same settings, so
   ``pt.Experiment(..., plan='tree')`` shares their common prefixes,
 - showing ``pt.tqdm`` progress bars when ``verbose``.
@@ -29,8 +31,9 @@ from more_itertools import chunked, peekable
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.checkpoint import save_model_folder
+from pyterrier_tite.pt.model_artifact import ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, text_column
+from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, refuse_non_finite, text_column
 
 
 class FlexIndexing(pt.Compose):
@@ -144,7 +147,7 @@ class _IndexesAtomically:
         return super().__rshift__(right)
 
 
-class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder):
+class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
     """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
 
     ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
@@ -245,6 +248,17 @@ class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder)
             bar.close()
         return out
 
+    def encoding_model(self, role: str) -> DenseBiEncoder:
+        """The bi-encoder that encodes ``role``'s texts (this one; TITE hands queries to its query model)."""
+        return self
+
+    def refuse_non_finite(self, vectors, rows, role: str, index=None) -> None:
+        """A ``ValueError`` naming the first qid / docno of ``rows`` whose vector holds NaN or inf, and the likely
+        cause (:func:`~pyterrier_tite.pt.validation.refuse_non_finite`)."""
+        model = self.encoding_model(role)
+        what, modules = f"{role} vectors", [model.model]
+        refuse_non_finite(vectors, rows, what, repr(model), index=index, modules=modules, precision=model.precision)
+
     def encode_queries(self, texts, batch_size: int | None = None) -> np.ndarray:
         return self.encode(texts, "query", batch_size)
 
@@ -293,6 +307,7 @@ class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
         rows = [first_row.setdefault(t, len(first_row)) for t in texts]
         progress = "Encoding Queries" if self.verbose else None
         vectors = self.bi_encoder_model.encode(list(first_row), "query", self.batch_size, progress)
+        self.bi_encoder_model.refuse_non_finite(vectors, inp, "query", index=rows)
         return inp.assign(query_vec=[vectors[i] for i in rows])
 
     def __eq__(self, other) -> bool:
@@ -317,6 +332,7 @@ class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEnco
         records = pt.tqdm(inp, desc="Encoding Docs", unit="doc", leave=self.leave_bars) if self.verbose else inp
         for chunk in chunked(records, max(self.batch_size, 256)):
             vectors = self.bi_encoder_model.encode(self._texts(chunk), "doc", self.batch_size)
+            self.bi_encoder_model.refuse_non_finite(vectors, chunk, "doc")
             for record, vector in zip(chunk, vectors, strict=True):
                 yield {**record, "doc_vec": vector}
 
@@ -326,7 +342,9 @@ class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEnco
             v.columns(includes=[self.text_field])
         texts = text_column(inp, self.text_field, "docno")
         progress = "Encoding Docs" if self.verbose else None
-        return inp.assign(doc_vec=list(self.bi_encoder_model.encode(texts, "doc", self.batch_size, progress)))
+        vectors = self.bi_encoder_model.encode(texts, "doc", self.batch_size, progress)
+        self.bi_encoder_model.refuse_non_finite(vectors, inp, "doc")
+        return inp.assign(doc_vec=list(vectors))
 
     def __eq__(self, other) -> bool:
         return (
@@ -340,7 +358,14 @@ class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEnco
 
 
 class DenseScorer(NamedSchematic, pyterrier_dr.BiScorer):
-    """Re-scores ``qid, query, docno, text`` (or given vectors) by the dot product; ranks added."""
+    """Re-scores ``qid, query, docno, text`` (or given vectors) by the dot product; ranks added. Given vectors that
+    hold NaN / inf are refused by the first qid / docno (``add_ranks`` would fail on their scores)."""
+
+    def transform(self, inp):
+        for column in ("query_vec", "doc_vec"):
+            if column in inp.columns and len(inp):
+                refuse_non_finite(inp[column], inp, column, repr(self))
+        return super().transform(inp)
 
     def __eq__(self, other) -> bool:
         return type(other) is type(self) and self._key() == other._key()

@@ -8,6 +8,7 @@
   document of a chunk (strided) and rank 0 receives the results in corpus order, so the index it writes is the one a
   single process writes (same docnos in the same order, vectors equal up to batching round-off).
 - :func:`build_flex_index`: a dense model's ``pyterrier_dr.FlexIndex`` (written by FlexIndex's own indexer).
+- :func:`dense_retriever`: retrieval from it, ``k`` cut to its size and one scalar row per result even for ``k=1``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import pyterrier as pt
 
 from pyterrier_tite.pt.index_build import atomic_build, checked_corpus
 
@@ -101,8 +103,6 @@ def build_flex_index(
     complete index before it is renamed into place."""
     docs = checked_documents(corpus)
     if rank == 0 and progress:
-        import pyterrier as pt
-
         docs = pt.tqdm(docs, desc=progress, unit="doc")
     encoded = encode_in_order(docs, dense_encoder(model, batch_size), chunk_size, rank, world_size)
     if rank != 0:
@@ -116,3 +116,54 @@ def build_flex_index(
     from pyterrier_dr import FlexIndex
 
     return FlexIndex(str(path))
+
+
+def dense_retriever(model, index, k: int = 1000):
+    """``model.query_encoder() >>`` the top ``k`` of a FlexIndex (``index``: one or its folder) on the model's device
+    (pyterrier_dr's torch retriever on a GPU, its numpy one else), ``k`` cut to the number of documents, with scalar
+    cells also where each query has a single result (:class:`ScalarResults`)."""
+    from pyterrier_dr import FlexIndex
+
+    if not isinstance(index, FlexIndex):
+        index = FlexIndex(str(index), verbose=False)
+    k = max(1, min(int(k), len(index)))
+    if str(model.device).startswith("cuda"):
+        retriever = index.torch_retriever(num_results=k, device=str(model.device))
+    else:
+        retriever = index.np_retriever(num_results=k)
+    return model.query_encoder(verbose=False) >> ScalarResults(retriever)
+
+
+class ScalarResults(pt.Transformer):
+    """A pyterrier_dr retriever whose result cells are scalars also when each query has a single result (``k=1``, a
+    one-document index): its ``DataFrameBuilder`` keeps them as 1-element arrays then, which pandas can neither
+    compare nor hash (``Invalid object type``, ``unhashable type: 'numpy.ndarray'``). ``% k`` still fuses into it."""
+
+    COLUMNS = ("docno", "docid", "score", "rank")
+
+    def __init__(self, retriever: pt.Transformer):
+        self.retriever = retriever
+
+    def transform(self, inp):
+        out = self.retriever.transform(inp)
+        arrays = [c for c in self.COLUMNS if c in out.columns and len(out) and isinstance(out[c].iloc[0], np.ndarray)]
+        if not arrays:
+            return out
+        columns = {c: np.concatenate(out[c].to_list()) for c in arrays}
+        if any(len(values) != len(out) for values in columns.values()):
+            raise RuntimeError(f"{self.retriever!r} returned array cells of more than one value")
+        return out.assign(**columns)
+
+    def fuse_rank_cutoff(self, k: int):
+        fuse = getattr(self.retriever, "fuse_rank_cutoff", None)
+        fused = fuse(k) if fuse is not None else None
+        return None if fused is None else ScalarResults(fused)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.retriever == self.retriever
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.retriever))
+
+    def __repr__(self) -> str:
+        return f"ScalarResults({self.retriever!r})"

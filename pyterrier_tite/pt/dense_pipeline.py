@@ -11,7 +11,7 @@ import os
 
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.pt.first_stage import trec_dl_bm25
+from pyterrier_tite.pt.first_stage import cache_lock, trec_dl_bm25
 from pyterrier_tite.pt.model_keys import model_key, slug
 from pyterrier_tite.text import document_text, text_fields
 
@@ -35,8 +35,9 @@ def dense_pipeline(model: DenseBiEncoder, name: str, dataset: str, index_root: s
         return trec_dl_bm25(RERANKED[dataset]) >> model.scorer()
     dataset_id = datasets.irds_id(dataset)
     index = pyterrier_dr.FlexIndex(dense_index_path(model, name, dataset, index_root))
-    if not index.built():
-        fields = text_fields(dataset_id)
-        corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=verbose)
-        (model >> index).index({"docno": d["docno"], "text": document_text(d, fields)} for d in corpus)
+    with cache_lock(index.index_path) as missing:  # a second process building the same cache waits, then uses it
+        if missing:
+            fields = text_fields(dataset_id)
+            corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=verbose)
+            (model >> index).index({"docno": d["docno"], "text": document_text(d, fields)} for d in corpus)
     return model.query_encoder() >> index.np_retriever(num_results=1000)

@@ -4,10 +4,10 @@ PISA's, would only print it), and an index is checked before an engine that abor
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import itertools
-import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pyterrier_tite._native_output import native_output_silenced
+from pyterrier_tite.pt.locks import WriteFailedError, write_lock
 from pyterrier_tite.pt.validation import checked_id, checked_text
 
 
@@ -33,19 +34,46 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_builds(path: str | os.PathLike) -> list[Path]:
-    """Remove hidden ``.NAME.building-PID`` / ``.NAME.replaced-PID`` siblings of ``path`` whose process is gone
-    (a build killed without clean-up); returns what was removed. Builds of running processes are left alone."""
+#: what builds and writes leave beside a target while they run: ``.NAME.building-PID`` (a build), nested as
+#: ``..NAME.building-PID.building-PID`` (an engine building inside a build), ``.NAME.replaced-PID`` (the old copy
+#: while ``overwrite`` swaps it) and ``.NAME.writing-PID`` (a run file)
+_STAGING = r"(?:\.(?:building|replaced|writing)-(\d+))"
+
+
+def _staging_pids(name: str, target: str) -> list[int] | None:
+    """The pids in ``name`` when it is a staging name of ``target`` (see :data:`_STAGING`), else None."""
+    match = re.fullmatch(rf"\.+{re.escape(target)}((?:{_STAGING})+)", name)
+    return [int(pid) for pid in re.findall(_STAGING, match.group(1))] if match else None
+
+
+def remove_stale_builds(path: str | os.PathLike, holding_lock: bool = False) -> list[Path]:
+    """Remove what builds and writes of ``path`` left beside it when their process died (see :data:`_STAGING`, nested
+    staging folders included); returns what was removed. Those of running processes are left alone, unless the
+    caller holds ``path``'s write lock (``holding_lock``: then only this process's own are kept)."""
     final = Path(path)
-    removed = []
+    removed: list[Path] = []
     if not final.parent.is_dir():
         return removed
-    for sibling in final.parent.glob(f".{final.name}.*-*"):
-        kind, _, pid = sibling.name[len(final.name) + 2 :].rpartition("-")
-        if kind in ("building", "replaced") and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(sibling, ignore_errors=True)
-            removed.append(sibling)
+    for sibling in final.parent.iterdir():
+        pids = _staging_pids(sibling.name, final.name)
+        if not pids or os.getpid() in pids or (not holding_lock and all(_alive(pid) for pid in pids)):
+            continue
+        _remove(sibling)
+        removed.append(sibling)
     return removed
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _own_staging(path: Path) -> bool:
+    """``path`` is a staging folder of this process (an engine's all-or-nothing build inside one of ours)."""
+    return re.fullmatch(rf"\..+\.building-{os.getpid()}", path.name) is not None
 
 
 def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--overwrite") -> None:
@@ -58,29 +86,58 @@ def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--ove
 def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yields a fresh hidden sibling of ``path`` to build into; renames it to ``path`` when the block succeeds and
     removes it when anything (an error, Ctrl-C) leaves the block, so ``path`` is either complete or absent.
-    ``overwrite=True`` replaces an existing ``path``, only once the new build is complete."""
+    ``overwrite=True`` replaces an existing ``path``, only once the new build is complete. The build holds ``path``'s
+    write lock (:func:`~pyterrier_tite.pt.locks.write_lock`): a second build of the same path fails at once naming
+    this process, and what dead builds left beside ``path`` is removed. A write that fails for want of room (a full
+    disk, ``ulimit -f``) is a :class:`~pyterrier_tite.pt.locks.WriteFailedError` naming ``path`` and the cause."""
     final = Path(path)
-    if final.exists() and not overwrite:
-        raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_builds(final)
-    staging = final.with_name(f".{final.name}.building-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        yield staging
-        if not staging.exists():
-            raise RuntimeError(f"the build of {final} produced nothing")
-    except BaseException:
+    nested = _own_staging(final)  # an engine's build inside ours: our lock covers it
+    with contextlib.nullcontext() if nested else write_lock(final):
+        if final.exists() and not overwrite:
+            raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_builds(final, holding_lock=not nested)
+        staging = final.with_name(f".{final.name}.building-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if final.exists() and not overwrite:  # another process finished the same build first: keep theirs
-        shutil.rmtree(staging, ignore_errors=True)
-        return
-    if final.exists():
+        try:
+            yield staging
+            if not staging.exists():
+                raise RuntimeError(f"the build of {final} produced nothing")
+            _swap_into_place(staging, final, overwrite)
+        except OSError as exc:
+            reason = _want_of_room(exc, staging)
+            _remove(staging)
+            if reason is None:
+                raise
+            error = WriteFailedError(f"cannot build {final}: {reason}; nothing was written to {final}")
+            error.reason = reason  # the outermost build names its own target
+            raise error from exc
+        except BaseException:
+            _remove(staging)
+            raise
+
+
+def _want_of_room(exc: OSError, staging: Path) -> str | None:
+    """Why a build's write failed for want of room (``No space left on device`` / ``File too large``, naming the
+    file), None for other errors (they pass through unchanged)."""
+    from pyterrier_tite.pt.locks import NO_ROOM, write_failure
+
+    if isinstance(exc, WriteFailedError):
+        return getattr(exc, "reason", None) or str(exc)
+    if exc.errno not in NO_ROOM:
+        return None
+    cause = write_failure(None, staging) or write_failure(exc)  # the file at the size limit, if one is
+    return f"{cause} ({exc.filename})" if exc.filename and str(exc.filename) not in cause else cause
+
+
+def _swap_into_place(staging: Path, final: Path, overwrite: bool) -> None:
+    if final.exists() and not overwrite:  # written meanwhile by a process that took no lock: keep theirs, say so
+        raise FileExistsError(f"{final} was created by another process during this build; this build was discarded")
+    if os.path.lexists(final):
         replaced = final.with_name(f".{final.name}.replaced-{os.getpid()}")
         os.rename(final, replaced)
         os.rename(staging, final)
-        shutil.rmtree(replaced, ignore_errors=True)
+        _remove(replaced)
         return
     os.rename(staging, final)
 
@@ -96,6 +153,7 @@ def build_pisa(
     """Build a PISA index of ``corpus`` at ``path``, all or nothing: ``index(staging_folder, documents)`` runs the
     engine (a text or a ``toks`` indexer) on the validated documents (see :class:`GuardedCorpus`, which checks
     ``fields``) in a sibling that is renamed to ``path`` when complete; a corpus error or Ctrl-C leaves no ``path``.
+    PISA does not check its own writes: the finished files are checked (:func:`check_built_pisa`) before the rename.
     PISA's native logging is silenced; ``progress`` labels a progress bar over the documents (none when None)."""
     import pyterrier as pt
 
@@ -109,6 +167,50 @@ def build_pisa(
             guarded.raise_if_failed()
         index(staging, itertools.chain([first], docs))
         guarded.raise_if_failed()
+        check_built_pisa(staging, path, guarded.count)
+
+
+def check_built_pisa(folder: str | os.PathLike, target: str | os.PathLike, count: int | None = None) -> None:
+    """A freshly built PISA index in ``folder`` (to become ``target``) is whole: :func:`check_pisa_index`, plus what
+    only a build can cut short unnoticed (PISA writes without checking: a full disk or ``ulimit -f`` leaves short
+    files and exit code 0): ``count`` documents, one term of ``fwd.terms`` per lexicon entry, one posting list per
+    term. Else a :class:`~pyterrier_tite.pt.locks.WriteFailedError` naming the file and, where known, the cause."""
+    from pyterrier_tite.pt.locks import WriteFailedError, write_failure
+
+    folder = Path(folder)
+    try:
+        check_pisa_index(folder)
+        terms = int(np.fromfile(folder / "fwd.termlex", dtype=np.uint64, count=1)[0])
+        with open(folder / "fwd.terms", "rb") as f:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        if lines != terms:
+            raise CorruptIndexError(f"PISA index {folder}: fwd.terms lists {lines} terms for {terms} in fwd.termlex")
+        lists = _posting_lists(folder / "inv.docs")
+        if lists != terms:
+            raise CorruptIndexError(f"PISA index {folder}: inv.docs holds {lists} posting lists for {terms} terms")
+        documents = int(np.fromfile(folder / "inv.docs", dtype=np.uint32, count=2)[1])
+        if count is not None and documents != count:
+            raise CorruptIndexError(f"PISA index {folder}: {documents} documents indexed of {count} given")
+    except (CorruptIndexError, OSError, IndexError) as exc:
+        cause = write_failure(None, folder) or "a file was cut short (a full disk or a file-size limit?)"
+        detail = str(exc).removeprefix(f"PISA index {folder}: ").removesuffix("; rebuild the index")
+        error = WriteFailedError(f"the PISA index built for {target} is incomplete: {cause}; {detail}")
+        error.reason = f"{cause}; the index PISA wrote is incomplete ({detail})"
+        raise error from exc
+
+
+def _posting_lists(file: Path) -> int:
+    """The number of posting lists (``[n][n doc ids]`` each, after the ``[1][documents]`` header) of ``inv.docs``;
+    a list cut short raises :class:`CorruptIndexError`."""
+    data = np.memmap(file, dtype=np.uint32, mode="r") if file.stat().st_size >= 8 else np.zeros(0, np.uint32)
+    position, lists, size = 2, 0, len(data)
+    while position < size:
+        position += int(data[position]) + 1
+        lists += 1
+    del data
+    if position != size:
+        raise CorruptIndexError(f"PISA index {file.parent}: inv.docs ends inside a posting list")
+    return lists
 
 
 def checked_corpus(corpus: Iterable[dict], fields: Sequence[str]) -> Iterator[dict]:
@@ -192,47 +294,6 @@ def _check_payload_vector(file: Path, count: int | None = None) -> None:
         expected = "" if count is None else f" of {count} entries"
         problem = f"{file.name} is not a whole lexicon{expected}"
         raise CorruptIndexError(f"PISA index {file.parent}: {problem}; rebuild the index")
-
-
-#: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``
-#: and the compressed index ``<that>.<encoding>``
-PISA_DERIVED = "*.bmw.*"
-#: the sizes of the derived files that were written completely (name -> bytes)
-PISA_DERIVED_RECORD = "pt_derived.json"
-#: the lock file that serialises the opening of one index's first retrievers across processes
-PISA_DERIVED_LOCK = ".pt_derived.lock"
-
-
-@contextmanager
-def pisa_derived_files(path: str | os.PathLike) -> Iterator[None]:
-    """Wrap the opening of a PISA retriever. PISA writes its compressed index and block-max data in place when a
-    retriever first opens an index and reuses any file of that name later, so a process killed meanwhile leaves a
-    truncated file that every later run uses (a segfault, or silently no results). Derived files not recorded as
-    complete in ``pt_derived.json`` are removed before the block, so PISA writes them again; those present after the
-    block are recorded. The block holds an exclusive lock on the folder (``.pt_derived.lock``): two processes opening
-    the same index at once (two recipes started together on a fresh cache) would otherwise remove or overwrite each
-    other's half-written files. An index folder we may not write is left as it is (and not locked)."""
-    folder = Path(path)
-    record = folder / PISA_DERIVED_RECORD
-    if not os.access(folder, os.W_OK):
-        yield
-        return
-    with open(folder / PISA_DERIVED_LOCK, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the block raises
-        except OSError:  # a file system without locks (some network mounts): go on unlocked, as before
-            pass
-        try:
-            complete = json.loads(record.read_text()) if record.is_file() else {}
-        except ValueError:
-            complete = {}
-        for file in folder.glob(PISA_DERIVED):
-            if not isinstance(complete, dict) or complete.get(file.name) != file.stat().st_size:
-                file.unlink()
-        yield
-        staged = record.with_name(f".{record.name}.{os.getpid()}")
-        staged.write_text(json.dumps({f.name: f.stat().st_size for f in sorted(folder.glob(PISA_DERIVED))}, indent=1))
-        os.replace(staged, record)
 
 
 def _expect_size(file: Path, size: int) -> None:

@@ -8,7 +8,8 @@ cross-encoder whose query attends only to itself encodes each query once per bat
 :mod:`~pyterrier_tite.models.sparse_ce.convert`.
 
 Inputs are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missing (None / NaN) query or text is an
-error naming the qid / docno, and so is a qid that carries two different query texts.
+error naming the qid / docno, and so is a qid that carries two different query texts; ``bytes`` texts are decoded
+(UTF-8). NaN / inf scores (NaN weights, a float16 overflow) are an error naming the first pair, not ranked.
 
 Folders and hub ids load exactly: a missing or unused tensor is an error; only a start from a plain encoder (new score
 head) creates fresh weights, and says so in one warning. Lengths stored with a checkpoint are its defaults, explicit
@@ -47,13 +48,14 @@ from pyterrier_tite.models.cross_encoder.tokenization import (
     special_ids,
 )
 from pyterrier_tite.models.sparse_ce.modeling import FLAGS, SparseCrossEncoder
+from pyterrier_tite.pt.model_artifact import ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import one_query_per_qid, text_column
+from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
 
 __all__ = ["CELI", "CrossEncoderReranker", "MonoCE", "SparseCE"]
 
 
-class CrossEncoderReranker(NamedSchematic, pt.Transformer):
+class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
     """Scores (query, doc) pairs of a result frame with a :class:`CrossEncoderScorer`; see the module docstring."""
 
     def __init__(
@@ -155,16 +157,20 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer):
         scores = score_by_query(
             self.scorer, self.inputs, qids, query_ids, doc_ids, self.batch_size, self.device, self.precision, progress
         )
+        refuse_non_finite(scores, out, "scores", repr(self), modules=[self.scorer], precision=self.precision)
         out["score"] = scores
         out = pt.model.add_ranks(out)
         key = out["qid"].astype(str).map(rank_of_query)
         return out.assign(_q=key).sort_values(["_q", "rank"], kind="stable").drop(columns="_q")
 
     # -- artifacts ---------------------------------------------------------------------------------------------------
+    ARTIFACT_FORMAT = "cross-encoder"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
+
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Hugging Face layout (backbone ``config.json`` + ``model.safetensors``, tokenizer files), the head's
-        weights (``score_head.safetensors``, heads other than "cls") and ``pt_meta.json``."""
+        weights (``score_head.safetensors``, heads other than "cls"), ``pt_meta.json`` and the model card."""
         save_scorer(self.scorer, self.tokenizer, path, reranker=type(self).__name__, lengths=self.inputs.lengths())
+        self._write_card(path)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> CrossEncoderReranker:

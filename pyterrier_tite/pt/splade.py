@@ -7,7 +7,9 @@ per posting and repeats each query term ``int(w * toks_scale)`` times, so its sc
 model units and takes a rank cutoff (``retriever % 10`` asks PISA for 10 results).
 
 Texts are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missing query or text is a ``ValueError``
-naming its qid / docno; index builds are all or nothing and indexes are checked before PISA opens them
+naming its qid / docno, ``bytes`` are decoded (UTF-8); NaN / inf term weights or scores are a ``ValueError`` naming
+the first qid / docno (:meth:`Splade.refuse_non_finite`) before PISA or ``add_ranks`` sees them; index builds are
+all or nothing and indexes are checked before PISA opens them
 (:mod:`pyterrier_tite.pt.index_build`).
 """
 
@@ -22,14 +24,15 @@ import pyterrier_alpha as pta
 import torch
 from more_itertools import chunked
 
-from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.models.checkpoint import load_tokenizer, local_checkpoint, read_json, write_pt_meta
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
-from pyterrier_tite.pt.index_build import build_pisa, check_pisa_index, pisa_derived_files
+from pyterrier_tite.pt.index_build import build_pisa
+from pyterrier_tite.pt.model_artifact import ModelArtifact
+from pyterrier_tite.pt.pisa_derived import open_pisa_retriever
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, text_column
+from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, refuse_non_finite, text_column
 
 #: what ``pt_meta.json`` of a saved pair names: the sub-folder of each side
 PAIR_FOLDERS = {"query": "query", "doc": "doc"}
@@ -49,7 +52,7 @@ def pisa_term(token: str) -> str:
     return "".join("^^" if c == "^" else ("^" + c.lower() if c.lower() != c else c) for c in token)
 
 
-class Splade(pt.Transformer):
+class Splade(pt.Transformer, ModelArtifact):
     """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns.
 
     ``encoder`` is one MLM for queries and documents (:class:`SpladeEncoder`) or a :class:`SpladePair` of two; with
@@ -146,9 +149,11 @@ class Splade(pt.Transformer):
         model.model_name = str(path) if path is not None else f"query={query}, doc={doc}"
         return model
 
+    ARTIFACT_FORMAT = "splade"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
+
     def save_pretrained(self, path: str) -> None:
         """MLM and tokenizer in the Hugging Face layout: ``Splade.from_pretrained(path)`` reloads them. A pair
-        saves each side (MLM + its tokenizer) in a sub-folder named in ``pt_meta.json``."""
+        saves each side (MLM + its tokenizer) in a sub-folder named in ``pt_meta.json``. Then the model card."""
         self.encoder.save_pretrained(path)
         if self.is_pair:
             for role, folder in PAIR_FOLDERS.items():
@@ -156,6 +161,7 @@ class Splade(pt.Transformer):
         else:
             self.tokenizer.save_pretrained(path)
         write_pt_meta(path, "splade", {"pair": PAIR_FOLDERS} if self.is_pair else None)
+        self._write_card(path)
 
     def __repr__(self) -> str:
         return f"Splade({getattr(self, 'model_name', '')!r})"
@@ -202,6 +208,11 @@ class Splade(pt.Transformer):
     def _encode_batch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
         with torch.no_grad(), autocast(self.device, self.precision):
             return self.encode_torch(texts, max_length, role).float().cpu()
+
+    def refuse_non_finite(self, values, rows, what: str, index=None) -> None:
+        """A ``ValueError`` naming the first qid / docno of ``rows`` whose ``values`` (weights or scores) hold NaN or
+        inf, and the likely cause (:func:`~pyterrier_tite.pt.validation.refuse_non_finite`)."""
+        refuse_non_finite(values, rows, what, repr(self), index=index, modules=[self.encoder], precision=self.precision)
 
     def to_toks(self, reps: torch.Tensor) -> list[dict[str, float]]:
         """``[N, V]`` weights -> one ``{term: weight}`` dict of the non-zero weights per row (PISA terms)."""
@@ -298,6 +309,8 @@ class SpladeQueryEncoder(_Stage):
         one_query_per_qid(inp)  # a retriever would rank both queries' results under the one qid
         unique = list(dict.fromkeys(queries))
         reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, self.verbose, role="query")
+        position = {q: i for i, q in enumerate(unique)}
+        self.model.refuse_non_finite(reps, inp, "query term weights", index=[position[q] for q in queries])
         by_query = dict(zip(unique, self.model.to_toks(reps), strict=True))
         return inp.assign(query_toks=[by_query[q] for q in queries])
 
@@ -312,6 +325,7 @@ class SpladeDocEncoder(_Stage):
             v.columns(includes=[self.model.text_field])
         texts = text_column(inp, self.model.text_field, "docno")
         reps = self.model.encode(texts, self.model.doc_max_length, self.batch_size, self.verbose, role="doc")
+        self.model.refuse_non_finite(reps, inp, "doc term weights")
         return inp.assign(toks=self.model.to_toks(reps))
 
     def transform_iter(self, inp: Iterable[dict]) -> Iterator[dict]:
@@ -324,6 +338,7 @@ class SpladeDocEncoder(_Stage):
                 raise KeyError(f"documents lack the field {field!r}; available: {sorted(batch[0])}")
             texts = [checked_text(d.get(field), field, f"docno {d.get('docno')!r}") for d in batch]
             reps = self.model._encode_batch(texts, self.model.doc_max_length, "doc")
+            self.model.refuse_non_finite(reps, batch, "doc term weights")
             for doc, toks in zip(batch, self.model.to_toks(reps), strict=True):
                 yield {**doc, "toks": toks}
 
@@ -349,6 +364,7 @@ class SpladeScorer(_Stage):
         for start in pt.tqdm(starts, desc="SPLADE scoring", unit="batch") if self.verbose else starts:
             docs = self.model._encode_batch(texts[start : start + self.batch_size], self.model.doc_max_length, "doc")
             scores.extend((query_reps[rows[start : start + len(docs)]] * docs).sum(dim=1).tolist())
+        self.model.refuse_non_finite(scores, inp, "scores")
         return pt.model.add_ranks(inp.assign(score=scores))
 
     def __repr__(self) -> str:
@@ -368,12 +384,12 @@ class SpladePisaRetriever(NamedSchematic, pt.Transformer):
 
         if not isinstance(index, PisaIndex):
             index = PisaIndex(str(index), stemmer="none")
-        check_pisa_index(index.path)  # PISA aborts the process on a damaged index
         self.index = index
         self.num_results = num_results
         self.threads = threads
-        with pisa_derived_files(index.path), native_output_silenced():  # the first retriever compresses the index
-            self.pisa = index.quantized(num_results=num_results, threads=threads, toks_scale=PISA_SCALE)
+        # checked first (PISA aborts the process on a damaged index), num_results cut to the collection size, the
+        # files PISA derives on first use written by a helper process (a full disk is an error, not an abort)
+        self.pisa = open_pisa_retriever(index, "quantized", num_results, threads, toks_scale=PISA_SCALE)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         result = self.pisa(inp)

@@ -10,6 +10,7 @@ The output is ``run.txt`` (``qid Q0 docno rank score system``) and ``ir-metadata
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 from collections.abc import Iterator
@@ -18,9 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_tite.pt.inputs import field, iter_corpus, load_topics, read_jsonl
+from pyterrier_tite.pt.inputs import field, iter_corpus, json_id, json_text, jsonl_records, load_topics
 from pyterrier_tite.pt.run_files import write_trec_run
-from pyterrier_tite.pt.validation import checked_id, checked_text
 
 INPUT_VARIABLES = ("inputDataset", "TIRA_INPUT_DATASET")
 OUTPUT_VARIABLES = ("outputDir", "TIRA_OUTPUT_DIR")
@@ -39,25 +39,50 @@ def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
 
 
 def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
-    """The re-ranking input as a result frame ``qid, query, docno, text, score, rank`` (ids as str)."""
+    """The re-ranking input as a result frame ``qid, query, docno, text, score, rank`` (ids as str; a missing score
+    or rank is 0). A value of the wrong JSON type names file, line and field; a (qid, docno) on two lines is kept
+    with a warning giving the count (it is re-ranked once)."""
     folder = Path(folder)
     file = _first_file(folder, ("rerank.jsonl.gz", "rerank.jsonl"))
     if file is None:
         raise FileNotFoundError(f"{folder} has no rerank.jsonl(.gz): not a TIREx re-ranking input")
-    rows = []
-    for r in read_jsonl(file):
-        qid, docno = checked_id(field(r, ("qid",), file), "qid"), checked_id(field(r, ("docno",), file), "docno")
+    rows, lines = [], []
+    for number, r in jsonl_records(file):
+        where = f"{file}, line {number}"
+        qid, docno = json_id(r, ("qid",), where), json_id(r, ("docno",), where)
         rows.append(
             {
                 "qid": qid,
-                "query": checked_text(field(r, ("query",), file), "query", f"qid {qid!r}"),
+                "query": json_text(field(r, ("query",), where), "query", where, f"qid {qid!r}"),
                 "docno": docno,
-                "text": checked_text(field(r, ("text",), file), "text", f"docno {docno!r}"),
-                "score": float(r.get("score", 0.0) or 0.0),
-                "rank": int(r.get("rank", 0) or 0),
+                "text": json_text(field(r, ("text",), where), "text", where, f"docno {docno!r}"),
+                "score": _number(r, "score", float, where),
+                "rank": _number(r, "rank", int, where),
             }
         )
-    return pd.DataFrame(rows, columns=["qid", "query", "docno", "text", "score", "rank"])
+        lines.append(number)
+    frame = pd.DataFrame(rows, columns=["qid", "query", "docno", "text", "score", "rank"])
+    repeated = frame.duplicated(["qid", "docno"])
+    if repeated.any():
+        import warnings
+
+        i = int(repeated.to_numpy().argmax())
+        warnings.warn(f"{file}: {int(repeated.sum())} duplicate (qid, docno) line(s), the first at line {lines[i]} "
+                      f"(qid {frame.at[i, 'qid']!r}, docno {frame.at[i, 'docno']!r}); each pair is re-ranked once",
+                      UserWarning, stacklevel=2)  # fmt: skip
+    return frame
+
+
+def _number(record: dict, name: str, kind: type, where: str):
+    """A numeric field (absent or null: 0); another JSON type, NaN or, for ranks, a fraction names file and line."""
+    value = record.get(name)
+    if value is None:
+        return kind(0)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+    if not ok or (kind is int and not float(value).is_integer()):
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"{where}: {name} {value!r} is not {what}")
+    return kind(value)
 
 
 def iter_documents(folder: str | os.PathLike) -> Iterator[dict]:
@@ -81,16 +106,26 @@ def read_queries(folder: str | os.PathLike) -> pd.DataFrame:
 
 def write_tirex_output(results: pd.DataFrame, folder: str | os.PathLike, system: str, metadata: dict) -> Path:
     """``run.txt`` (normalised, see :func:`~pyterrier_tite.pt.run_files.write_trec_run`) and ``ir-metadata.yml``
-    describing how it was made; returns the run file."""
+    describing how it was made; returns the run file. Both are written all or nothing under ``run.txt``'s write lock
+    (a second writer of the folder fails naming this process); when the metadata cannot be written, the run is
+    removed again, so the folder never holds one without the other."""
+    from pyterrier_tite.pt.locks import write_lock
+    from pyterrier_tite.pt.run_files import write_file
+
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    run = write_trec_run(results, folder / "run.txt", system=system)
+    run_file = folder / "run.txt"
+    with write_lock(run_file):
+        run = write_trec_run(results, run_file, system=system)
+        try:
+            write_file(folder / "ir-metadata.yml", _ir_metadata(system, metadata).encode("utf-8"), "metadata file")
+        except BaseException:
+            run_file.unlink()
+            raise
     if run["qid"].nunique() < 3:
         import warnings
 
         warnings.warn(f"TIRA expects runs for at least 3 queries; this one has {run['qid'].nunique()}", stacklevel=2)
-    (folder / "ir-metadata.yml").write_text(_ir_metadata(system, metadata), encoding="utf-8")
-    return folder / "run.txt"
+    return run_file
 
 
 def _ir_metadata(system: str, metadata: dict) -> str:

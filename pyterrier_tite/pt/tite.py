@@ -125,17 +125,23 @@ class TITE(DenseBiEncoder):
             return self.query_model.encode(texts, role, batch_size or self.batch_size, progress)
         return super().encode(texts, role, batch_size, progress)
 
+    def encoding_model(self, role: str) -> DenseBiEncoder:
+        return self.query_model if role == "query" and self.query_model is not None else self
+
     def encode_queries_torch(self, texts, batch_size: int | None = None) -> torch.Tensor:
         if self.query_model is not None:
             return self.query_model.encode_queries_torch(texts, batch_size or self.batch_size)
         return super().encode_queries_torch(texts, batch_size)
 
+    ARTIFACT_FORMAT = "tite"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
+
     def save_pretrained(self, path: str) -> None:
-        """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json``; the query model,
-        when there is one, in ``query_encoder/``."""
+        """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json`` + model card; the
+        query model, when there is one, in ``query_encoder/``."""
         self._save(path, "tite")
         if self.query_model is not None:
             self.query_model.save_pretrained(os.path.join(path, QUERY_ENCODER_FOLDER))
+        self._write_card(path)
 
     def __repr__(self) -> str:
         queries = f", query_model={self.query_model!r}" if self.query_model is not None else ""

@@ -1,16 +1,26 @@
 """Input checks at the PyTerrier boundary, one rule per kind of column, the same in every transformer, index and
 command: ids written into an index, a run file or PISA's query batch become ``str`` and must be single tokens (in
 other frames they pass through as given); a missing value (None / NaN) in a text or query column is a
-``ValueError`` naming the column and the first offending id (never the words "None" / "nan"); an empty string is an
-empty text; one qid carrying two different query texts is refused (it would be scored against one of them)."""
+``ValueError`` naming the column and the first offending id (never the words "None" / "nan"); ``bytes`` are decoded
+as UTF-8 (bytes that are not UTF-8 are a ``ValueError`` naming the column and id); an empty string is an empty text;
+one qid carrying two different query texts is refused (it would be scored against one of them).
+
+Outputs are checked on the way out too (:func:`refuse_non_finite`): a NaN / inf score, vector or term weight is a
+``ValueError`` saying which model produced it, for how many rows, the first qid / docno and the likely cause, before
+``add_ranks`` (which fails on NaN with a pandas error) or an index sees it."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
+
+#: the values a text column may hold as UTF-8 bytes
+BYTES = (bytes, bytearray, memoryview)
 
 
 def missing_value(value) -> bool:
@@ -32,10 +42,24 @@ def checked_id(value, column: str) -> str:
 
 
 def checked_text(value, column: str, row_id: str) -> str:
-    """A text field as ``str``; None/NaN is an error naming the row. NUL bytes become spaces (engines cut at them)."""
+    """A text field as ``str``; None/NaN is an error naming the row, ``bytes`` are decoded as UTF-8 (``str(b"..")``
+    would give the text ``"b'..'"``). NUL bytes become spaces (engines cut at them)."""
     if missing_value(value):
         raise ValueError(f"missing {column} (None/NaN) for {row_id}")
+    if isinstance(value, BYTES):
+        value = decoded(value, column, row_id)
     return str(value).replace("\0", " ")
+
+
+def decoded(value: bytes | bytearray | memoryview, column: str, row_id: str) -> str:
+    """UTF-8 ``bytes`` as ``str``; other bytes are a ``ValueError`` naming the column, the row and the bad byte."""
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{column} for {row_id} is bytes that are not valid UTF-8 (byte {exc.object[exc.start]:#04x} at position "
+            f"{exc.start}): decode it to str with its encoding first"
+        ) from None
 
 
 def text_column(frame: pd.DataFrame, column: str, id_column: str) -> list[str]:
@@ -48,21 +72,104 @@ def one_query_per_qid(frame: pd.DataFrame, query_column: str = "query") -> None:
     """Refuse a frame where a qid carries two different query texts (e.g. concatenated topic sets)."""
     if frame.empty or query_column not in frame.columns or "qid" not in frame.columns:
         return
-    texts = frame.groupby(frame["qid"].astype(str), sort=False)[query_column].nunique(dropna=False)
+    queries = frame[query_column]
+    if any(isinstance(q, BYTES) for q in queries):  # the same query as str and as bytes is one query
+        queries = queries.map(lambda q: bytes(q).decode("utf-8", "replace") if isinstance(q, BYTES) else q)
+    texts = queries.groupby(frame["qid"].astype(str).to_numpy(), sort=False).nunique(dropna=False)
     clashing = texts[texts > 1]
     if len(clashing):
         qid = clashing.index[0]
-        found = frame.loc[frame["qid"].astype(str) == qid, query_column].unique()[:2].tolist()
+        found = queries[(frame["qid"].astype(str) == qid).to_numpy()].unique()[:2].tolist()
         raise ValueError(
             f"qid {qid!r} has {int(clashing.iloc[0])} different {query_column} texts (e.g. {found}); give each "
             "query its own qid"
         )
 
 
+def non_finite_rows(values) -> np.ndarray:
+    """Which rows of ``values`` hold NaN or inf: ``[N]`` scores, ``[N, D]`` vectors (numpy or a torch tensor), or a
+    sequence of vectors (a ``query_vec`` / ``doc_vec`` column)."""
+    if not len(values):
+        return np.zeros(0, dtype=bool)
+    if hasattr(values, "isfinite"):  # a torch tensor, checked where it lies
+        finite = values.detach().isfinite().reshape(len(values), -1).all(dim=1).cpu().numpy()
+    elif isinstance(values, (pd.Series, list, tuple)) and np.ndim(_at(values, 0)) > 0:
+        finite = np.array([np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in values], dtype=bool)
+    else:
+        array = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
+    return ~finite
+
+
+def _holds_nan(values, bad: np.ndarray) -> bool:
+    """Whether the bad rows of ``values`` hold a NaN (else they hold only infinities)."""
+    rows = np.flatnonzero(bad)
+    if hasattr(values, "isnan"):
+        return bool(values.detach()[rows].isnan().any())
+    return any(np.isnan(np.asarray(_at(values, i), dtype=np.float64)).any() for i in rows)
+
+
+def _at(values, i: int):
+    return values.iloc[i] if isinstance(values, pd.Series) else values[i]
+
+
+def _row_label(rows, i: int) -> str:
+    """``qid 'q1', docno 'd0'`` of row ``i`` of a frame or a list of records (``row 3`` when it has neither)."""
+    row = rows.iloc[i] if isinstance(rows, pd.DataFrame) else rows[i]
+    ids = [f"{c} {row[c]!r}" for c in ("qid", "docno") if c in row]
+    return ", ".join(ids) or f"row {i}"
+
+
+def _likely_cause(modules: Iterable, precision) -> str:
+    """Why a model's outputs are not finite: the first weight holding NaN / inf, else a low-precision overflow."""
+    for module in modules:
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+            if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+                return (
+                    f"its weights hold NaN / inf ({name}): the checkpoint is damaged or its training diverged; "
+                    "load a sound checkpoint"
+                )
+    low = {"fp16": "float16", "bf16": "bfloat16"}.get(str(precision))
+    if low:
+        return f"{low} inference overflowed: try dtype=torch.float32"
+    if modules:
+        return "its weights are finite, so the computation overflowed (a checkpoint from unstable float16 training?)"
+    return "NaN weights in the checkpoint or an overflow in float16 are the usual causes: try dtype=torch.float32"
+
+
+def refuse_non_finite(
+    values,
+    rows: pd.DataFrame | Sequence[dict],
+    what: str,
+    source: str,
+    *,
+    index: Sequence[int] | np.ndarray | None = None,
+    modules: Iterable = (),
+    precision=None,
+) -> None:
+    """A ``ValueError`` when ``values`` (a model's output per row of ``rows``: scores, vectors, term weights) hold
+    NaN or inf: ``{source} produced NaN {what} for {n} of {N} rows (first: qid .., docno ..): {cause}``, the cause
+    found in ``modules``' weights (or ``precision``). ``index`` maps each row to its row of ``values`` (one value per
+    distinct query). Nothing happens when all are finite. Without ``modules`` (values given to a model rather than
+    made by it) the message says ``{what} holds NaN`` and asks for finite inputs."""
+    bad = non_finite_rows(values)
+    if not bad.any():
+        return
+    word = "NaN" if _holds_nan(values, bad) else "infinite"
+    if index is not None:
+        bad = bad[np.asarray(index, dtype=np.int64)]
+    first = int(np.argmax(bad))
+    where = f"for {int(bad.sum())} of {len(bad)} rows (first: {_row_label(rows, first)})"
+    modules = list(modules)
+    if not modules and precision is None:
+        raise ValueError(f"{what} holds {word} {where}; {source} needs finite inputs")
+    raise ValueError(f"{source} produced {word} {what} {where}: {_likely_cause(modules, precision)}")
+
+
 class CheckedQueries(pt.Transformer):
     """Checks the ``query`` column before an engine sees it: qids become ``str``, a missing query is a ``ValueError``
-    naming its qid, so is a qid with two query texts, NUL bytes become spaces (PISA would fail with an opaque
-    ``SystemError``). Stateless, so all
+    naming its qid, so is a qid with two query texts, ``bytes`` are decoded (UTF-8), NUL bytes become spaces (PISA
+    would fail with an opaque ``SystemError``). Stateless, so all
     instances are equal and pipelines that start with one still share prefixes in ``pt.Experiment``."""
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:

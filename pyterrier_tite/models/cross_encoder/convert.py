@@ -13,6 +13,7 @@ from torch import nn
 from pyterrier_tite.models.checkpoint import (
     CheckpointError,
     load_exactly,
+    loaded_integer_into_float,
     local_checkpoint,
     note_fresh,
     quiet_transformers,
@@ -72,7 +73,8 @@ def load_sequence_classifier(folder: str) -> nn.Module:
         missing = [k for k in missing if k not in fresh]
         unexpected = [k for k in unexpected if k not in ignored]
         note_fresh(f"score head {', '.join(fresh)}" + (f" (ignored: {', '.join(ignored)})" if ignored else ""))
-    raise_on_mismatch(folder, missing, unexpected, info.get("mismatched_keys", ()))
+    wrong_dtype = loaded_integer_into_float(model, folder)  # transformers casts integer tensors silently
+    raise_on_mismatch(folder, missing, unexpected, info.get("mismatched_keys", ()), wrong_dtype)
     return model
 
 

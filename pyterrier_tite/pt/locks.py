@@ -1,0 +1,211 @@
+"""Write targets (an index folder, a run file): one writer at a time, checked before the work, failures named.
+
+:func:`write_lock` takes an exclusive lock on a target before anything is computed for it: a lock file beside it,
+``.NAME.lock``, locked with ``flock`` (the kernel releases it when its process ends, also by SIGKILL, so a lock of a
+dead process is simply taken over) and holding the holder's pid and host for the message. A second writer of the same
+target fails at once naming that pid (:class:`TargetBusyError`), or waits with ``wait=True`` (caches: the second
+process then uses what the first built). Taking the lock also proves the target's folder exists (it is created) and
+is writable (:class:`UnwritableTargetError` naming the path), so a command fails before it loads any model.
+The lock is re-entrant within a thread: a command locks its target and the library function it calls locks it again.
+:func:`write_failure` names what a failed write ran into (``File too large`` at ``ulimit -f``, a full disk).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import resource
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class WriteTargetError(OSError):
+    """A target that cannot be written (busy, unwritable, or a write that failed); the message names the path."""
+
+
+class TargetBusyError(WriteTargetError):
+    """Another process is writing the same target (the message names its pid)."""
+
+
+class UnwritableTargetError(WriteTargetError):
+    """The target's folder cannot be created or written."""
+
+
+class WriteFailedError(WriteTargetError):
+    """A write failed (full disk, file-size limit) or was cut short; nothing was left at the target."""
+
+
+#: errno of writes that ran out of room
+NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+_held: dict[str, list] = {}  # lock file -> [fd, thread ident, depth]
+_held_guard = threading.Lock()
+
+
+def lock_file(target: str | os.PathLike) -> Path:
+    """The lock file of ``target``: ``.NAME.lock`` beside it."""
+    target = Path(os.path.abspath(target))
+    return target.with_name(f".{target.name}.lock")
+
+
+@contextmanager
+def write_lock(target: str | os.PathLike, wait: bool = False) -> Iterator[Path]:
+    """Hold the exclusive write lock of ``target`` in the block (see the module's docstring); yields the lock file.
+    Folders created for it are removed again when the block leaves them empty."""
+    lock = lock_file(target)
+    key = str(lock)
+    with _held_guard:
+        entry = _held.get(key)
+        if entry is not None and entry[1] == threading.get_ident():
+            entry[2] += 1
+    if entry is not None and entry[1] == threading.get_ident():
+        try:
+            yield lock
+        finally:
+            with _held_guard:
+                entry[2] -= 1
+        return
+    if entry is not None and not wait:
+        raise _busy(target, lock, f"{os.getpid()} {socket.gethostname()} (this process)")
+    created = _make_folders(lock.parent, Path(target))
+    try:
+        fd = _acquire(lock, Path(target), wait)
+    except BaseException:
+        _remove_empty(created)
+        raise
+    with _held_guard:
+        _held[key] = [fd, threading.get_ident(), 1]
+    try:
+        yield lock
+    finally:
+        with _held_guard:
+            del _held[key]
+        try:
+            os.unlink(lock)  # before the unlock: a writer that opened this file sees it gone and opens afresh
+        except OSError:
+            pass
+        os.close(fd)
+        _remove_empty(created)
+
+
+def _acquire(lock: Path, target: Path, wait: bool) -> int:
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise _unwritable(target, lock.parent, exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise _busy(target, lock, holder) from None
+        except OSError:  # a file system without locks (some network mounts): trust the pid in the file
+            holder = _holder(fd)
+            pid = int(holder.split()[0]) if holder.split() and holder.split()[0].isdigit() else None
+            if pid not in (None, os.getpid()) and holder.split()[1:2] == [socket.gethostname()] and _alive(pid):
+                os.close(fd)
+                raise _busy(target, lock, holder) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # its holder removed it between our open and our lock: lock the file now there
+            os.close(fd)
+            continue
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        except OSError as exc:
+            os.close(fd)
+            raise _unwritable(target, lock.parent, exc) from exc
+        return fd
+
+
+def _holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 200, 0).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _busy(target: str | os.PathLike, lock: Path, holder: str) -> TargetBusyError:
+    pid, _, host = holder.partition(" ")
+    who = f"pid {pid} on {host}" if pid else "another process"
+    return TargetBusyError(
+        f"{target} is being written by {who} (lock {lock}); wait for it to finish or stop that process, then run "
+        "again (a lock whose process has ended is taken over)"
+    )
+
+
+def _unwritable(target: Path, folder: Path, exc: OSError) -> UnwritableTargetError:
+    blocker = next((p for p in [folder, *folder.parents] if p.exists()), folder)
+    if not blocker.is_dir():
+        reason = f"{blocker} is a file, not a folder"
+    elif isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        reason = f"{blocker} is not writable ({exc.strerror})"
+    else:
+        reason = f"{exc.strerror or exc} in {blocker}"
+    return UnwritableTargetError(f"cannot write {target}: {reason}; choose another path")
+
+
+def _make_folders(folder: Path, target: Path) -> list[Path]:
+    """Create ``folder`` and missing parents; returns those created (deepest first)."""
+    missing = []
+    for path in [folder, *folder.parents]:
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(missing)
+        raise _unwritable(target, folder, exc) from exc
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def write_failure(exc: OSError | None = None, folder: str | os.PathLike | None = None) -> str:
+    """Why a write failed, in words: ``exc``'s own reason (``File too large``, with the limit ``ulimit -f`` set;
+    ``No space left on device``) or, for writes that failed silently (PISA's) into ``folder``, a file of it that
+    reached the file-size limit or a full file system; empty when nothing explains it."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    limited = limit != resource.RLIM_INFINITY
+    if exc is not None and exc.strerror:
+        if exc.errno == errno.EFBIG and limited:
+            return f"{exc.strerror} (the file-size limit, ulimit -f, is {limit} bytes)"
+        return exc.strerror
+    if folder is None:
+        return str(exc or "")
+    folder = Path(folder)
+    if limited and folder.is_dir():
+        for file in sorted(folder.rglob("*")):
+            if file.is_file() and file.stat().st_size >= limit:
+                return f"File too large: {file.name} reached the file-size limit of {limit} bytes (ulimit -f)"
+    try:
+        space = os.statvfs(folder if folder.is_dir() else folder.parent)
+    except OSError:
+        return ""
+    free = space.f_bavail * space.f_frsize
+    return f"No space left on device ({free} bytes free)" if free < (1 << 20) else ""

@@ -1,0 +1,117 @@
+"""Every model of this package is a PyTerrier artifact: ``to_hf``, ``to_zenodo``, ``build_package`` and
+``pt.Artifact.from_url`` / ``from_hf`` work on the transformers themselves.
+
+:class:`ModelArtifact` is the last base of ``CrossEncoderReranker`` (SparseCE, MonoCE, CELI), ``DenseBiEncoder``
+(TITE, BertBiEncoder, Aggretriever) and ``Splade``; each names its ``ARTIFACT_FORMAT`` (the ``format`` of its
+``pt_meta.json``), so ``pt.inspect.artifact_type_format(model)`` is ``("model", format)``.
+
+Design: the transformers hold their weights in memory and are not backed by a folder, so a package is always a fresh
+``save_pretrained`` of the model as it is (weights, settings, keyword overrides), written into a temporary folder and
+packaged from there; the model you load back computes exactly what the one packaged computes. ``path`` is the folder a
+model was loaded from by ``pt.Artifact.load`` / ``t.load`` / ``from_url`` / ``from_hf`` (``Artifact.NO_PATH``
+otherwise); ``build_package()`` without a path writes beside it. Loading goes through the ``pyterrier.artifact`` entry
+points (``model.<format>`` -> :func:`pyterrier_tite.pt.artifacts.load`), which return the transformer, and
+``SomeClass.load(folder)`` / ``SomeClass.from_hf(repo)`` do the same, checking the class.
+
+Example::
+
+    model = t.Splade.from_pretrained('naver/splade-cocondenser-ensembledistil')
+    model.to_hf('me/my-splade')                        # a PyTerrier artifact package + model card on the hub
+    same = pt.Artifact.from_hf('me/my-splade')         # -> Splade, scoring exactly as `model`
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyterrier_alpha as pta
+
+from pyterrier_tite.models.model_card import CARD_FILE, is_ours, origin_info, render_card, update_card
+
+
+class ModelArtifact(pta.Artifact):
+    """A PyTerrier artifact whose folder is a model saved by ``save_pretrained`` (module docstring). Subclasses set
+    ``ARTIFACT_FORMAT`` and implement ``save_pretrained`` / ``from_pretrained``."""
+
+    ARTIFACT_TYPE = "model"
+    ARTIFACT_PACKAGE_HINT = "pyterrier-tite"
+    #: inside a pipeline's schematic the model shows as the transformer it is, not as an opaque artifact
+    ARTIFACT_SCHEMATIC_SHOW_AS_TRANSFORMER = True
+    #: the folder the model was loaded from as an artifact (set by the loaders), else NO_PATH
+    path: Path | Any = pta.Artifact.NO_PATH
+    #: what the card of the folder it was loaded from as an artifact said (training, evaluation, base, license)
+    card: dict | None = None
+
+    def __init__(self, *args, **kwargs):
+        """The transformers construct themselves; an artifact path is set by the loaders, never by a constructor."""
+
+    # -- loading ------------------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kwargs) -> ModelArtifact:
+        """The transformer of a model folder (what ``from_url`` / ``from_hf`` call after extracting a package);
+        keyword arguments go to ``from_pretrained``. ``TypeError`` when the folder holds another class."""
+        from pyterrier_tite.pt.artifacts import load
+
+        model = load(path, **kwargs)
+        if not isinstance(model, cls):
+            raise TypeError(f"{os.fspath(path)} holds a {type(model).__name__}, not a {cls.__name__}")
+        return model
+
+    # -- sharing ------------------------------------------------------------------------------------------------
+    def build_package(self, package_path: str | None = None, **kwargs) -> str:
+        """A ``.tar.lz4`` package of the model as it is now (a fresh ``save_pretrained``, model card included; a
+        README.md of the folder it was loaded from that is not ours travels instead), plus ``<package>.json`` with
+        its size and sha256. ``package_path``: default beside :attr:`path`. Other keywords: as
+        ``pt.Artifact.build_package`` (``max_file_size``, ``metadata_out``, ``verbose``)."""
+        if package_path is None:
+            if self.path is self.NO_PATH:
+                raise ValueError(f"{self!r} was not loaded from a folder: pass build_package(package_path=...)")
+            package_path = str(self.path).rstrip("/\\") + ".tar.lz4"
+        with tempfile.TemporaryDirectory(prefix="pyterrier-tite-package-") as tmp:
+            folder = os.path.join(tmp, "model")
+            self.save_pretrained(folder)
+            theirs = "" if self.path is self.NO_PATH else os.path.join(str(self.path), CARD_FILE)
+            if theirs and os.path.isfile(theirs) and not is_ours(theirs):
+                shutil.copyfile(theirs, os.path.join(folder, CARD_FILE))
+            return pta.Artifact(folder).build_package(package_path, **kwargs)
+
+    def _hf_readme(self, *, repo: str, branch: str | None = "main", pretty_name: str | None = None,
+                   metadata: dict | None = None) -> str:  # fmt: skip
+        """The README of ``to_hf``'s dataset repo: the model card, with ``pt.Artifact.from_hf(repo)`` as its usage."""
+        where = repo if branch in (None, "main") else f"{repo}@{branch}"
+        return render_card(metadata or {}, repo=where, dataset=True, pretty_name=pretty_name)
+
+    # -- the card -----------------------------------------------------------------------------------------------
+    def card_info(self) -> dict:
+        """What the card of a save says besides the settings: base model and license of what the model was loaded
+        from (hub id, hub cache folder or a folder we saved), overridden by the card it was loaded with."""
+        return {**origin_info(origin_names(self)), **(self.card or {})}
+
+    def _write_card(self, path: str | os.PathLike) -> None:
+        """Completes the card ``save_pretrained`` wrote at ``path`` with :meth:`card_info`."""
+        update_card(path, self.card_info())
+
+
+def origin_names(model) -> list[str]:
+    """The names and folders a transformer was loaded from (first the one given), for its card: ``model_name`` as
+    given (both sides of a SPLADE pair; the BERT of ``TITE.from_bert``), the resolved folder (``source``), and last
+    the folder its tokenizer came from (a re-ranker with new heads keeps no source)."""
+    names: list[str] = []
+    given = getattr(model, "model_name", None)
+    if isinstance(given, str):
+        sides = re.fullmatch(r"query=(.+), doc=(.+)", given) or re.fullmatch(r"tite_from_bert\('(.+)'\)", given)
+        names += list(sides.groups()) if sides else [given]
+    for source in (getattr(model, "source", None), getattr(getattr(model, "scorer", None), "source", None)):
+        if isinstance(source, tuple) and len(source) > 1:  # ("from_bert", folder, settings)
+            source = source[1]
+        if isinstance(source, str):
+            names.append(source)
+    tokenizer = getattr(getattr(model, "inputs", None), "tokenizer", None) or getattr(model, "tokenizer", None)
+    if isinstance(getattr(tokenizer, "name_or_path", None), str) and tokenizer.name_or_path:
+        names.append(tokenizer.name_or_path)
+    return names

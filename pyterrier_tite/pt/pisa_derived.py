@@ -1,0 +1,230 @@
+"""The files PISA derives from an index the first time a retriever opens it (block-max data
+``<scorer>.q<n>.bmw.<block>`` and the compressed index ``<that>.<encoding>``), written so that no fault costs the
+process, the index or the user's time:
+
+- PISA writes them in place without checking its writes, and aborts the process (SIGABRT, no message) when a write
+  fails: a full disk, a file-size limit, a folder it may not write. :func:`open_pisa_retriever` has a helper process
+  write them first, so a failure is a :class:`DerivedFilesError` naming the folder and the cause, and the partial files
+  are removed.
+- A process killed meanwhile leaves a truncated file that PISA would reuse: files are recorded as complete
+  (``pt_derived.json``) and unrecorded ones removed before PISA runs, under a lock (:func:`pisa_derived_files`).
+- An index this user may not write (another user's, a read-only mount) keeps them in a per-user cache folder of
+  symlinks to the index's files (``$PYTERRIER_TITE_HOME/pisa-derived/``, default ``~/.cache/pyterrier_tite``), unless
+  they are already recorded complete in the index.
+- PISA allocates ``num_results`` results per query up front, so ``num_results`` is cut to the number of documents.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import fnmatch
+import hashlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from pyterrier_tite._native_output import native_output_silenced
+from pyterrier_tite.pt.index_build import check_pisa_index
+
+#: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``
+#: and the compressed index ``<that>.<encoding>``
+PISA_DERIVED = "*.bmw.*"
+#: the sizes of the derived files that were written completely (name -> bytes)
+PISA_DERIVED_RECORD = "pt_derived.json"
+#: the lock file that serialises the opening of one index's first retrievers across processes
+PISA_DERIVED_LOCK = ".pt_derived.lock"
+#: the scorers of pyterrier_pisa's retriever factories (``PisaIndex.bm25(k1=...)``): setting -> ``prepare_index`` name
+SCORER_SETTINGS = {"bm25": {"k1": "bm25_k1", "b": "bm25_b"}, "pl2": {"c": "pl2_c"}, "qld": {"mu": "qld_mu"},
+                   "dph": {}, "quantized": {}}  # fmt: skip
+#: PISA's block size for block-max data (``prepare_index``'s default; the factories do not change it)
+BLOCK_SIZE = 64
+
+
+class DerivedFilesError(OSError):
+    """PISA cannot write the files it derives from an index (names the folder, the cause and what to do)."""
+
+
+def open_pisa_retriever(index, scorer: str = "bm25", num_results: int = 1000, threads: int = 1, **settings):
+    """``index.<scorer>(num_results=..., threads=..., **settings)``, a ``PisaRetrieve`` (``index``: a ``PisaIndex``
+    or its folder), opened without the faults PISA has (see the module docstring): the index is checked first
+    (:func:`~pyterrier_tite.pt.index_build.check_pisa_index`), ``num_results`` is cut to the number of documents, the
+    derived files are written by a helper process, and a read-only index is served from a per-user cache of them."""
+    from pyterrier_pisa import PisaIndex
+
+    if not isinstance(index, PisaIndex):
+        index = PisaIndex(str(index), threads=threads)
+    if scorer not in SCORER_SETTINGS:
+        raise ValueError(f"unknown PISA scorer {scorer!r}; expected one of {sorted(SCORER_SETTINGS)}")
+    check_pisa_index(index.path)
+    num_results = max(1, min(int(num_results), num_documents(index.path)))
+    stemmer = "" if index.stemmer.value == "none" else index.stemmer.value
+    defaults = inspect.signature(getattr(PisaIndex, scorer)).parameters
+    native = {key: float(settings.get(name, defaults[name].default)) for name, key in SCORER_SETTINGS[scorer].items()}
+    native["quantize"] = int(bool(settings.get("precompute_impact", False)))
+    needed = derived_names(scorer, index.index_encoding.value, native)
+    with pisa_derived_files(index.path, needed) as folder:
+        if folder != Path(index.path):
+            index = PisaIndex(str(folder), text_field=index.text_field, stemmer=index.stemmer, threads=index.threads,
+                              index_encoding=index.index_encoding, stops=index.stops)  # fmt: skip
+        if not all((folder / name).is_file() for name in needed):
+            derive(folder, [index.index_encoding.value, scorer, stemmer], native)
+        with native_output_silenced():
+            return getattr(index, scorer)(num_results=num_results, threads=threads, **settings)
+
+
+def num_documents(path: str | os.PathLike) -> int:
+    """The number of documents of a (checked) PISA index, from the header of ``inv.docs``."""
+    return int(np.fromfile(Path(path) / "inv.docs", dtype=np.uint32, count=2)[1])
+
+
+def derived_names(scorer: str, encoding: str, native: dict) -> list[str]:
+    """The names PISA gives the derived files of a retriever (as ``prepare_index`` formats them; a name that differs
+    only costs a run of the helper process, which then finds the files present)."""
+
+    def number(value: float) -> str:  # fmt's shortest form of a C float: 0.9, 1, 1000
+        text = str(np.float32(value))
+        return text[:-2] if text.endswith(".0") else text
+
+    prefix = {
+        "bm25": lambda: f"bm25.k1-{number(native['bm25_k1'])}.b-{number(native['bm25_b'])}",
+        "pl2": lambda: f"pl2.c-{number(native['pl2_c'])}",
+        "qld": lambda: f"qld.mu-{number(native['qld_mu'])}",
+    }.get(scorer, lambda: scorer)()
+    wand = f"{prefix}.q{native['quantize']}.bmw.{BLOCK_SIZE}"
+    return [wand, f"{wand}.{encoding}"]
+
+
+#: the helper process: PISA's extension module alone (no pyterrier import: fast, and no temporary files of its own)
+_DERIVE = """
+import ctypes, importlib.machinery, importlib.util, json, os, signal, sys
+library, folder, args, kwargs, parent = json.loads(sys.argv[1])
+signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it at once (the caller removes what it wrote)
+try:
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a writer outliving the lock's holder would race
+except (OSError, AttributeError):
+    pass
+if os.getppid() != parent:
+    sys.exit(1)
+loader = importlib.machinery.ExtensionFileLoader("pyterrier_pisa._pisathon", library)
+pisa = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+loader.exec_module(pisa)
+pisa.prepare_index(pisa.RetrievalContext(), folder, *args, **kwargs)
+"""
+
+
+def derive(folder: Path, args: list, kwargs: dict) -> None:
+    """PISA's ``prepare_index`` in a helper process: writes the derived files into ``folder``; a failure (PISA aborts)
+    is a :class:`DerivedFilesError` naming the folder and the cause."""
+    from pyterrier_pisa import _pisathon
+
+    payload = json.dumps([_pisathon.__file__, str(folder), args, kwargs, os.getpid()])
+    done = subprocess.run([sys.executable, "-c", _DERIVE, payload], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, errors="replace")  # fmt: skip
+    if done.returncode == 0:
+        return
+    from pyterrier_tite.pt.locks import write_failure
+
+    cause = write_failure(None, folder)
+    if not cause:
+        said = [line.split("what():", 1)[-1].strip() for line in done.stderr.splitlines() if "what():" in line]
+        ended = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
+        cause = f"{said[-1] if said else 'PISA failed'} ({ended})"
+    advice = "raise the file-size limit (ulimit -f)" if "ulimit -f" in cause else "free space there"
+    raise DerivedFilesError(
+        f"PISA cannot write the files it derives from the index on first use (block-max data, compressed index) into "
+        f"{folder}: {cause}; {advice} and run again"
+    )
+
+
+@contextmanager
+def pisa_derived_files(path: str | os.PathLike, needed: Sequence[str] = ()) -> Iterator[Path]:
+    """Wrap the opening of a PISA retriever of the index at ``path``; yields the folder to open it from: ``path``, or
+    for an index this user may not write a per-user cache folder (:func:`derived_cache`), unless the ``needed``
+    derived files are recorded complete in the index. PISA reuses any derived file of the right name, so a process
+    killed while writing one leaves a truncated file that every later run uses (a segfault, or silently no results):
+    derived files not recorded as complete in ``pt_derived.json`` are removed before the block (and after it, when
+    it raises), so PISA writes them again; those present after the block are recorded. The block holds an exclusive
+    lock on the folder (``.pt_derived.lock``): two processes opening the same index at once (two recipes started
+    together on a fresh cache) would otherwise remove or overwrite each other's half-written files."""
+    folder = Path(path)
+    if not os.access(folder, os.W_OK):
+        if needed and _recorded(folder, needed):
+            yield folder
+            return
+        folder = derived_cache(folder)
+    with open(folder / PISA_DERIVED_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the block raises
+        except OSError:  # a file system without locks (some network mounts): go on unlocked, as before
+            pass
+        _remove_unrecorded(folder)
+        try:
+            yield folder
+        except BaseException:
+            _remove_unrecorded(folder)  # what a failed writer left
+            raise
+        record = folder / PISA_DERIVED_RECORD
+        staged = record.with_name(f".{record.name}.{os.getpid()}")
+        try:
+            staged.write_text(json.dumps({f.name: f.stat().st_size for f in sorted(folder.glob(PISA_DERIVED))}))
+            os.replace(staged, record)
+        except OSError:  # a full disk: unrecorded files are only written again next time
+            staged.unlink(missing_ok=True)
+
+
+def _record_of(folder: Path) -> dict:
+    try:
+        complete = json.loads((folder / PISA_DERIVED_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return complete if isinstance(complete, dict) else {}
+
+
+def _recorded(folder: Path, names: Sequence[str]) -> bool:
+    complete = _record_of(folder)
+    return all((folder / n).is_file() and complete.get(n) == (folder / n).stat().st_size for n in names)
+
+
+def _remove_unrecorded(folder: Path) -> None:
+    complete = _record_of(folder)
+    for file in folder.glob(PISA_DERIVED):
+        if complete.get(file.name) != file.stat().st_size:
+            file.unlink()
+
+
+def derived_cache(index: str | os.PathLike) -> Path:
+    """A per-user folder for the derived files of an index this user may not write: symlinks to the index's own
+    files, in ``$PYTERRIER_TITE_HOME/pisa-derived/`` (default ``~/.cache/pyterrier_tite``), named by the index's path
+    and its files' sizes and modification times (a rebuilt index gets a new folder). A cache that cannot be written
+    either is a :class:`DerivedFilesError` naming both folders."""
+    index = Path(index)
+    own = sorted(f for f in index.iterdir() if f.is_file() and not f.name.startswith(".")
+                 and f.name != PISA_DERIVED_RECORD and not fnmatch.fnmatch(f.name, PISA_DERIVED))  # fmt: skip
+    stamp = json.dumps([str(index.resolve()), [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in own]])
+    root = os.environ.get("PYTERRIER_TITE_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pyterrier_tite")
+    cache = Path(root) / "pisa-derived" / f"{index.name}.{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        for file in own:
+            link = cache / file.name
+            if not link.is_symlink():
+                try:
+                    link.symlink_to(file.resolve())
+                except FileExistsError:  # another process made it meanwhile
+                    pass
+        if not os.access(cache, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise DerivedFilesError(
+            f"PISA index {index} is read-only for this user and the cache folder for the files PISA derives from it, "
+            f"{cache}, cannot be written either ({exc.strerror or exc}); make one of them writable (or set "
+            "PYTERRIER_TITE_HOME to a writable folder)"
+        ) from exc
+    return cache
