@@ -262,3 +262,5 @@ def test_train_reranker_cli_on_trec_dl_candidates(extra, tiny_bert_folder, irds_
         assert meta["backbone"] == "sparse" and reranker.scorer.config.attention_window_size == 4
         assert not isinstance(reranker, MonoCE)
     assert len((out / "log.jsonl").read_text().splitlines()) == 3
+    card = (out / "README.md").read_text()  # the model card says how the model was made
+    assert "pyterrier-tite train-reranker --model" in card and "2020" in card

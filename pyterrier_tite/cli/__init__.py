@@ -42,13 +42,28 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     keep_large_blocks()  # a command owns its process: large tensors reuse the heap (see cpu_allocator)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        if code == 0:
+            record_training(args, sys.argv[1:] if argv is None else argv)
+        return code
     except (OSError, ValueError) as exc:
         message = user_error(exc)
         if message is None or os.environ.get("PYTERRIER_TITE_DEBUG", "") not in ("", "0"):
             raise
         print(f"pyterrier-tite {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def record_training(args: argparse.Namespace, argv: list[str]) -> None:
+    """A training command's model card records how it was made: the command line and its data (``--dataset``),
+    written into the saved folder's card (rank 0 only under ``torchrun``; commands without a saved model: nothing)."""
+    folder = getattr(args, "output_dir", None)
+    if not folder or os.environ.get("RANK", "0") != "0" or not os.path.isfile(os.path.join(folder, "pt_meta.json")):
+        return
+    from pyterrier_tite.models.model_card import write_model_card
+
+    command = "pyterrier-tite " + " ".join(argv)
+    write_model_card(folder, training_command=command, training_data=getattr(args, "dataset", None))
 
 
 def user_error(exc: BaseException) -> str | None:
