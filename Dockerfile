@@ -19,7 +19,8 @@ RUN if python -c "import torch" 2>/dev/null; then echo "torch from the base imag
 
 WORKDIR /opt/pyterrier-tite
 COPY . .
-RUN pip install --no-cache-dir ninja && pip install --no-cache-dir --no-build-isolation .
+# the tirex extra: ir-metadata.yml recorded by tirex-tracker, as TIREx records it
+RUN pip install --no-cache-dir ninja && pip install --no-cache-dir --no-build-isolation ".[tirex]"
 
 # The weights are fetched now, at build time: TIRA runs the container without network.
 ARG MODEL=webis/sparse-cross-encoder-4-512

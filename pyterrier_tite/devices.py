@@ -8,6 +8,7 @@ opt-in: pass ``dtype=torch.bfloat16`` to a model or ``--precision bf16`` to a co
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TypeVar
@@ -43,8 +44,9 @@ def default_precision(device: str | torch.device | None = None) -> str:
 
 
 def precision_dtype(precision: str | torch.dtype | None) -> torch.dtype | None:
-    """The autocast dtype of a precision name or dtype (None for fp32)."""
-    if precision is None or precision == torch.float32:
+    """The autocast dtype of a precision name or dtype (None for fp32 and for ``int8``, whose activations are
+    float32)."""
+    if precision is None or precision == torch.float32 or precision == "int8":
         return None
     if isinstance(precision, torch.dtype):
         if precision not in (torch.bfloat16, torch.float16):
@@ -59,19 +61,51 @@ _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "f
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def resolve_precision(dtype: torch.dtype | str | None, device: str | torch.device | None = None) -> str:
+def resolve_precision(
+    dtype: torch.dtype | str | None, device: str | torch.device | None = None, int8: bool = False
+) -> str:
     """The precision name (``fp32`` / ``bf16`` / ``fp16``) of a model's ``dtype`` argument: a torch dtype, a name
-    (``"bfloat16"``, ``"bf16"``, ...) or None for the device's default (:func:`default_precision`)."""
+    (``"bfloat16"``, ``"bf16"``, ...) or None for the device's default (:func:`default_precision`). ``int8``: the
+    model also accepts ``"int8"`` / ``torch.qint8`` (dynamic int8 linear layers, CPU only). bf16 on a CPU without
+    native bf16 warns once (:func:`warn_emulated_bf16`)."""
     if dtype is None:
         return default_precision(device)
+    if int8 and (dtype == torch.qint8 or dtype in ("int8", "qint8")):
+        if default_device(device).type != "cpu":
+            raise ValueError(f"dtype='int8' (dynamic int8 linear layers) runs on the CPU only, not on {device}")
+        return "int8"
     if isinstance(dtype, torch.dtype):
         if dtype not in _DTYPE_NAMES:
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
-        return _DTYPE_NAMES[dtype]
-    name = _ALIASES.get(str(dtype), str(dtype))
+            raise ValueError(f"dtype must be float32, bfloat16 or float16{_INT8 if int8 else ''}, got {dtype}")
+        name = _DTYPE_NAMES[dtype]
+    else:
+        name = _ALIASES.get(str(dtype), str(dtype))
     if name not in PRECISIONS:
-        raise ValueError(f"dtype must be float32, bfloat16 or float16 (or fp32 / bf16 / fp16), got {dtype!r}")
+        raise ValueError(
+            f"dtype must be float32, bfloat16 or float16 (or fp32 / bf16 / fp16){_INT8 if int8 else ''}, got {dtype!r}"
+        )
+    if name == "bf16" and default_device(device).type == "cpu":
+        warn_emulated_bf16()
     return name
+
+
+_INT8 = " or 'int8'"
+_warned_bf16 = False
+
+
+def warn_emulated_bf16() -> None:
+    """Once per process: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16) is emulated, several times
+    slower than fp32 (5x measured on an AVX2 CPU); the warning names the flag to pass instead."""
+    global _warned_bf16
+    if _warned_bf16 or cpu_has_native_bf16():
+        return
+    _warned_bf16 = True
+    warnings.warn(
+        "dtype=torch.bfloat16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16 flag): it is emulated and "
+        "several times slower than float32; pass dtype=torch.float32 (or dtype='int8' for a re-ranker)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 @contextmanager

@@ -179,3 +179,41 @@ run[["qid", "docno", "score", "reference", "rank"]]
 # check the same with `pytest -k hub`). Released checkpoints whose layouts these fixtures share but which have no
 # fixture of their own (`webis/sparse-cross-encoder-4-512`, `webis/tite-2-late-upscale(-msmarco)`,
 # `castorini/aggretriever-distilbert`) load through the same code paths, unverified here.
+
+# %% [markdown]
+# ## Save, package and load back as a PyTerrier artifact
+#
+# Every model of this package is a PyTerrier artifact. `save_pretrained(folder)` writes what a trained model is
+# (weights, tokenizer, settings, `pt_meta.json` and a model card `README.md`; the training commands save this way),
+# `pt.Artifact.load(folder)` gives the transformer back, and `build_package()` makes the `.tar.lz4` (plus a `.json`
+# with its size and sha256) that `to_hf` uploads and `pt.Artifact.from_url` / `from_hf` download, extract and load.
+# Here the sparse cross-encoder and TITE from above make the round trip; the loaded models score exactly as the saved.
+
+# %%
+import pyterrier as pt
+
+rows = []
+for name, model, outputs_of in [
+    ("sparse-ce", sce, lambda m: m(frame)["score"].to_numpy()),
+    ("tite", tite, lambda m: m.encode_docs(inputs["docs"]) @ m.encode_queries(inputs["queries"]).T),
+]:
+    folder = WORK / f"my-{name}"
+    model.save_pretrained(str(folder))
+    loaded = pt.Artifact.load(str(folder))
+    package = Path(loaded.build_package(verbose=False))  # beside the folder: my-<name>.tar.lz4 (+ .json)
+    with open(f"{package}.json") as f:
+        package_info = json.load(f)
+    card = (folder / "README.md").read_text(encoding="utf-8").split("---")[1]
+    rows.append({"model": repr(loaded), "pt.Artifact": isinstance(loaded, pt.Artifact),
+                 "type / format": "/".join(pt.inspect.artifact_type_format(loaded)),
+                 "package": package.name, "package KiB": round(package.stat().st_size / 1024),
+                 "files": len(package_info["contents"]), "unpacked KiB": round(package_info["total_size"] / 1024),
+                 "card tags": ", ".join(t for t in ("pyterrier", "pyterrier-artifact") if f"- {t}\n" in card),
+                 "scores equal": bool(np.array_equal(outputs_of(model), outputs_of(loaded)))})
+pd.DataFrame(rows).set_index("model").T
+
+# %% [markdown]
+# `loaded.to_hf('me/my-model')` would publish the same package with its card, and `pt.Artifact.from_hf('me/my-model')`
+# load it anywhere (tests/test_artifact_packages.py does the download round trip against a local HTTP server for every
+# model kind). An index built by `pyterrier-tite index` from such a folder keeps the model inside itself, so its
+# package retrieves on another machine too: `pyterrier-tite retrieve --index <url of index.tar.lz4>`.

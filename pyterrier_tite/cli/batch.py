@@ -92,7 +92,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="retrieve from an index into a TREC run file",
         description="Retrieve the top k documents of each topic from an index built by `pyterrier-tite index`.",
     )
-    retrieve.add_argument("--index", required=True, help="index folder")
+    retrieve.add_argument(
+        "--index", required=True,
+        help="index folder, or the URL of an index package (http(s)://.../index.tar.lz4, hf:org/name), downloaded "
+        "once into PyTerrier's artifact cache; the index brings its model",
+    )  # fmt: skip
     retrieve.add_argument("--model", default=None, help="query encoder (default: the model that built the index)")
     add_run_arguments(retrieve, k=1000, k_help="results per query")
     add_runtime_arguments(retrieve)
@@ -108,7 +112,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     rerank.add_argument("--model", required=True, help="hub id, model folder or shipped name")
     source = rerank.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="TREC run file to re-rank (.gz allowed)")
-    source.add_argument("--first-stage", help="bm25 (over the ir_datasets id --dataset) or an index folder")
+    source.add_argument(
+        "--first-stage", help="bm25 (over the ir_datasets id --dataset), an index folder or an index package's URL"
+    )
     rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file")
     add_run_arguments(rerank, k=100, k_help="candidates re-ranked per query")
     add_runtime_arguments(rerank)
@@ -199,6 +205,7 @@ def run_index(args: argparse.Namespace) -> int:
 def run_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import index_info, index_retriever, retrieve
     from pyterrier_tite.pt.index_build import refuse_existing
+    from pyterrier_tite.pt.index_model import index_folder
     from pyterrier_tite.pt.inputs import load_topics
     from pyterrier_tite.pt.run_files import write_trec_run
 
@@ -206,12 +213,13 @@ def run_retrieve(args: argparse.Namespace) -> int:
     _check_k(args.k)
     refuse_existing(args.out, args.overwrite)
     topics = load_topics(args.topics)
+    index = index_folder(args.index)  # a package URL: downloaded into the artifact cache
     retriever = index_retriever(
-        args.index, args.model, args.k, device=args.device, batch_size=args.batch_size,
+        index, args.model, args.k, device=args.device, batch_size=args.batch_size,
         precision=args.precision, threads=args.threads or 1
     )
     results = retrieve(retriever, topics, verbose=not args.quiet)
-    model = args.model or index_info(args.index).get("model") or "bm25"
+    model = args.model or index_info(index).get("model") or "bm25"
     written = write_trec_run(results, args.out, system=_system(model))
     print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.out}")
     return 0
@@ -257,10 +265,11 @@ def run_rerank(args: argparse.Namespace) -> int:
 def _first_stage(args: argparse.Namespace, topics):
     """The candidates of ``--first-stage``: BM25 over the (cached) PISA index of ``--dataset``, or an index folder."""
     from pyterrier_tite.pt.batch import index_retriever, retrieve
+    from pyterrier_tite.pt.index_model import index_folder, is_package_url
 
-    if os.path.isdir(args.first_stage):
+    if os.path.isdir(args.first_stage) or is_package_url(args.first_stage):
         retriever = index_retriever(
-            args.first_stage, None, args.k, device=args.device, batch_size=args.batch_size,
+            index_folder(args.first_stage), None, args.k, device=args.device, batch_size=args.batch_size,
             precision=args.precision, threads=args.threads or 1,
         )
         return retrieve(retriever, topics, verbose=not args.quiet)

@@ -3,7 +3,8 @@
 TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and collects ``$outputDir`` (or
 ``$TIRA_OUTPUT_DIR``); ``--input`` / ``--output`` override them. ``rerank`` re-scores ``rerank.jsonl(.gz)``;
 ``retrieve`` indexes ``documents.jsonl(.gz)`` / ``corpus.jsonl.gz`` in a temporary folder and retrieves for
-``queries.jsonl`` (or ``queries.xml``). Both write ``run.txt`` + ``ir-metadata.yml``. No network is needed once the
+``queries.jsonl`` (or ``queries.xml``). Both write ``run.txt`` + ``ir-metadata.yml`` (by
+tirex-tracker when installed, measuring the work). No network is needed once the
 model is cached (``HF_HUB_OFFLINE=1``), and no Java (BM25 is PISA). See docs/tirex.md.
 """
 
@@ -54,6 +55,7 @@ def _run_file(args: argparse.Namespace):
 @writes_to(_run_file)
 def run_tirex_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.batch import load_model, rerank, scorer_of, system_name, top_k
+    from pyterrier_tite.pt.ir_metadata import tracked_run
     from pyterrier_tite.pt.tira import read_rerank, write_tirex_output
 
     apply_runtime_arguments(args)
@@ -63,10 +65,11 @@ def run_tirex_rerank(args: argparse.Namespace) -> int:
     candidates = top_k(read_rerank(source), args.k)
     if args.model.lower() == "bm25":
         raise ValueError("bm25 cannot re-rank a TIREx input; use a neural --model")
-    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
-    scored = rerank(scorer_of(model), candidates[["qid", "query", "docno", "text"]], verbose=not args.quiet)
+    with tracked_run(system_name(args.model)) as record:  # tirex-tracker, when installed, measures the work
+        _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
+        scored = rerank(scorer_of(model), candidates[["qid", "query", "docno", "text"]], verbose=not args.quiet)
     metadata = {"task": "rerank", "model": args.model, "k": args.k, "input": str(source)}
-    run_file = write_tirex_output(scored, target, system_name(args.model), metadata)
+    run_file = write_tirex_output(scored, target, system_name(args.model), metadata, record.tracked)
     print(f"{len(scored)} re-ranked results for {scored['qid'].nunique()} queries written to {run_file}")
     return 0
 
@@ -77,6 +80,7 @@ def run_tirex_retrieve(args: argparse.Namespace) -> int:
     import tempfile
 
     from pyterrier_tite.pt.batch import build_index, index_retriever, load_model, retrieve, system_name
+    from pyterrier_tite.pt.ir_metadata import tracked_run
     from pyterrier_tite.pt.tira import iter_documents, read_queries, write_tirex_output
 
     apply_runtime_arguments(args)
@@ -85,12 +89,14 @@ def run_tirex_retrieve(args: argparse.Namespace) -> int:
     source, target = _folders(args)
     topics = read_queries(source)  # read first: a missing file is reported before any indexing
     threads = args.threads or 1
-    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
-    with tempfile.TemporaryDirectory(prefix="pyterrier-tite-tirex-") as scratch:
+    scratch_folder = tempfile.TemporaryDirectory(prefix="pyterrier-tite-tirex-")
+    with tracked_run(system_name(args.model)) as record, scratch_folder as scratch:  # tirex-tracker measures the work
+        _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
         index = os.path.join(scratch, "index")
         build_index(
             args.model, iter_documents(source), index, corpus_name=str(source), device=args.device,
             batch_size=args.batch_size, precision=args.precision, threads=threads, verbose=not args.quiet, model=model,
+            package_model=False,  # a scratch index: no copy of the model inside it
         )  # fmt: skip
         retriever = index_retriever(
             index, args.model, args.k, device=args.device, batch_size=args.batch_size,
@@ -98,6 +104,6 @@ def run_tirex_retrieve(args: argparse.Namespace) -> int:
         )
         results = retrieve(retriever, topics, verbose=not args.quiet)
     metadata = {"task": "retrieve", "model": args.model, "k": args.k, "input": str(source)}
-    run_file = write_tirex_output(results, target, system_name(args.model), metadata)
+    run_file = write_tirex_output(results, target, system_name(args.model), metadata, record.tracked)
     print(f"{len(results)} results for {results['qid'].nunique()} of {len(topics)} queries written to {run_file}")
     return 0

@@ -3,7 +3,9 @@ building its index all or nothing, opening an index for retrieval with the model
 runs query chunk by query chunk with document texts from a collection or a corpus file.
 
 An index built here is the engine's own folder (``pt_meta.json`` of a FlexIndex or a PISA index) plus
-:data:`INDEX_INFO`, a small JSON naming the model that built it, so retrieval needs no ``--model``.
+:data:`INDEX_INFO`, a small JSON naming the model that built it (and its hub id), so retrieval needs no ``--model``; a
+model from a folder is kept inside the index (``model/``, see :mod:`~pyterrier_tite.pt.index_model`), so the index
+folder, or its package downloaded elsewhere, needs nothing outside itself.
 """
 
 from __future__ import annotations
@@ -98,14 +100,17 @@ def index_info(path: str | os.PathLike) -> dict:
     raise ValueError(f"{meta_file}: type {meta.get('type')!r} / format {meta.get('format')!r} is no index we read")
 
 
-def write_index_info(folder: str | os.PathLike, kind: str, model: str, corpus: str | None, count: int) -> None:
-    info = {
-        "kind": kind,
-        "model": model,
-        "corpus": corpus,
-        "documents": count,
-        "built": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+def write_index_info(
+    folder: str | os.PathLike, kind: str, model: str, corpus: str | None, count: int, transformer=None
+) -> None:
+    """:data:`INDEX_INFO`: kind, model (name as recorded, ``hub_id``), corpus, size, date; with ``transformer``, a
+    model from a folder is saved into the index (``packaged_model``: the folder inside it)."""
+    from pyterrier_tite.pt.index_model import model_fields, package_model, should_package
+
+    info = {"kind": kind, **model_fields(model)} if kind != BM25 else {"kind": kind, "model": model}
+    if transformer is not None and should_package(model):
+        info["packaged_model"] = package_model(folder, transformer)
+    info.update(corpus=corpus, documents=count, built=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     (Path(folder) / INDEX_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
 
 
@@ -136,10 +141,12 @@ def build_index(
     rank: int = 0,
     world_size: int = 1,
     model=None,
+    package_model: bool = True,
 ) -> str:
     """Index ``corpus`` (``{docno, text}`` dicts) with a model into ``path``, all or nothing: dense models into a
     FlexIndex, SPLADE and ``bm25`` into PISA. Returns the kind. With ``world_size > 1`` every rank calls this with
-    the same corpus, each encodes its share and rank 0 writes the index (BM25 is built by rank 0 alone)."""
+    the same corpus, each encodes its share and rank 0 writes the index (BM25 is built by rank 0 alone). A model from
+    a folder is saved into the index (``model/``) unless ``package_model=False``."""
     if model is None:
         kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
     else:
@@ -150,10 +157,11 @@ def build_index(
         raise ValueError(f"{model_name!r} is a re-ranker ({type(model).__name__}): it scores query-document pairs "
                          "and cannot index; use `pyterrier-tite rerank --model ...` instead")  # fmt: skip
     counted = _Counted(corpus)
+    packaged = model if package_model and kind != BM25 else None
     if kind == "dense":
 
         def finalize(staging: Path) -> None:
-            write_index_info(staging, kind, recorded, corpus_name, counted.count)
+            write_index_info(staging, kind, recorded, corpus_name, counted.count, packaged)
 
         build_flex_index(
             model, counted, path, batch_size=batch_size, overwrite=overwrite, rank=rank, world_size=world_size,
@@ -163,7 +171,7 @@ def build_index(
     if rank != 0 and kind == BM25:
         return kind
     if kind == "splade" and world_size > 1:
-        info = (kind, recorded, corpus_name)
+        info = (kind, recorded, corpus_name, packaged)
         _build_splade_sharded(model, counted, path, overwrite, threads, rank, world_size, label, batch_size, info)
         return kind
     with atomic_build(path, overwrite) as staging:
@@ -173,7 +181,7 @@ def build_index(
             build_pisa_index(counted, str(staging), ["text"], threads=threads, progress=label)  # checks the docs
         else:
             _build_splade(model, counted, staging, threads, label)
-        write_index_info(staging, kind, recorded, corpus_name, counted.count)
+        write_index_info(staging, kind, recorded, corpus_name, counted.count, packaged)
     return kind
 
 
@@ -214,8 +222,8 @@ def _build_splade_sharded(model, corpus, path, overwrite, threads, rank, world_s
     with atomic_build(path, overwrite) as staging, native_output_silenced():
         indexer = PisaIndex(str(staging), stemmer="none", threads=threads).toks_indexer(scale=PISA_SCALE)
         indexer.index({"docno": d, "toks": toks} for d, toks in encoded)
-        kind, recorded, corpus_name = info
-        write_index_info(staging, kind, recorded, corpus_name, corpus.count)
+        kind, recorded, corpus_name, packaged = info
+        write_index_info(staging, kind, recorded, corpus_name, corpus.count, packaged)
 
 
 def index_retriever(
@@ -230,9 +238,13 @@ def index_retriever(
     model=None,
 ) -> pt.Transformer:
     """Queries (qid, query) -> top ``k`` of an index built by :func:`build_index` (or any FlexIndex / PISA index),
-    with the model named in the index unless ``model_name`` (or an already loaded ``model``) is given."""
+    with the model the index holds or names unless ``model_name`` (or an already loaded ``model``) is given."""
+    from pyterrier_tite.pt.index_model import model_for_index
+
     info = index_info(path)
     kind = info["kind"]
+    if not model_name and model is None and kind != BM25:
+        model_name = model_for_index(path, info)
     model_name = model_name or info.get("model")
     if kind == BM25:
         if model_name and model_name.lower() != BM25:

@@ -72,8 +72,11 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         cuda_graphs: bool = True,
     ):
         self.device = default_device(device)
-        self.precision = resolve_precision(dtype, self.device)
-        self.scorer = scorer.to(self.device).eval().use_cuda_graphs(cuda_graphs and self.device.type == "cuda")
+        self.precision = resolve_precision(dtype, self.device, int8=True)
+        scorer = scorer.to(self.device).eval()
+        if self.precision == "int8":  # a quantized copy: the caller's module (and its training) stays float
+            scorer = scorer.quantized_int8()
+        self.scorer = scorer.use_cuda_graphs(cuda_graphs and self.device.type == "cuda")
         self.inputs = CrossEncoderInputs(tokenizer, scorer.max_positions(), query_max_length, doc_max_length)
         self.batch_size = batch_size
         self.text_field = text_field
@@ -229,7 +232,9 @@ class SparseCE(CrossEncoderReranker):
     (``doc_query_attention=False``). ``head``: "cls" (pooler + linear, reference), "mean" or "celi".
     ``query_max_length`` / ``doc_max_length`` (word pieces): default as stored in the checkpoint (module docstring).
     ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
-    else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster). ``cuda_graphs``: on a CUDA
+    else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster; without, it warns once);
+    ``"int8"``: dynamic int8 linear layers of the encoder on the CPU (heads float32; see ``benchmarks/passages.py``
+    for its speed and rank agreement). ``cuda_graphs``: on a CUDA
     device, replay one captured CUDA graph per batch shape bucket instead of launching every kernel (passages are
     launch-bound there; see :mod:`pyterrier_tite.models.sparse_ce.graphs`); ignored on CPU. The setting lives on the
     scorer, so rerankers built on one in-memory scorer share it (the last one built decides).

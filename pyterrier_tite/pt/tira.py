@@ -4,17 +4,15 @@ TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and coll
 ``$TIRA_OUTPUT_DIR``). Re-ranking inputs are ``rerank.jsonl(.gz)`` (qid, query, docno, text, rank, score and
 ``original_*`` fields); full-rank inputs are ``documents.jsonl(.gz)`` or ``corpus.jsonl.gz`` (docno or doc_id; text or
 default_text) with ``queries.jsonl`` (qid, query) or ``queries.xml``. Ids may be JSON integers: they become strings.
-The output is ``run.txt`` (``qid Q0 docno rank score system``) and ``ir-metadata.yml``.
+The output is ``run.txt`` (``qid Q0 docno rank score system``) and ``ir-metadata.yml`` (by tirex-tracker when
+installed, see :mod:`~pyterrier_tite.pt.ir_metadata`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import platform
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -104,11 +102,15 @@ def read_queries(folder: str | os.PathLike) -> pd.DataFrame:
     return load_topics(str(file))
 
 
-def write_tirex_output(results: pd.DataFrame, folder: str | os.PathLike, system: str, metadata: dict) -> Path:
+def write_tirex_output(
+    results: pd.DataFrame, folder: str | os.PathLike, system: str, metadata: dict, tracked: dict | None = None
+) -> Path:
     """``run.txt`` (normalised, see :func:`~pyterrier_tite.pt.run_files.write_trec_run`) and ``ir-metadata.yml``
-    describing how it was made; returns the run file. Both are written all or nothing under ``run.txt``'s write lock
+    describing how it was made (``tracked``: what tirex-tracker measured, see :mod:`~pyterrier_tite.pt.ir_metadata`;
+    else the short record); returns the run file. Both are written all or nothing under ``run.txt``'s write lock
     (a second writer of the folder fails naming this process); when the metadata cannot be written, the run is
     removed again, so the folder never holds one without the other."""
+    from pyterrier_tite.pt.ir_metadata import render
     from pyterrier_tite.pt.locks import write_lock
     from pyterrier_tite.pt.run_files import write_file
 
@@ -117,7 +119,7 @@ def write_tirex_output(results: pd.DataFrame, folder: str | os.PathLike, system:
     with write_lock(run_file):
         run = write_trec_run(results, run_file, system=system)
         try:
-            write_file(folder / "ir-metadata.yml", _ir_metadata(system, metadata).encode("utf-8"), "metadata file")
+            write_file(folder / "ir-metadata.yml", render(system, metadata, tracked).encode("utf-8"), "metadata file")
         except BaseException:
             run_file.unlink()
             raise
@@ -126,24 +128,3 @@ def write_tirex_output(results: pd.DataFrame, folder: str | os.PathLike, system:
 
         warnings.warn(f"TIRA expects runs for at least 3 queries; this one has {run['qid'].nunique()}", stacklevel=2)
     return run_file
-
-
-def _ir_metadata(system: str, metadata: dict) -> str:
-    """A small ir_metadata (https://www.ir-metadata.org) record: tag, software, platform and the run's settings."""
-    import pyterrier_tite
-
-    lines = [
-        "schema version: '0.1'",
-        f"tag: {json.dumps(system)}",
-        f"date: {json.dumps(datetime.now(timezone.utc).isoformat(timespec='seconds'))}",
-        "implementation:",
-        "  source:",
-        "    name: pyterrier-tite",
-        f"    version: {json.dumps(pyterrier_tite.__version__)}",
-        "platform:",
-        f"  python: {json.dumps(platform.python_version())}",
-        f"  machine: {json.dumps(platform.machine())}",
-        "method:",
-        *(f"  {key}: {json.dumps(value)}" for key, value in metadata.items()),
-    ]
-    return "\n".join(lines) + "\n"

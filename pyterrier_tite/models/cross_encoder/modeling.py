@@ -17,6 +17,7 @@ from pyterrier_tite.models.cross_encoder.celi import (
     pair_states_from_bert,
     pair_states_from_sparse,
 )
+from pyterrier_tite.models.cross_encoder.packed import PackedEncoder, PackedPairs, supports_packed
 from pyterrier_tite.models.cross_encoder.tokenization import PairBatch, SparseCrossEncoderBatch, config_special_id
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_positions
 
@@ -60,6 +61,8 @@ class CrossEncoderScorer(nn.Module):
         ]
         self.head = self.head() if self.head is not None else None
         self._graphs = None  # see use_cuda_graphs
+        self.packed = True  # standard backbones in inference: the packed forward (no compute on padding)
+        self._packed_encoder = None
 
     @property
     def config(self):
@@ -90,6 +93,22 @@ class CrossEncoderScorer(nn.Module):
             )
         return self
 
+    def quantized_int8(self) -> CrossEncoderScorer:
+        """A copy whose backbone linear layers are dynamic int8 (``torch.ao.quantization.quantize_dynamic``: int8
+        weights, activations quantized per batch, CPU), inference only. Score heads (pooler, classifier, CELI / mean
+        heads) stay float32, like every head (bf16 / int8 scores tie)."""
+        heads = ("classifier", "pooler", "head")
+        names = {
+            name
+            for name, module in self.named_modules()
+            if type(module) is nn.Linear and name.startswith("backbone.") and not any(h in name for h in heads)
+        }
+        if not names:
+            raise ValueError("dtype='int8': the backbone has no linear layers to quantize")
+        copy = torch.ao.quantization.quantize_dynamic(self, names, dtype=torch.qint8, inplace=False)
+        copy._packed_encoder = None
+        return copy.eval()
+
     def score_parts(self, queries: list[list[int]], docs: list[list[list[int]]]) -> dict[str, torch.Tensor]:
         """``{"score": [N]}``, or for CELI ``{"cls": [N], "late": [N]}`` (the terms the paper trains separately)."""
         if sum(len(d) for d in docs) == 0:
@@ -116,19 +135,38 @@ class CrossEncoderScorer(nn.Module):
 
     # -- backbones ---------------------------------------------------------------------------------------------------
     def _logits(self, queries, docs) -> torch.Tensor:
-        batch = self._pairs(queries, docs)
         head = _SEQUENCE_CLASSIFIER_HEADS.get(getattr(self.backbone.config, "model_type", None))
-        if head is None:
-            return self.backbone(**vars(batch)).logits.squeeze(-1)
-        hidden = self.backbone.base_model(**vars(batch)).last_hidden_state
+        if head is not None and self._packed_ok():
+            first = self._packed()(self._packed_pairs(queries, docs), cls_only=True)[:, None]
+        elif head is None:
+            return self.backbone(**vars(self._pairs(queries, docs))).logits.squeeze(-1)
+        else:
+            first = self.backbone.base_model(**vars(self._pairs(queries, docs))).last_hidden_state[:, :1]
         dtype = next(self.backbone.classifier.parameters()).dtype
-        return in_dtype(dtype, head, self.backbone, hidden[:, :1]).squeeze(-1)
+        return in_dtype(dtype, head, self.backbone, first).squeeze(-1)
 
     def _states(self, queries, docs) -> PairStates:
         batch = self._pairs(queries, docs)
+        if self._packed_ok():
+            hidden = self._packed()(self._packed_pairs(queries, docs), cls_only=False)
+            return pair_states_from_bert(hidden, batch.token_type_ids, batch.attention_mask)
         encoder = self.backbone.base_model  # .bert / .electra: the heads read the last layer, not the classifier
         hidden = encoder(**vars(batch)).last_hidden_state
         return pair_states_from_bert(hidden, batch.token_type_ids, batch.attention_mask)
+
+    def _packed_ok(self) -> bool:
+        """Inference without grad on a backbone the packed forward reproduces (:mod:`.packed`)."""
+        return self.packed and not self.training and not torch.is_grad_enabled() and supports_packed(self.backbone)
+
+    def _packed(self) -> PackedEncoder:
+        if self._packed_encoder is None or self._packed_encoder.backbone is not self.backbone:
+            self._packed_encoder = PackedEncoder(self.backbone)
+        return self._packed_encoder
+
+    def _packed_pairs(self, queries, docs) -> PackedPairs:
+        c = self.backbone.config
+        cls, sep = config_special_id(c, "cls_token_id"), config_special_id(c, "sep_token_id")
+        return PackedPairs.from_lists(queries, docs, cls, sep, self.device)
 
     def _pairs(self, queries, docs) -> PairBatch:
         c = self.backbone.config

@@ -25,12 +25,18 @@ def score_by_query(
 ) -> np.ndarray:
     """float64 scores of the pairs ``(query_ids[qids[i]], doc_ids[i])``.
 
-    Rows are scored by query (a sparse cross-encoder whose query attends only to itself encodes each query once per
-    batch), longest docs first within a query (less padding per batch); ``inputs.fit_doc`` cuts each doc to the
-    positions its query leaves. ``progress`` wraps the batch starts (a progress bar)."""
+    A sparse cross-encoder (``scorer.is_sparse``, the default for other callables) scores rows by query (a query that
+    attends only to itself is encoded once per batch), longest docs first within a query; a full-attention one scores
+    all pairs longest first across queries, so a batch holds pairs of similar lengths (its attention pads to the
+    longest; the packed forward computes nothing else on padding). ``inputs.fit_doc`` cuts each doc to the positions
+    its query leaves. Scores come back in input order. ``progress`` wraps the batch starts (a progress bar)."""
     order = {q: i for i, q in enumerate(dict.fromkeys(qids))}
     lengths = np.array([len(d) for d in doc_ids])
-    rows = np.lexsort((-lengths, np.array([order[q] for q in qids])))
+    if getattr(scorer, "is_sparse", True):
+        rows = np.lexsort((-lengths, np.array([order[q] for q in qids])))
+    else:
+        pair_lengths = lengths + np.array([len(query_ids[q]) for q in qids])
+        rows = np.argsort(-pair_lengths, kind="stable")
     scores = np.zeros(len(qids), dtype="float64")
     starts: Iterable[int] = range(0, len(rows), batch_size)
     if progress is not None:

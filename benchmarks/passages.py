@@ -1,0 +1,160 @@
+"""Re-ranking short passages on the CPU: our re-rankers against what users pick today (issue 65).
+
+Candidates: the TREC DL 2019 BM25 top-100 passages (with text) of the first ``--queries`` queries. The user's default
+is a ``sentence_transformers.CrossEncoder`` (torch fp32; its ONNX / OpenVINO backends when installed, ``--backends``)
+loaded from a cross-encoder folder; ``t.MonoCE``, ``t.SparseCE(w=4)`` and ``t.CELI`` load the same folder (fp32, and
+MonoCE with dynamic int8 linear layers). The folder (``--folder``, default: built once under the temp dir) is MiniLM-L6
+(the shipped start point) saved as a ``BertForSequenceClassification`` with a seeded random score head, so the weights
+are the same for every system and no download is needed.
+
+Timing: every system re-ranks all pairs in one call per round (the CrossEncoder one ``predict`` over all pairs, ours
+one ``transform`` over the frame); systems are interleaved over ``--rounds`` and each keeps its best round, so
+background load hurts all alike. Printed per system: ms per pair, speed ratio against the CrossEncoder (higher is
+faster) and rank agreement with the CrossEncoder's scores (Spearman per query: min and mean; SparseCE and CELI change
+the model, so their agreement is shown only for information). The CPU's features come first.
+
+Run: ``python benchmarks/passages.py`` (``--help``); ``--threads`` defaults to 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+
+def cpu_features() -> str:
+    flags = ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
+        flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
+    except OSError:
+        model = "?"
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+    have = [f for f in wanted if f in flags.split()]
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"CPU: {model}; torch capability {capability}; flags: {' '.join(have) or 'none of ' + ' '.join(wanted)}"
+
+
+def build_folder(path: str) -> str:
+    """MiniLM-L6 as a BertForSequenceClassification with a seeded random head (num_labels=1)."""
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from pyterrier_tite.start_points import resolve
+
+    start = resolve("minilm")
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = BertForSequenceClassification.from_pretrained(start, num_labels=1)
+    tmp = path + ".partial"
+    model.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(start).save_pretrained(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def candidates(n_queries: int):
+    import pyterrier_tite as t
+    from pyterrier_tite.pt.first_stage import TREC_DL
+
+    topics = t.datasets.get_dataset(TREC_DL["2019"]).get_topics()
+    run = t.trec_dl_bm25("2019")(topics)
+    qids = list(dict.fromkeys(run["qid"]))[:n_queries]
+    return run[run["qid"].isin(qids)].reset_index(drop=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=None, help="our re-rankers' batch size (default: theirs)")
+    parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "pyterrier_tite_passages_ce"))
+    parser.add_argument("--systems", default="ce,mono,mono-int8,sparse4,celi", help="comma-separated subset")
+    parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    import pyterrier_tite as t
+
+    print(cpu_features())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    folder = build_folder(args.folder)
+    frame = candidates(args.queries)
+    pairs = list(zip(frame["query"], frame["text"], strict=True))
+    print(f"{len(frame)} pairs of {frame['qid'].nunique()} queries; folder {folder}")
+
+    kw = {} if args.batch_size is None else {"batch_size": args.batch_size}
+    systems = {}
+    wanted = args.systems.split(",")
+    if "ce" in wanted:
+        from sentence_transformers import CrossEncoder
+
+        ce = CrossEncoder(folder, device="cpu")
+        systems["CrossEncoder (torch fp32)"] = lambda: np.asarray(ce.predict(pairs, activation_fn=torch.nn.Identity()))
+        if args.backends:
+            for backend in ("onnx", "openvino"):
+                try:
+                    other = CrossEncoder(folder, device="cpu", backend=backend)
+                except Exception as e:  # noqa: BLE001 - not installed: say so and go on
+                    print(f"CrossEncoder backend {backend}: unavailable ({type(e).__name__})")
+                    continue
+                systems[f"CrossEncoder ({backend})"] = lambda o=other: np.asarray(
+                    o.predict(pairs, activation_fn=torch.nn.Identity())
+                )
+
+    def ours(reranker):
+        return lambda: (
+            reranker.transform(frame)
+            .set_index(["qid", "docno"])["score"]
+            .reindex(list(zip(frame["qid"], frame["docno"], strict=True)))
+            .to_numpy()
+        )
+
+    if "mono" in wanted:
+        systems["MonoCE fp32"] = ours(t.MonoCE(folder, device="cpu", **kw))
+    if "mono-int8" in wanted:
+        try:
+            systems["MonoCE int8"] = ours(t.MonoCE(folder, device="cpu", dtype="int8", **kw))
+        except (ValueError, TypeError) as e:
+            print(f"MonoCE int8: unavailable ({e})")
+    if "sparse4" in wanted:
+        systems["SparseCE w=4 fp32"] = ours(t.SparseCE(folder, w=4, device="cpu", **kw))
+    if "celi" in wanted:
+        systems["CELI fp32 (fresh head)"] = ours(t.CELI(folder, device="cpu", **kw))
+
+    best = dict.fromkeys(systems, float("inf"))
+    scores = {}
+    for _ in range(args.rounds):
+        for name, fn in systems.items():
+            start = time.perf_counter()
+            scores[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+
+    reference = next(iter(systems))
+    qids = frame["qid"].to_numpy()
+    print(f"{'system':<28} {'ms/pair':>8} {'speed vs ' + reference.split()[0]:>22} {'Spearman min':>13} {'mean':>7}")
+    for name in systems:
+        rho = [spearmanr(scores[name][qids == q], scores[reference][qids == q]).statistic for q in dict.fromkeys(qids)]
+        ms = 1000 * best[name] / len(frame)
+        ratio = best[reference] / best[name]
+        print(f"{name:<28} {ms:8.2f} {ratio:21.2f}x {min(rho):13.4f} {np.mean(rho):7.4f}")
+    if "MonoCE int8" in scores and "MonoCE fp32" in scores:
+        rho = [spearmanr(scores["MonoCE int8"][qids == q], scores["MonoCE fp32"][qids == q]).statistic
+               for q in dict.fromkeys(qids)]  # fmt: skip
+        print(f"MonoCE int8 vs MonoCE fp32: Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")
+
+
+if __name__ == "__main__":
+    main()

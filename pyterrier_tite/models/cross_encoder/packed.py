@@ -1,0 +1,152 @@
+"""Inference of a full-attention BERT / ELECTRA cross-encoder on packed pairs: no compute on padding.
+
+The pairs ``[CLS] q [SEP] d [SEP]`` of a batch are concatenated into one row of tokens (``[T, H]`` hidden states,
+``cu_seqlens`` offsets), so every linear layer, norm and activation runs on real tokens only; attention scatters the
+fused query / key / value projection into a padded ``[B, heads, L, d]`` layout for SDPA (key mask) and gathers the
+result back. With the "cls" head the last layer computes only the [CLS] rows (their attention over all keys, the
+output projection and the feed-forward): the score reads nothing else. The maths is the ``transformers`` forward's
+(same operations in the same order per token); only the padded rows, which change no score, are not computed.
+
+Used by :class:`~pyterrier_tite.models.cross_encoder.modeling.CrossEncoderScorer` in inference (no grad) for BERT and
+ELECTRA backbones with absolute positions; anything else runs the ``transformers`` forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class PackedPairs:
+    """Token ids, token types and positions ``[T]`` of B pairs packed back to back; ``lengths [B]`` (CPU) and
+    ``index [T]``: each token's row in the padded ``[B * L]`` layout of attention."""
+
+    input_ids: torch.Tensor
+    token_type_ids: torch.Tensor
+    position_ids: torch.Tensor
+    lengths: torch.Tensor
+    index: torch.Tensor
+    max_len: int
+
+    @classmethod
+    def from_lists(cls, queries, docs, cls_id: int, sep_id: int, device) -> PackedPairs:
+        ids, types, lengths = [], [], []
+        for q, ds in zip(queries, docs, strict=True):
+            head = [cls_id, *q, sep_id]
+            for d in ds:
+                ids += head
+                ids += d
+                ids.append(sep_id)
+                types += [0] * len(head) + [1] * (len(d) + 1)
+                lengths.append(len(head) + len(d) + 1)
+        lengths_t = torch.tensor(lengths, dtype=torch.long)
+        max_len = int(lengths_t.max())
+        starts = torch.cumsum(lengths_t, 0) - lengths_t
+        row = torch.repeat_interleave(torch.arange(len(lengths)), lengths_t)
+        positions = torch.arange(len(ids)) - starts[row]
+        index = row * max_len + positions
+        return cls(
+            torch.tensor(ids, dtype=torch.long, device=device),
+            torch.tensor(types, dtype=torch.long, device=device),
+            positions.to(device),
+            lengths_t,
+            index.to(device),
+            max_len,
+        )
+
+    def key_mask(self, device) -> torch.Tensor | None:
+        """``[B, 1, 1, L]`` True where a key is a token; None when no row is padded."""
+        if bool((self.lengths == self.max_len).all()):
+            return None
+        mask = torch.arange(self.max_len)[None, :] < self.lengths[:, None]
+        return mask[:, None, None, :].to(device)
+
+    def first_rows(self) -> torch.Tensor:
+        """The packed row of each pair's [CLS]."""
+        return (torch.cumsum(self.lengths, 0) - self.lengths).to(self.index.device)
+
+
+def supports_packed(backbone: nn.Module) -> bool:
+    """A ``transformers`` BERT / ELECTRA sequence classifier whose encoder the packed forward reproduces."""
+    config = getattr(backbone, "config", None)
+    base = getattr(backbone, "base_model", None)
+    if config is None or base is None or getattr(config, "model_type", None) not in ("bert", "electra"):
+        return False
+    if getattr(config, "position_embedding_type", "absolute") != "absolute" or config.is_decoder:
+        return False
+    if getattr(base, "embeddings_project", None) is not None:
+        return False
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    return layers is not None and all(not getattr(layer, "add_cross_attention", False) for layer in layers)
+
+
+class _FusedQKV:
+    """The concatenated query / key / value weights of one layer, rebuilt when any of them changes (training)."""
+
+    def __init__(self):
+        self.key = None
+        self.weight = self.bias = None
+
+    def __call__(self, attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        parts = (attn.query, attn.key, attn.value)
+        if not all(type(p) is nn.Linear and p.bias is not None for p in parts):  # quantized: three calls
+            return torch.cat([p(x) for p in parts], dim=-1)
+        key = tuple((p.weight.data_ptr(), p.weight._version, p.bias.data_ptr(), p.bias._version) for p in parts)
+        key += (x.dtype, x.device)
+        if key != self.key:
+            self.weight = torch.cat([p.weight for p in parts]).detach()
+            self.bias = torch.cat([p.bias for p in parts]).detach()
+            self.key = key
+        return F.linear(x, self.weight, self.bias)
+
+
+class PackedEncoder:
+    """The packed forward of one backbone's encoder (see the module docstring); holds the fused projections."""
+
+    def __init__(self, backbone: nn.Module):
+        self.backbone = backbone
+        self.fused = [_FusedQKV() for _ in backbone.base_model.encoder.layer]
+
+    def __call__(self, pairs: PackedPairs, cls_only: bool) -> torch.Tensor:
+        """Last-layer states: ``[B, H]`` of the [CLS] rows when ``cls_only``, else ``[B, L, H]`` padded with zeros."""
+        base = self.backbone.base_model
+        emb = base.embeddings
+        x = emb.word_embeddings(pairs.input_ids)
+        x = x + emb.token_type_embeddings(pairs.token_type_ids)
+        x = x + emb.position_embeddings(pairs.position_ids)
+        x = emb.LayerNorm(x)
+        mask = pairs.key_mask(x.device)
+        layers = base.encoder.layer
+        first = pairs.first_rows()
+        for i, layer in enumerate(layers):
+            last_cls = cls_only and i == len(layers) - 1
+            x = self._layer(layer, self.fused[i], x, pairs, mask, first if last_cls else None)
+        if cls_only:
+            return x
+        out = x.new_zeros(len(pairs.lengths) * pairs.max_len, x.shape[-1])
+        out[pairs.index] = x
+        return out.view(len(pairs.lengths), pairs.max_len, -1)
+
+    @staticmethod
+    def _layer(layer, fused, x, pairs: PackedPairs, mask, first: torch.Tensor | None) -> torch.Tensor:
+        attn = layer.attention.self
+        heads, size = attn.num_attention_heads, attn.attention_head_size
+        batch, length = len(pairs.lengths), pairs.max_len
+        qkv = fused(attn, x)
+        padded = qkv.new_zeros(batch * length, qkv.shape[-1])
+        padded[pairs.index] = qkv
+        q, k, v = padded.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
+        if first is not None:  # only the [CLS] rows: position 0 of every pair
+            q = q[:, :, :1]
+            x = x[first]
+        scale = getattr(attn, "scaling", size**-0.5)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        context = context.transpose(1, 2).reshape(batch * q.shape[2], heads * size)
+        if first is None:
+            context = context[pairs.index]
+        x = layer.attention.output(context, x)  # dense, dropout (eval: none), LayerNorm(. + x)
+        return layer.output(layer.intermediate(x), x)

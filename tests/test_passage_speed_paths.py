@@ -1,0 +1,118 @@
+"""The CPU speed paths of the full-attention cross-encoders (issue 65): the packed forward scores as the
+``transformers`` forward does, all-pairs length sorting keeps input order, dynamic int8 runs and agrees with fp32,
+and bf16 on a CPU without native bf16 warns once."""
+
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+import torch
+from _tolerance import assert_float_close
+from scipy.stats import spearmanr
+from transformers import BertConfig, BertForSequenceClassification
+
+from pyterrier_tite import devices
+from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+QUERIES = [[5, 6, 7], [8, 9], [30]]
+DOCS = [[[10, 11, 12, 13], [14], [15, 16, 17, 18, 19, 20]], [[21, 22], [23, 24, 25]], [list(range(40, 60))]]
+
+
+def _bert(layers: int = 2, hidden: int = 32) -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+        intermediate_size=2 * hidden, num_labels=1, cls_token_id=1, sep_token_id=2,
+    )  # fmt: skip
+    return BertForSequenceClassification(config).eval()
+
+
+@pytest.mark.parametrize("head", ["cls", "mean", "celi"])
+def test_packed_forward_scores_as_transformers(head):
+    scorer = CrossEncoderScorer(_bert(), head=head).eval()
+    with torch.no_grad():
+        packed = scorer(QUERIES, DOCS)
+        scorer.packed = False
+        padded = scorer(QUERIES, DOCS)
+    assert packed.shape == (6,)
+    assert_float_close(packed, padded)
+
+
+def test_packed_forward_is_inference_only():
+    """With grad (training) the transformers forward runs: the packed one has no backward of its own to trust."""
+    scorer = CrossEncoderScorer(_bert()).eval()
+    calls = []
+    scorer._packed = lambda: calls.append(1)
+    scorer(QUERIES, DOCS).sum().backward()
+    assert calls == []
+
+
+def test_all_pairs_sorting_keeps_input_order():
+    """Full-attention scoring sorts every pair of a call by length (across queries); scores stay in input order."""
+    from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
+
+    class Inputs:
+        fit_doc = staticmethod(lambda q, d: d)
+
+    scorer = CrossEncoderScorer(_bert()).eval()
+    qids = ["a", "b", "a", "c", "b", "a"]
+    query_ids = dict(zip("abc", QUERIES, strict=True))
+    doc_ids = [DOCS[0][0], DOCS[1][0], DOCS[0][1], DOCS[2][0], DOCS[1][1], DOCS[0][2]]
+    got = score_by_query(scorer, Inputs(), qids, query_ids, doc_ids, 2, "cpu", "fp32")
+    with torch.no_grad():
+        one_by_one = [float(scorer([query_ids[q]], [[d]])) for q, d in zip(qids, doc_ids, strict=True)]
+    assert_float_close(torch.tensor(got), torch.tensor(one_by_one))
+
+
+def test_int8_runs_and_agrees_with_fp32():
+    scorer = CrossEncoderScorer(_bert(layers=2, hidden=64)).eval()
+    int8 = scorer.quantized_int8()
+    assert type(scorer.backbone.bert.encoder.layer[0].attention.self.query) is torch.nn.Linear  # the original stays
+    assert type(int8.backbone.classifier) is torch.nn.Linear  # the head stays float32
+    torch.manual_seed(1)
+    queries = [torch.randint(3, 100, (4,)).tolist()]
+    docs = [[torch.randint(3, 100, (int(n),)).tolist() for n in torch.randint(5, 30, (30,))]]
+    with torch.no_grad():
+        a, b = scorer(queries, docs), int8(queries, docs)
+    assert torch.isfinite(b).all()
+    assert spearmanr(a.numpy(), b.numpy()).statistic > 0.8
+    assert (a - b).abs().max() < 0.1 * a.abs().max() + 1e-3
+
+
+def test_int8_reranker_dtype(tmp_path):
+    from _tiny_bert import save_tiny_bert
+
+    import pyterrier_tite as t
+
+    folder = save_tiny_bert(tmp_path / "bert")
+    reranker = t.MonoCE(folder, dtype="int8", device="cpu")
+    assert reranker.precision == "int8"
+    assert reranker != t.MonoCE(folder, device="cpu")
+    frame = pd.DataFrame(
+        {"qid": ["1", "1"], "query": ["a query", "a query"], "docno": ["d1", "d2"], "text": ["some text", "more"]}
+    )
+    assert len(reranker(frame)) == 2
+    with pytest.raises(ValueError, match="CPU only"):
+        devices.resolve_precision("int8", "cuda", int8=True)
+    with pytest.raises(ValueError, match="dtype must be"):
+        devices.resolve_precision("int8", "cpu")  # models without an int8 path refuse it
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_bf16_on_cpu_without_native_bf16_warns_once(monkeypatch, native):
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(devices, "_warned_bf16", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert devices.resolve_precision(torch.bfloat16, "cpu") == "bf16"
+        assert devices.resolve_precision("bf16", "cpu") == "bf16"
+        assert devices.resolve_precision(torch.float32, "cpu") == "fp32"
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if native:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and "dtype=torch.float32" in messages[0] and "avx512_bf16" in messages[0]
