@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pyterrier_tite.cpu_allocator import keep_large_blocks
-from pyterrier_tite.devices import autocast, precision_dtype
+from pyterrier_tite.devices import PRECISIONS, autocast
 from pyterrier_tite.ops.dropout import use_fast_dropout
 
 CHECKPOINT = "checkpoint"
@@ -76,7 +76,8 @@ class TrainingArguments:
             raise ValueError(f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
         if self.warmup_steps < 0 or self.save_every < 0:
             raise ValueError("warmup_steps and save_every must be >= 0")
-        precision_dtype(self.precision)  # a clear error for an unknown precision
+        if self.precision not in PRECISIONS:  # int8 is an inference-only precision of the re-rankers
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {self.precision!r}")
 
 
 def seed_everything(seed: int) -> None:
