@@ -16,22 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.pt.locks import WriteFailedError, write_lock
+from pyterrier_tite.pt.locks import WriteFailedError, _alive, write_lock
 from pyterrier_tite.pt.validation import checked_id, checked_text
 
 
 class CorruptIndexError(OSError):
     """An index folder that is incomplete or damaged (names the file)."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 #: what builds and writes leave beside a target while they run: ``.NAME.building-PID`` (a build), nested as
