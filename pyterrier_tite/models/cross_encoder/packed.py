@@ -3,8 +3,11 @@
 The pairs ``[CLS] q [SEP] d [SEP]`` of a batch are concatenated into one row of tokens (``[T, H]`` hidden states,
 ``cu_seqlens`` offsets), so every linear layer, norm and activation runs on real tokens only; attention scatters the
 fused query / key / value projection into a padded ``[B, heads, L, d]`` layout for SDPA (key mask) and gathers the
-result back. With the "cls" head the last layer computes only the [CLS] rows (their attention over all keys, the
-output projection and the feed-forward): the score reads nothing else. The maths is the ``transformers`` forward's
+result back (one zeroed padded buffer per batch, reused by every layer). The feed-forward's first linear layer runs
+with its exact GELU fused (oneDNN's linear with a GELU post-op, on float32 CPU tensors): the same erf GELU without a
+pass over the ``[T, 4H]`` activations (MonoCE 11.4 -> 10.4 ms per DL19 passage pair on 2 cores). With the "cls"
+head the last layer computes only the [CLS] rows (their attention over all keys, the output projection and the
+feed-forward): the score reads nothing else. The maths is the ``transformers`` forward's
 (same operations in the same order per token); only the padded rows, which change no score, are not computed.
 
 Used by :class:`~pyterrier_tite.models.cross_encoder.modeling.CrossEncoderScorer` in inference (no grad) for BERT and
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.activations import GELUActivation
 
 
 @dataclass
@@ -104,6 +108,38 @@ class _FusedQKV:
         return F.linear(x, self.weight, self.bias)
 
 
+def _fused_linear_gelu_works() -> bool:
+    """oneDNN's ``linear + erf GELU`` kernel exists in this torch build and gives ``gelu(linear(x))`` (checked once)."""
+    global _FUSED_GELU
+    if _FUSED_GELU is None:
+        try:
+            x, w, b = torch.randn(5, 8), torch.randn(16, 8), torch.randn(16)
+            got = torch.ops.mkldnn._linear_pointwise(x, w, b, "gelu", [], "none")
+            _FUSED_GELU = torch.backends.mkldnn.is_available() and torch.allclose(got, F.gelu(F.linear(x, w, b)))
+        except (AttributeError, RuntimeError, NotImplementedError):
+            _FUSED_GELU = False
+    return _FUSED_GELU
+
+
+_FUSED_GELU: bool | None = None
+
+
+def _feed_forward_in(intermediate: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``BertIntermediate``: ``gelu(dense(x))``, fused in one oneDNN kernel where it computes the same thing."""
+    dense, act = intermediate.dense, getattr(intermediate, "intermediate_act_fn", None)
+    exact_gelu = type(act) is GELUActivation and act.act is F.gelu or act is F.gelu
+    if (
+        exact_gelu
+        and type(dense) is nn.Linear
+        and x.device.type == "cpu"
+        and x.dtype == dense.weight.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+        and _fused_linear_gelu_works()
+    ):
+        return torch.ops.mkldnn._linear_pointwise(x, dense.weight, dense.bias, "gelu", [], "none")
+    return intermediate(x)
+
+
 class PackedEncoder:
     """The packed forward of one backbone's encoder (see the module docstring); holds the fused projections."""
 
@@ -122,9 +158,14 @@ class PackedEncoder:
         mask = pairs.key_mask(x.device)
         layers = base.encoder.layer
         first = pairs.first_rows()
+        padded = None  # [B * L, 3H]: padding rows stay zero, every layer overwrites the token rows
         for i, layer in enumerate(layers):
             last_cls = cls_only and i == len(layers) - 1
-            x = self._layer(layer, self.fused[i], x, pairs, mask, first if last_cls else None)
+            qkv = self.fused[i](layer.attention.self, x)
+            if padded is None or padded.dtype != qkv.dtype or padded.shape[-1] != qkv.shape[-1]:
+                padded = qkv.new_zeros(len(pairs.lengths) * pairs.max_len, qkv.shape[-1])
+            padded[pairs.index] = qkv
+            x = self._layer(layer, padded, x, pairs, mask, first if last_cls else None)
         if cls_only:
             return x
         out = x.new_zeros(len(pairs.lengths) * pairs.max_len, x.shape[-1])
@@ -132,13 +173,11 @@ class PackedEncoder:
         return out.view(len(pairs.lengths), pairs.max_len, -1)
 
     @staticmethod
-    def _layer(layer, fused, x, pairs: PackedPairs, mask, first: torch.Tensor | None) -> torch.Tensor:
+    def _layer(layer, padded, x, pairs: PackedPairs, mask, first: torch.Tensor | None) -> torch.Tensor:
+        """One encoder layer from its query / key / value projection already scattered into ``padded``."""
         attn = layer.attention.self
         heads, size = attn.num_attention_heads, attn.attention_head_size
         batch, length = len(pairs.lengths), pairs.max_len
-        qkv = fused(attn, x)
-        padded = qkv.new_zeros(batch * length, qkv.shape[-1])
-        padded[pairs.index] = qkv
         q, k, v = padded.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
         if first is not None:  # only the [CLS] rows: position 0 of every pair
             q = q[:, :, :1]
@@ -149,4 +188,4 @@ class PackedEncoder:
         if first is None:
             context = context[pairs.index]
         x = layer.attention.output(context, x)  # dense, dropout (eval: none), LayerNorm(. + x)
-        return layer.output(layer.intermediate(x), x)
+        return layer.output(_feed_forward_in(layer.intermediate, x), x)
