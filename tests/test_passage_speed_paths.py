@@ -116,3 +116,49 @@ def test_bf16_on_cpu_without_native_bf16_warns_once(monkeypatch, native):
         assert messages == []
     else:
         assert len(messages) == 1 and "dtype=torch.float32" in messages[0] and "avx512_bf16" in messages[0]
+
+
+@pytest.mark.parametrize("window", [0, 2, None])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_packed_sparse_forward_scores_as_padded(window, symmetric):
+    """The sparse cross-encoder's CPU inference packs its doc rows and skips the last layer's query / doc rows when
+    only scores are read: scores, [CLS] states and every real token's state stay those of the padded forward."""
+    from _tiny_sparse_ce import tiny_sparse_ce
+
+    model = tiny_sparse_ce(window, symmetric)
+    queries = [[5, 6, 7], [8], [30, 31]]
+    docs = [[[10, 11, 12, 13], [14], list(range(40, 60))], [[21, 22], [23, 24, 25]], [list(range(60, 90))]]
+    with torch.no_grad():
+        scores = model(queries, docs, cls_only=True)
+        full = model(queries, docs)
+        model.bert.packed = False
+        padded = model(queries, docs)
+    assert scores.segments is None and padded.segments is not None
+    assert_float_close(scores.logits, padded.logits)
+    assert_float_close(full.logits, padded.logits)
+    lengths = padded.segments.doc_lengths
+    real = torch.arange(padded.segments.doc.shape[1])[None, :] < lengths[:, None]
+    assert_float_close(full.segments.doc[real], padded.segments.doc[real])
+    assert bool((full.segments.doc[~real] == 0).all())
+    assert_float_close(full.segments.cls, padded.segments.cls)
+    q_real = torch.arange(padded.segments.query.shape[1])[None, :] < padded.segments.query_lengths[:, None]
+    assert_float_close(full.segments.query[q_real], padded.segments.query[q_real])
+
+
+def test_packed_sparse_forward_is_cpu_inference_only():
+    from _tiny_sparse_ce import tiny_sparse_ce
+
+    from pyterrier_tite.models.sparse_ce import modeling
+
+    model = tiny_sparse_ce(2, False)
+    calls = []
+    original = modeling.packed_forward
+    modeling.packed_forward = lambda *a: calls.append(1) or original(*a)
+    try:
+        model([[5]], [[[10, 11]]]).logits.sum().backward()  # grad: the padded forward
+        assert calls == []
+        with torch.no_grad():
+            model([[5]], [[[10, 11]]])
+        assert calls == [1]
+    finally:
+        modeling.packed_forward = original

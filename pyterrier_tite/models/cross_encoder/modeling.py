@@ -130,7 +130,7 @@ class CrossEncoderScorer(nn.Module):
     def _sparse_parts(self, batch: SparseCrossEncoderBatch) -> dict[str, torch.Tensor]:
         """``score_parts`` of a sparse backbone from a batch on the model's device."""
         if self.head is None:
-            return {"score": self.backbone(batch).logits}
+            return {"score": self.backbone(batch, cls_only=True).logits}
         return self._head_parts(pair_states_from_sparse(self.backbone.bert(batch).segments))
 
     # -- backbones ---------------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.activations import GELUActivation
+
+from pyterrier_tite.models.fused_linear import linear_gelu
 
 
 @dataclass
@@ -108,38 +109,6 @@ class _FusedQKV:
         return F.linear(x, self.weight, self.bias)
 
 
-def _fused_linear_gelu_works() -> bool:
-    """oneDNN's ``linear + erf GELU`` kernel exists in this torch build and gives ``gelu(linear(x))`` (checked once)."""
-    global _FUSED_GELU
-    if _FUSED_GELU is None:
-        try:
-            x, w, b = torch.randn(5, 8), torch.randn(16, 8), torch.randn(16)
-            got = torch.ops.mkldnn._linear_pointwise(x, w, b, "gelu", [], "none")
-            _FUSED_GELU = torch.backends.mkldnn.is_available() and torch.allclose(got, F.gelu(F.linear(x, w, b)))
-        except (AttributeError, RuntimeError, NotImplementedError):
-            _FUSED_GELU = False
-    return _FUSED_GELU
-
-
-_FUSED_GELU: bool | None = None
-
-
-def _feed_forward_in(intermediate: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``BertIntermediate``: ``gelu(dense(x))``, fused in one oneDNN kernel where it computes the same thing."""
-    dense, act = intermediate.dense, getattr(intermediate, "intermediate_act_fn", None)
-    exact_gelu = type(act) is GELUActivation and act.act is F.gelu or act is F.gelu
-    if (
-        exact_gelu
-        and type(dense) is nn.Linear
-        and x.device.type == "cpu"
-        and x.dtype == dense.weight.dtype == torch.float32
-        and not torch.is_autocast_enabled("cpu")
-        and _fused_linear_gelu_works()
-    ):
-        return torch.ops.mkldnn._linear_pointwise(x, dense.weight, dense.bias, "gelu", [], "none")
-    return intermediate(x)
-
-
 class PackedEncoder:
     """The packed forward of one backbone's encoder (see the module docstring); holds the fused projections."""
 
@@ -188,4 +157,4 @@ class PackedEncoder:
         if first is None:
             context = context[pairs.index]
         x = layer.attention.output(context, x)  # dense, dropout (eval: none), LayerNorm(. + x)
-        return layer.output(_feed_forward_in(layer.intermediate, x), x)
+        return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.intermediate_act_fn, x), x)

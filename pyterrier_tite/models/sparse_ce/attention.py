@@ -59,7 +59,7 @@ def grouped_attention(
     batch, _, length, dim = q.shape
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
     full = window is None or window >= length - 1  # a window covering the whole segment is full attention
-    if not dropout and FUSED and (not full or (q.is_cuda and length <= FUSED_FULL_MAX_ROWS)):
+    if not dropout and FUSED and (not full or length <= FUSED_FULL_MAX_ROWS):
         return _fused(q, k, v, max(length - 1, 0) if full else window, lengths, groups, scale)
     if not full:  # banded, with dropout or the kernel switched off: the pure-torch backend of the same op
         return window_attention(q, k, v, window, lengths, list(groups), scale=scale, backend="torch", dropout=dropout)
@@ -88,8 +88,9 @@ def _dense(q, k, v, lengths, gathered, scale, dropout) -> torch.Tensor:
 #: the fused kernel (``pyterrier_tite.ops.window_attention``: csrc on CPU, Triton on GPU) for the banded path; it has
 #: no attention dropout, so training with dropout uses the op's pure-torch backend
 FUSED = True
-#: on GPU, segments of at most this many rows with full attention ([CLS]: 1 row, queries: ~10-32) also go through the
-#: fused kernel: it streams the long key groups (the document) instead of concatenating them with the own keys
+#: segments of at most this many rows with full attention ([CLS]: 1 row, queries: ~10-32) also go through the fused
+#: kernel: it streams the long key groups (the document) instead of concatenating them with the own keys (on the CPU,
+#: a copy of every doc's keys and values per layer)
 FUSED_FULL_MAX_ROWS = 64
 
 

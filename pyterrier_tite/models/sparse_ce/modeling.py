@@ -32,6 +32,8 @@ from pyterrier_tite.models.fused_linear import ConcatenatedLinears
 from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
 from pyterrier_tite.models.sparse_ce.configuration import FLAGS, SparseCrossEncoderConfig
 from pyterrier_tite.models.sparse_ce.convert import DERIVED, bert_state, is_sparse_config, new_head_keys, sparse_config
+from pyterrier_tite.models.sparse_ce.packed import packed_applies, packed_forward
+from pyterrier_tite.models.sparse_ce.segments import Segments
 from pyterrier_tite.models.sparse_ce.tokenization import SparseCrossEncoderBatch
 from pyterrier_tite.ops import add_layer_norm
 
@@ -60,22 +62,6 @@ def check_positions(batch: SparseCrossEncoderBatch, config: SparseCrossEncoderCo
 
 
 # ------------------------------------------------------------------------------------------------------------ layers
-@dataclass
-class Segments:
-    """Hidden states of the three sub-sequences. ``query`` is [Q, Lq, H] shared via ``query_index`` [N], or [N, Lq, H]
-    per pair (``query_index`` None). Lengths count real tokens, [SEP] included."""
-
-    cls: torch.Tensor
-    query: torch.Tensor
-    doc: torch.Tensor
-    query_lengths: torch.Tensor
-    doc_lengths: torch.Tensor
-    query_index: torch.Tensor | None
-
-    def replace(self, cls: torch.Tensor, query: torch.Tensor, doc: torch.Tensor) -> Segments:
-        return Segments(cls, query, doc, self.query_lengths, self.doc_lengths, self.query_index)
-
-
 class SparseCrossEncoderEmbeddings(nn.Module):
     """BERT embeddings (word + absolute position + token type, LayerNorm), with explicit positions and types."""
 
@@ -121,13 +107,22 @@ class SparseCrossEncoderSelfAttention(nn.Module):
         return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
 
     def forward(self, s: Segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.attend(s, self._qkv(s.doc))
+
+    def attend(
+        self, s: Segments, doc_qkv: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor], cls_only: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Attention of the three segments, the doc's Q, K, V [B, heads, L, d] given (the packed forward scatters
+        them from real tokens only). ``cls_only``: only the [CLS] rows (the doc's Q may be None), query and doc None."""
         f, p = self.flags, self.dropout if self.training else 0.0
-        (qc, kc, vc), (qq, kq, vq), (qd, kd, vd) = self._qkv(s.cls), self._qkv(s.query), self._qkv(s.doc)
+        (qc, kc, vc), (qq, kq, vq), (qd, kd, vd) = self._qkv(s.cls), self._qkv(s.query), doc_qkv
         cls_keys = KeyGroup(kc, vc)
         query_keys = KeyGroup(kq, vq, s.query_lengths, s.query_index)
         doc_keys = KeyGroup(kd, vd, s.doc_lengths)
         groups = [query_keys] * f["cls_query_attention"] + [doc_keys] * f["cls_doc_attention"]
         cls = grouped_attention(qc, kc, vc, None, None, groups, dropout=p)
+        if cls_only:
+            return _merge(cls), None, None
         groups = [cls_keys] * f["query_cls_attention"] + [doc_keys] * f["query_doc_attention"]
         query = grouped_attention(qq, kq, vq, None, s.query_lengths, groups, dropout=p)
         groups = [cls_keys] * f["doc_cls_attention"] + [query_keys] * f["doc_query_attention"]
@@ -270,6 +265,7 @@ class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
         self.embeddings = SparseCrossEncoderEmbeddings(config)
         self.encoder = SparseCrossEncoderEncoder(config)
         self.pooler = SparseCrossEncoderPooler(config)
+        self.packed = True  # CPU inference: the packed forward (no compute on padded doc rows), see .packed
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -297,20 +293,28 @@ class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
         return Segments(cls, query[index], doc, q_len[index] + 1, d_len + 1, None)
 
     def forward(
-        self, batch: SparseCrossEncoderBatch, output_hidden_states: bool = False
+        self, batch: SparseCrossEncoderBatch, output_hidden_states: bool = False, cls_only: bool = False
     ) -> SparseCrossEncoderModelOutput:
+        """``cls_only``: the caller reads only the [CLS] state and the pooler; in CPU inference the packed forward
+        (:mod:`.packed`) then skips the last layer's query and doc rows and returns no ``segments``."""
+        if self.packed and not output_hidden_states and packed_applies(self):
+            return self._packed_output(packed_forward(self, self.embed(batch), cls_only))
         s = self.embed(batch)
         states = [(s.cls, s.query, s.doc)] if output_hidden_states else None
         for layer in self.encoder.layer:
             s = layer(s)
             if states is not None:
                 states.append((s.cls, s.query, s.doc))
-        cls = s.cls[:, 0]
+        return self._packed_output(s, tuple(states) if states is not None else None)
+
+    def _packed_output(self, s: Segments | torch.Tensor, states=None) -> SparseCrossEncoderModelOutput:
+        """The output of final segments, or of the final [CLS] states [B, 1, H] alone (``cls_only``)."""
+        cls = (s.cls if isinstance(s, Segments) else s)[:, 0]
         return SparseCrossEncoderModelOutput(
             last_cls_state=cls,
             pooler_output=in_dtype(self.pooler.dense.weight.dtype, self.pooler, cls),
-            segments=s,
-            hidden_states=tuple(states) if states is not None else None,
+            segments=s if isinstance(s, Segments) else None,
+            hidden_states=states,
         )
 
 
@@ -350,7 +354,10 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
         query_input_ids: Sequence | SparseCrossEncoderBatch,
         doc_input_ids: Sequence | None = None,
         output_hidden_states: bool = False,
+        cls_only: bool = False,
     ) -> SparseCrossEncoderOutput:
+        """Scores of the docs; ``cls_only``: only ``logits`` / ``pooler_output`` are read (``segments`` may be None,
+        which lets CPU inference skip the last layer's query and doc rows)."""
         batch = query_input_ids
         if not isinstance(batch, SparseCrossEncoderBatch):
             batch = self.make_batch(query_input_ids, doc_input_ids)
@@ -360,7 +367,7 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
             return SparseCrossEncoderOutput(
                 logits=empty, pooler_output=empty.view(0, self.config.hidden_size), doc_query_index=index
             )
-        out = self.bert(batch, output_hidden_states=output_hidden_states)
+        out = self.bert(batch, output_hidden_states=output_hidden_states, cls_only=cls_only)
         head = self.classifier.weight.dtype
         logits = in_dtype(head, lambda pooled: self.classifier(self.dropout(pooled)), out.pooler_output)
         return SparseCrossEncoderOutput(
