@@ -73,6 +73,8 @@ def test_int8_runs_and_agrees_with_fp32():
     int8 = scorer.quantized_int8()
     assert type(scorer.backbone.bert.encoder.layer[0].attention.self.query) is torch.nn.Linear  # the original stays
     assert type(int8.backbone.classifier) is torch.nn.Linear  # the head stays float32
+    query = int8.backbone.bert.encoder.layer[0].attention.self.query
+    assert query.weight().qscheme() == torch.per_channel_affine  # one scale per output channel
     torch.manual_seed(1)
     queries = [torch.randint(3, 100, (4,)).tolist()]
     docs = [[torch.randint(3, 100, (int(n),)).tolist() for n in torch.randint(5, 30, (30,))]]
