@@ -67,7 +67,7 @@ def build_folder(path: str, fit_frame) -> str:
     tokenizer = AutoTokenizer.from_pretrained(start)
     encoder = SentenceTransformer(start, device="cpu")
     queries, texts = list(fit_frame["query"]), list(fit_frame["text"])
-    teacher = (encoder.encode(queries, normalize_embeddings=True) * encoder.encode(texts, normalize_embeddings=True))
+    teacher = encoder.encode(queries, normalize_embeddings=True) * encoder.encode(texts, normalize_embeddings=True)
     target = teacher.sum(1)
     features = []
     with torch.no_grad():
