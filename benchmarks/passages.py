@@ -15,6 +15,10 @@ background load hurts all alike. Printed per system: ms per pair, speed ratio ag
 faster) and rank agreement with the CrossEncoder's scores (Spearman per query: min and mean; SparseCE and CELI change
 the model, so their agreement is shown only for information). The CPU's features come first.
 
+Also BM25 >> a dense bi-encoder as the re-ranker (the MiniLM bi-encoder, mean pooling, cosine): ``t.BertBiEncoder``
+against ``pyterrier_dr.SBertBiEncoder`` loading the same folder, each ``.scorer()`` on the same frame; their ratio is
+against the SBertBiEncoder.
+
 Run: ``python benchmarks/passages.py`` (``--help``); ``--threads`` defaults to 2.
 """
 
@@ -109,7 +113,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None, help="our re-rankers' batch size (default: theirs)")
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "pyterrier_tite_passages_probe_ce"))
-    parser.add_argument("--systems", default="ce,mono,mono-int8,sparse4,celi", help="comma-separated subset")
+    parser.add_argument("--systems", default="ce,mono,mono-int8,sparse4,celi,dense", help="comma-separated subset")
     parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -162,6 +166,17 @@ def main() -> None:
     if "celi" in wanted:
         systems["CELI fp32 (fresh head)"] = ours(t.CELI(folder, device="cpu", **kw))
 
+    dense = []  # BM25 >> a bi-encoder as the re-ranker: ours against pyterrier_dr, same MiniLM bi-encoder folder
+    if "dense" in wanted:
+        import pyterrier_dr
+
+        from pyterrier_tite.start_points import resolve
+
+        start = resolve("minilm")
+        dense = ["pyterrier_dr SBertBiEncoder", "BertBiEncoder"]
+        systems[dense[0]] = ours(pyterrier_dr.SBertBiEncoder(start, device="cpu").scorer())
+        systems[dense[1]] = ours(t.BertBiEncoder.from_pretrained(start, device="cpu").scorer())
+
     best = dict.fromkeys(systems, float("inf"))
     scores = {}
     for _ in range(args.rounds):
@@ -170,14 +185,16 @@ def main() -> None:
             scores[name] = fn()
             best[name] = min(best[name], time.perf_counter() - start)
 
-    reference = next(iter(systems))
     qids = frame["qid"].to_numpy()
-    print(f"{'system':<28} {'ms/pair':>8} {'speed vs ' + reference.split()[0]:>22} {'Spearman min':>13} {'mean':>7}")
+    print(f"{'system':<28} {'ms/pair':>8} {'speed vs reference':>19} {'Spearman min':>13} {'mean':>7}")
     for name in systems:
+        reference = dense[0] if name in dense else next(iter(systems))
+        if dense and name == dense[0]:
+            print(f"-- BM25 >> a bi-encoder, reference: {name}")
         rho = [spearmanr(scores[name][qids == q], scores[reference][qids == q]).statistic for q in dict.fromkeys(qids)]
         ms = 1000 * best[name] / len(frame)
         ratio = best[reference] / best[name]
-        print(f"{name:<28} {ms:8.2f} {ratio:21.2f}x {min(rho):13.4f} {np.mean(rho):7.4f}")
+        print(f"{name:<28} {ms:8.2f} {ratio:18.2f}x {min(rho):13.4f} {np.mean(rho):7.4f}")
     if "MonoCE int8" in scores and "MonoCE fp32" in scores:
         rho = [spearmanr(scores["MonoCE int8"][qids == q], scores["MonoCE fp32"][qids == q]).statistic
                for q in dict.fromkeys(qids)]  # fmt: skip

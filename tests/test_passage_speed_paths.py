@@ -164,3 +164,22 @@ def test_packed_sparse_forward_is_cpu_inference_only():
         assert calls == [1]
     finally:
         modeling.packed_forward = original
+
+
+@pytest.mark.parametrize(("pooling", "normalize"), [("cls", True), ("mean", False)])
+def test_packed_biencoder_encodes_as_transformers(tmp_path, pooling, normalize):
+    """BertBiEncoder's inference sorts texts by length and packs each batch: the vectors, in input order, are those
+    of the padded ``transformers`` forward in input order."""
+    from _tiny_bert import save_tiny_bert
+
+    import pyterrier_tite as t
+
+    encoder = t.BertBiEncoder.from_pretrained(save_tiny_bert(tmp_path / "bert", layers=2), pooling, normalize)
+    texts = ["a", "a much longer text with many more words in it", "", "medium length text", "x y"]
+    text_encoder = encoder.text_encoder
+    with torch.no_grad():
+        packed = text_encoder.encode_docs(texts, batch_size=2)
+        text_encoder.packed = False
+        padded = torch.cat([text_encoder.encode_docs([text]) for text in texts])
+    assert packed.shape == (5, 16)
+    assert_float_close(packed, padded)

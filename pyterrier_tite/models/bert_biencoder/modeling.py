@@ -11,6 +11,7 @@ from more_itertools import chunked
 from torch import nn
 
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs, Role
+from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, supports_packed
 
 #: ``cls``: the first token's state; ``mean``: masked mean of all states; ``single``: the model pools every text to
 #: exactly one state itself (TITE) and that state is the vector
@@ -60,14 +61,23 @@ class TextEncoder(nn.Module):
         return next(self.model.parameters()).device
 
     def encode(self, texts: Sequence[str], role: Role, batch_size: int = 32) -> torch.Tensor:
-        """``[N, dim]`` vectors of ``texts`` (as the role's inputs), ``batch_size`` texts per forward pass."""
+        """``[N, dim]`` vectors of ``texts`` (as the role's inputs) in input order, ``batch_size`` texts per forward
+        pass; in inference the texts go longest first, so a batch holds texts of similar lengths (little padding)."""
+        order = list(range(len(texts)))
+        if not torch.is_grad_enabled():
+            order.sort(key=lambda i: -len(texts[i]))
         out = []
-        for chunk in chunked(texts, batch_size):
-            batch = {k: v.to(self.device) for k, v in self.inputs(chunk, role).items()}
+        for chunk in chunked(order, batch_size):
+            batch = {k: v.to(self.device) for k, v in self.inputs([texts[i] for i in chunk], role).items()}
             out.append(self(batch))
         if not out:
             return torch.zeros(0, self.dim, device=self.device, dtype=next(self.model.parameters()).dtype)
-        return torch.cat(out)
+        vectors = torch.cat(out)
+        if order == sorted(order):
+            return vectors
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        return vectors[inverse.to(vectors.device)]
 
     def encode_queries(self, texts: Sequence[str], batch_size: int = 32) -> torch.Tensor:
         return self.encode(texts, "query", batch_size)
@@ -86,9 +96,29 @@ class PooledEncoder(TextEncoder):
         super().__init__(model, inputs)
         self.pooling = pooling
         self.normalize = normalize
+        self.packed = True  # inference on BERT / ELECTRA: the packed forward (no compute on padding)
+        self._packed_encoder: PackedEncoder | None = None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        packed = self._packed_rows(batch)
+        if packed is not None:  # inference: no compute on padding, the same states (zeros on padded rows)
+            if self.pooling == "cls":
+                vectors = self._packed_encoder(packed, cls_only=True)
+                return nn.functional.normalize(vectors, dim=-1) if self.normalize else vectors
+            hidden = self._packed_encoder(packed, cls_only=False)
+            return self.pool(hidden, {"attention_mask": batch["attention_mask"][:, : hidden.shape[1]]})
         return self.pool(self.model(**batch).last_hidden_state, batch)
+
+    def _packed_rows(self, batch: dict[str, torch.Tensor]) -> PackedPairs | None:
+        """The batch packed for :mod:`pyterrier_tite.models.packed_bert`, where it applies: inference without grad,
+        a BERT / ELECTRA encoder, [CLS] or mean pooling, a right-padded batch."""
+        if not self.packed or self.training or torch.is_grad_enabled() or self.pooling == "single":
+            return None
+        if not supports_packed(self.model):
+            return None
+        if self._packed_encoder is None or self._packed_encoder.backbone is not self.model:
+            self._packed_encoder = PackedEncoder(self.model)
+        return PackedPairs.from_padded(batch)
 
     def pool(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The text vectors of the model's ``last_hidden_state`` for ``batch`` (split from ``forward`` so a caller that

@@ -17,8 +17,8 @@ from pyterrier_tite.models.cross_encoder.celi import (
     pair_states_from_bert,
     pair_states_from_sparse,
 )
-from pyterrier_tite.models.cross_encoder.packed import PackedEncoder, PackedPairs, supports_packed
 from pyterrier_tite.models.cross_encoder.tokenization import PairBatch, SparseCrossEncoderBatch, config_special_id
+from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, supports_packed
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_positions
 
 HEADS = ("cls", "mean", "celi")
@@ -157,7 +157,7 @@ class CrossEncoderScorer(nn.Module):
         return pair_states_from_bert(hidden, batch.token_type_ids, batch.attention_mask)
 
     def _packed_ok(self) -> bool:
-        """Inference without grad on a backbone the packed forward reproduces (:mod:`.packed`)."""
+        """Inference without grad on a backbone the packed forward reproduces (:mod:`..packed_bert`)."""
         return self.packed and not self.training and not torch.is_grad_enabled() and supports_packed(self.backbone)
 
     def _packed(self) -> PackedEncoder:

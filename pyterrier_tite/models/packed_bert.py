@@ -1,4 +1,4 @@
-"""Inference of a full-attention BERT / ELECTRA cross-encoder on packed pairs: no compute on padding.
+"""Inference of a full-attention BERT / ELECTRA encoder on packed rows: no compute on padding.
 
 The pairs ``[CLS] q [SEP] d [SEP]`` of a batch are concatenated into one row of tokens (``[T, H]`` hidden states,
 ``cu_seqlens`` offsets), so every linear layer, norm and activation runs on real tokens only; attention scatters the
@@ -10,8 +10,10 @@ head the last layer computes only the [CLS] rows (their attention over all keys,
 feed-forward): the score reads nothing else. The maths is the ``transformers`` forward's
 (same operations in the same order per token); only the padded rows, which change no score, are not computed.
 
-Used by :class:`~pyterrier_tite.models.cross_encoder.modeling.CrossEncoderScorer` in inference (no grad) for BERT and
-ELECTRA backbones with absolute positions; anything else runs the ``transformers`` forward.
+Used in inference (no grad) for BERT and ELECTRA backbones with absolute positions by
+:class:`~pyterrier_tite.models.cross_encoder.modeling.CrossEncoderScorer` (pairs) and by
+:class:`~pyterrier_tite.models.bert_biencoder.modeling.PooledEncoder` (single texts, from their right-padded batch);
+anything else runs the ``transformers`` forward.
 """
 
 from __future__ import annotations
@@ -63,6 +65,34 @@ class PackedPairs:
             max_len,
         )
 
+    @classmethod
+    def from_padded(cls, batch: dict[str, torch.Tensor]) -> PackedPairs | None:
+        """The rows of a right-padded tokenizer batch (``input_ids``, ``attention_mask``, optional
+        ``token_type_ids``); None when the mask is not a prefix of every row (left padding, holes)."""
+        ids, mask = batch["input_ids"], batch.get("attention_mask")
+        if mask is None:
+            mask = torch.ones_like(ids)
+        lengths = mask.sum(1).cpu()
+        if ids.shape[0] == 0 or int(lengths.min()) == 0:
+            return None
+        width = ids.shape[1]
+        prefix = torch.arange(width)[None, :] < lengths[:, None]
+        if not torch.equal(mask.cpu().bool(), prefix):
+            return None
+        keep = prefix.to(ids.device)
+        types = batch.get("token_type_ids")
+        rows = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+        positions = torch.arange(int(lengths.sum())) - (torch.cumsum(lengths, 0) - lengths)[rows]
+        max_len = int(lengths.max())
+        return cls(
+            ids[keep],
+            types[keep] if types is not None else torch.zeros_like(ids[keep]),
+            positions.to(ids.device),
+            lengths,
+            (rows * max_len + positions).to(ids.device),
+            max_len,
+        )
+
     def key_mask(self, device) -> torch.Tensor | None:
         """``[B, 1, 1, L]`` True where a key is a token; None when no row is padded."""
         if bool((self.lengths == self.max_len).all()):
@@ -76,10 +106,13 @@ class PackedPairs:
 
 
 def supports_packed(backbone: nn.Module) -> bool:
-    """A ``transformers`` BERT / ELECTRA sequence classifier whose encoder the packed forward reproduces."""
+    """A ``transformers`` BERT / ELECTRA model (or a model with one as its base, e.g. a sequence classifier) whose
+    encoder the packed forward reproduces."""
+    from transformers import BertModel, ElectraModel
+
     config = getattr(backbone, "config", None)
     base = getattr(backbone, "base_model", None)
-    if config is None or base is None or getattr(config, "model_type", None) not in ("bert", "electra"):
+    if config is None or type(base) not in (BertModel, ElectraModel):
         return False
     if getattr(config, "position_embedding_type", "absolute") != "absolute" or config.is_decoder:
         return False
