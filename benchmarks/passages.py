@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None, help="our re-rankers' batch size (default: theirs)")
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "pyterrier_tite_passages_probe_ce"))
-    parser.add_argument("--systems", default="ce,mono,mono-int8,sparse4,celi,dense", help="comma-separated subset")
+    parser.add_argument("--systems", default="ce,mono,mono-int8,sparse4,sparse4-int8,celi,dense", help="comma-separated subset")
     parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -163,6 +163,8 @@ def main() -> None:
             print(f"MonoCE int8: unavailable ({e})")
     if "sparse4" in wanted:
         systems["SparseCE w=4 fp32"] = ours(t.SparseCE(folder, w=4, device="cpu", **kw))
+    if "sparse4-int8" in wanted:
+        systems["SparseCE w=4 int8"] = ours(t.SparseCE(folder, w=4, device="cpu", dtype="int8", **kw))
     if "celi" in wanted:
         systems["CELI fp32 (fresh head)"] = ours(t.CELI(folder, device="cpu", **kw))
 
@@ -195,10 +197,10 @@ def main() -> None:
         ms = 1000 * best[name] / len(frame)
         ratio = best[reference] / best[name]
         print(f"{name:<28} {ms:8.2f} {ratio:18.2f}x {min(rho):13.4f} {np.mean(rho):7.4f}")
-    if "MonoCE int8" in scores and "MonoCE fp32" in scores:
-        rho = [spearmanr(scores["MonoCE int8"][qids == q], scores["MonoCE fp32"][qids == q]).statistic
-               for q in dict.fromkeys(qids)]  # fmt: skip
-        print(f"MonoCE int8 vs MonoCE fp32: Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")
+    for int8, fp32 in (("MonoCE int8", "MonoCE fp32"), ("SparseCE w=4 int8", "SparseCE w=4 fp32")):
+        if int8 in scores and fp32 in scores:
+            rho = [spearmanr(scores[int8][qids == q], scores[fp32][qids == q]).statistic for q in dict.fromkeys(qids)]
+            print(f"{int8} vs {fp32}: Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")
 
 
 if __name__ == "__main__":

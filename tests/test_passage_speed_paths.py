@@ -68,8 +68,15 @@ def test_all_pairs_sorting_keeps_input_order():
     assert_float_close(torch.tensor(got), torch.tensor(one_by_one))
 
 
-def test_int8_runs_and_agrees_with_fp32():
-    scorer = CrossEncoderScorer(_bert(layers=2, hidden=64)).eval()
+@pytest.mark.parametrize("backbone", ["bert", "sparse"])
+def test_int8_runs_and_agrees_with_fp32(backbone):
+    """Both backbones quantize (the sparse one's fused Q|K|V falls back to one call per int8 layer)."""
+    if backbone == "sparse":
+        from _tiny_sparse_ce import tiny_sparse_ce
+
+        scorer = CrossEncoderScorer(tiny_sparse_ce(3, False, hidden=64)).eval()
+    else:
+        scorer = CrossEncoderScorer(_bert(layers=2, hidden=64)).eval()
     int8 = scorer.quantized_int8()
     assert type(scorer.backbone.bert.encoder.layer[0].attention.self.query) is torch.nn.Linear  # the original stays
     assert type(int8.backbone.classifier) is torch.nn.Linear  # the head stays float32

@@ -102,9 +102,17 @@ class SparseCrossEncoderSelfAttention(nn.Module):
         """Q, K, V [B, heads, L, d] from ONE projection GEMM: views of one [B, L, 3, heads, d] tensor, so they share
         strides and the fused attention kernel reads them without copies."""
         b, length, hidden = x.shape
-        weight, bias = self._fused.get("qkv", (self.query, self.key, self.value))
-        qkv = F.linear(x, weight, bias).view(b, length, 3, self.heads, hidden // self.heads)
+        qkv = self.project(x, "qkv").view(b, length, 3, self.heads, hidden // self.heads)
         return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
+
+    def project(self, x: torch.Tensor, parts: str) -> torch.Tensor:
+        """The projections named by ``parts`` ("qkv", "kv") of ``x``, concatenated on the last dimension: one GEMM
+        over the concatenated weights, or one call per layer where they are not plain ``nn.Linear`` (int8)."""
+        linears = tuple({"q": self.query, "k": self.key, "v": self.value}[p] for p in parts)
+        if any(type(linear) is not nn.Linear for linear in linears):
+            return torch.cat([linear(x) for linear in linears], dim=-1)
+        weight, bias = self._fused.get(parts, linears)
+        return F.linear(x, weight, bias)
 
     def forward(self, s: Segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.attend(s, self._qkv(s.doc))

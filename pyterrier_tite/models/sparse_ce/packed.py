@@ -15,7 +15,6 @@ the doc's keys and values of the layer below; the query and doc rows of that lay
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pyterrier_tite.models.fused_linear import linear_gelu
@@ -67,13 +66,11 @@ def packed_forward(model: nn.Module, s: Segments, cls_only: bool) -> Segments | 
     for i, layer in enumerate(layers):
         attn = layer.attention.self
         if cls_only and i == len(layers) - 1:
-            weight, bias = attn._fused.get("kv", (attn.key, attn.value))
-            key, value = docs.heads(F.linear(doc, weight, bias), 2, attn.heads)
+            key, value = docs.heads(attn.project(doc, "kv"), 2, attn.heads)
             cls, _, _ = attn.attend(s, (None, key, value), cls_only=True)
             cls = layer.attention.output(cls, s.cls)
             return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.act, cls), cls)
-        weight, bias = attn._fused.get("qkv", (attn.query, attn.key, attn.value))
-        cls, query, attended = attn.attend(s, docs.heads(F.linear(doc, weight, bias), 3, attn.heads))
+        cls, query, attended = attn.attend(s, docs.heads(attn.project(doc, "qkv"), 3, attn.heads))
         out = layer.attention.output
         cls, query, doc = out(cls, s.cls), out(query, s.query), out(docs.pack(attended), doc)
         cls, query, doc = (layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.act, x), x)
