@@ -113,8 +113,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None, help="our re-rankers' batch size (default: theirs)")
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "pyterrier_tite_passages_probe_ce"))
-    systems = "ce,mono,mono-int8,sparse4,sparse4-int8,celi,dense"
-    parser.add_argument("--systems", default=systems, help="comma-separated subset")
+    every_system = "ce,mono,mono-int8,sparse4,sparse4-int8,celi,dense"
+    parser.add_argument("--systems", default=every_system, help="comma-separated subset")
     parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
