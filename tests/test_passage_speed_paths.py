@@ -70,7 +70,7 @@ def test_all_pairs_sorting_keeps_input_order():
 
 @pytest.mark.parametrize("backbone", ["bert", "sparse"])
 def test_int8_runs_and_agrees_with_fp32(backbone):
-    """Both backbones quantize (the sparse one's fused Q|K|V falls back to one call per int8 layer)."""
+    """Both backbones quantize; the joint int8 Q|K|V layer gives exactly what the three int8 layers give."""
     if backbone == "sparse":
         from _tiny_sparse_ce import tiny_sparse_ce
 
@@ -90,6 +90,13 @@ def test_int8_runs_and_agrees_with_fp32(backbone):
     assert torch.isfinite(b).all()
     assert spearmanr(a.numpy(), b.numpy()).statistic > 0.8
     assert (a - b).abs().max() < 0.1 * a.abs().max() + 1e-3
+    attentions = [m for m in int8.modules() if hasattr(m, "int8_projections")]
+    assert len(attentions) == 2 and "int8_projections" not in str(list(int8.state_dict()))
+    for attention in attentions:
+        del attention.int8_projections  # back to one int8 layer per projection
+    with torch.no_grad():
+        separate = int8(queries, docs)
+    assert_float_close(b, separate)
 
 
 def test_int8_reranker_dtype(tmp_path):

@@ -130,6 +130,9 @@ class _FusedQKV:
         self.weight = self.bias = None
 
     def __call__(self, attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        int8 = getattr(attn, "int8_projections", None)  # dynamic int8 (CrossEncoderScorer.quantized_int8)
+        if int8 is not None:
+            return int8["qkv"](x)
         parts = (attn.query, attn.key, attn.value)
         if not all(type(p) is nn.Linear and p.bias is not None for p in parts):  # quantized: three calls
             return torch.cat([p(x) for p in parts], dim=-1)

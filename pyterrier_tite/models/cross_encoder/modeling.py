@@ -23,6 +23,22 @@ from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_p
 
 HEADS = ("cls", "mean", "celi")
 
+
+_PROJECTIONS = {"q": "query", "k": "key", "v": "value"}
+
+
+def _int8_linear(linears: list[nn.Linear]) -> nn.Module:
+    """One dynamic int8 linear layer computing ``linears`` concatenated (query | key | value): per-channel weight
+    scales make it the separate layers' exact result, from one activation quantization and one GEMM."""
+    weight = torch.cat([linear.weight.detach() for linear in linears])
+    bias = torch.cat([linear.bias.detach() for linear in linears])
+    joint = nn.Linear(weight.shape[1], weight.shape[0])
+    with torch.no_grad():
+        joint.weight.copy_(weight)
+        joint.bias.copy_(bias)
+    spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+    return torch.ao.quantization.quantize_dynamic(nn.Sequential(joint), spec, dtype=torch.qint8)[0]
+
 # The score heads of transformers' *ForSequenceClassification, on the first position of the last layer ([N, 1, H]), so
 # that they can run in float32 while the encoder runs under autocast (bf16 scores tie). A model type not listed runs
 # its own forward, head included, in the autocast precision.
@@ -107,7 +123,14 @@ class CrossEncoderScorer(nn.Module):
         if not names:
             raise ValueError("dtype='int8': the backbone has no linear layers to quantize")
         spec = dict.fromkeys(names, torch.ao.quantization.per_channel_dynamic_qconfig)
+        fused = {
+            name: {parts: _int8_linear([getattr(module, _PROJECTIONS[p]) for p in parts]) for parts in ("qkv", "kv")}
+            for name, module in self.named_modules()
+            if all(f"{name}.{p}" in names for p in ("query", "key", "value"))
+        }
         copy = torch.ao.quantization.quantize_dynamic(self, spec, dtype=torch.qint8, inplace=False)
+        for name, projections in fused.items():  # a plain attribute: not in the state dict
+            object.__setattr__(copy.get_submodule(name), "int8_projections", projections)
         copy._packed_encoder = None
         return copy.eval()
 

@@ -108,6 +108,9 @@ class SparseCrossEncoderSelfAttention(nn.Module):
     def project(self, x: torch.Tensor, parts: str) -> torch.Tensor:
         """The projections named by ``parts`` ("qkv", "kv") of ``x``, concatenated on the last dimension: one GEMM
         over the concatenated weights, or one call per layer where they are not plain ``nn.Linear`` (int8)."""
+        int8 = getattr(self, "int8_projections", None)  # dynamic int8 (CrossEncoderScorer.quantized_int8)
+        if int8 is not None:
+            return int8[parts](x)
         linears = tuple({"q": self.query, "k": self.key, "v": self.value}[p] for p in parts)
         if any(type(linear) is not nn.Linear for linear in linears):
             return torch.cat([linear(x) for linear in linears], dim=-1)
