@@ -26,6 +26,7 @@ using tite_window::axpy;
 using tite_window::cpu_has_avx2_fma;
 using tite_window::dot;
 using tite_window::load;
+using tite_window::softmax_numerators;
 using tite_window::store;
 
 constexpr int64_t kRowBlock = 64;
@@ -148,10 +149,8 @@ TITE_ALWAYS_INLINE inline void forward_tasks(const Forward<scalar_t>& f, int64_t
       }
       const int64_t t_lo = std::max<int64_t>(0, i - w), t_hi = std::min<int64_t>(len, i + w + 1);
       for (int64_t t = t_lo; t < t_hi; ++t) s[n++] = f.scale * dot(qrow.data(), f.K.row(b, h, t), D);
-      acc_t m = s[0];
-      for (int64_t e = 1; e < n; ++e) m = std::max(m, s[e]);
-      acc_t sum = 0;
-      for (int64_t e = 0; e < n; ++e) sum += (s[e] = std::exp(s[e] - m));
+      acc_t m;
+      const acc_t sum = softmax_numerators(s.data(), n, &m);
       const acc_t inv = acc_t(1) / sum;
       std::fill(acc.begin(), acc.end(), acc_t(0));
       n = 0;
