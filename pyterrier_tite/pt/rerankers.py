@@ -233,8 +233,9 @@ class SparseCE(CrossEncoderReranker):
     ``query_max_length`` / ``doc_max_length`` (word pieces): default as stored in the checkpoint (module docstring).
     ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
     else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster; without, it warns once);
-    ``"int8"``: dynamic int8 linear layers of the encoder on the CPU (heads float32; see ``benchmarks/passages.py``
-    for its speed and rank agreement). ``cuda_graphs``: on a CUDA
+    ``"int8"``: dynamic int8 linear layers of the encoder on the CPU (heads float32), about 1.5x fp32's speed but
+    not its ranking: a trained MonoCE lost 0.040 nDCG@10 on DL19 (Spearman per query against fp32 0.92;
+    ``benchmarks/int8_quality.py``), so fp32 stays the default. ``cuda_graphs``: on a CUDA
     device, replay one captured CUDA graph per batch shape bucket instead of launching every kernel (passages are
     launch-bound there; see :mod:`pyterrier_tite.models.sparse_ce.graphs`); ignored on CPU. The setting lives on the
     scorer, so rerankers built on one in-memory scorer share it (the last one built decides).
@@ -273,7 +274,9 @@ class SparseCE(CrossEncoderReranker):
 class MonoCE(CrossEncoderReranker):
     """Standard (full attention) cross-encoder over ``[CLS] q [SEP] d [SEP]``: monoBERT / monoELECTRA with the "cls"
     head (the backbone's own ``*ForSequenceClassification`` head; ``cross-encoder/ms-marco-MiniLM-L-6-v2`` loads
-    unchanged), or "mean" / "celi" heads on its last layer. Backbones of BERT or ELECTRA type.
+    unchanged), or "mean" / "celi" heads on its last layer. Backbones of BERT or ELECTRA type. Settings as
+    :class:`SparseCE`'s; in inference on the CPU the pairs of a call are sorted by length and packed (no compute on
+    padding) and the last layer computes only the [CLS] rows, with the scores of the ``transformers`` forward.
 
     Example::
 
