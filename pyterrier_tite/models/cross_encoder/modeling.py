@@ -114,7 +114,8 @@ class CrossEncoderScorer(nn.Module):
         weights with one scale per output channel, activations quantized per batch, CPU), inference only. Per-channel
         weights cost nothing in speed and change rankings less than per-tensor ones (a trained MonoCE on DL19:
         Spearman per query against fp32 0.92 instead of 0.87), but still cost nDCG@10 (``benchmarks/int8_quality.py``).
-        Q, K and V run as one int8 layer (exactly the three layers' result). Score heads (pooler, classifier, CELI / mean heads) stay float32, like every head (bf16 / int8 scores tie)."""
+        Q, K and V run as one int8 layer (exactly the three layers' result). Score heads (pooler, classifier, CELI /
+        mean heads) stay float32, like every head (bf16 / int8 scores tie)."""
         heads = ("classifier", "pooler", "head")
         names = {
             name
