@@ -25,6 +25,7 @@ Run: ``python benchmarks/passages.py`` (``--help``); ``--threads`` defaults to 2
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import tempfile
@@ -104,6 +105,29 @@ def candidates(first: int, count: int):
     run = t.trec_dl_bm25("2019")(topics)
     qids = list(dict.fromkeys(run["qid"]))[first : first + count]
     return run[run["qid"].isin(qids)].reset_index(drop=True)
+
+
+def linear_work(frame, folder: str, layers: int, batch_size: int = 32) -> dict[str, float]:
+    """Token-layer units of linear-layer work (one unit: a token through one layer's Q, K, V, output and feed-forward
+    projections) of the CrossEncoder (pairs sorted by characters, padded to the longest of each batch of 32, every
+    layer) and of MonoCE / SparseCE as they run here; the CrossEncoder's work over ours is the speed ratio the FLOPs
+    alone allow (attention, norms and activations aside)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    queries = {q: len(tokenizer(q, add_special_tokens=False)["input_ids"]) for q in dict.fromkeys(frame["query"])}
+    docs = [len(ids) for ids in tokenizer(list(frame["text"]), add_special_tokens=False)["input_ids"]]
+    q_len = [queries[q] for q in frame["query"]]
+    pair = np.array(q_len) + np.array(docs) + 3
+    chars = np.array([len(q) + len(d) for q, d in zip(frame["query"], frame["text"], strict=True)])
+    ordered = pair[np.argsort(-chars, kind="stable")]
+    padded = sum(len(b) * b.max() for b in np.array_split(ordered, range(batch_size, len(ordered), batch_size)))
+    last = 3 / 12  # the last layer: Q, K, V of every token; output and feed-forward (9 of 12) of the [CLS] only
+    mono = pair.sum() * (layers - 1 + last) + len(pair) * (1 - last)
+    doc_rows = np.array(docs) + 2  # doc + [SEP], and the pair's [CLS]
+    query_rows = sum(n + 1 for n in queries.values())  # one encoding per query
+    sparse = (doc_rows.sum() + query_rows) * (layers - 1 + last) + len(pair) * (1 - last)
+    return {"CrossEncoder": padded * layers, "MonoCE": mono, "SparseCE": sparse}
 
 
 def main() -> None:
@@ -198,6 +222,12 @@ def main() -> None:
         ms = 1000 * best[name] / len(frame)
         ratio = best[reference] / best[name]
         print(f"{name:<28} {ms:8.2f} {ratio:18.2f}x {min(rho):13.4f} {np.mean(rho):7.4f}")
+    config = json.load(open(os.path.join(folder, "config.json")))
+    work = linear_work(frame, folder, int(config["num_hidden_layers"]))
+    print(
+        f"linear-layer work, CrossEncoder over ours (the speed ratio the FLOPs allow): MonoCE "
+        f"{work['CrossEncoder'] / work['MonoCE']:.2f}x, SparseCE w=4 {work['CrossEncoder'] / work['SparseCE']:.2f}x"
+    )
     for int8, fp32 in (("MonoCE int8", "MonoCE fp32"), ("SparseCE w=4 int8", "SparseCE w=4 fp32")):
         if int8 in scores and fp32 in scores:
             rho = [spearmanr(scores[int8][qids == q], scores[fp32][qids == q]).statistic for q in dict.fromkeys(qids)]
