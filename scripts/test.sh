@@ -13,5 +13,6 @@ if [ $# -eq 0 ]; then
   echo "[test] numerics again with AVX2 kernels only"
   ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 python -m pytest -q -p no:cacheprovider \
     -m "not slow" tests/test_tite_model.py tests/test_tite_parity.py tests/test_sparse_ce_model.py \
-    tests/test_sparse_ce_parity.py tests/test_celi.py tests/test_pooling.py tests/test_window_attention.py tests/test_hub.py
+    tests/test_sparse_ce_parity.py tests/test_celi.py tests/test_pooling.py tests/test_window_attention.py tests/test_hub.py \
+    tests/test_passage_speed_paths.py
 fi
