@@ -122,11 +122,12 @@ def linear_work(frame, folder: str, layers: int, batch_size: int = 32) -> dict[s
     chars = np.array([len(q) + len(d) for q, d in zip(frame["query"], frame["text"], strict=True)])
     ordered = pair[np.argsort(-chars, kind="stable")]
     padded = sum(len(b) * b.max() for b in np.array_split(ordered, range(batch_size, len(ordered), batch_size)))
-    last = 3 / 12  # the last layer: Q, K, V of every token; output and feed-forward (9 of 12) of the [CLS] only
-    mono = pair.sum() * (layers - 1 + last) + len(pair) * (1 - last)
-    doc_rows = np.array(docs) + 2  # doc + [SEP], and the pair's [CLS]
+    # the last layer, where only the [CLS] is read: keys and values (2 of 12 units) of every token, the rest of the
+    # [CLS] (10 of 12); SparseCE computes its query rows' Q, K and V there too (3 of 12)
+    mono = pair.sum() * (layers - 1 + 2 / 12) + len(pair) * 10 / 12
+    doc_rows = (np.array(docs) + 1).sum()  # doc + [SEP]
     query_rows = sum(n + 1 for n in queries.values())  # one encoding per query
-    sparse = (doc_rows.sum() + query_rows) * (layers - 1 + last) + len(pair) * (1 - last)
+    sparse = (doc_rows + len(pair) + query_rows) * (layers - 1) + doc_rows * 2 / 12 + query_rows * 3 / 12 + len(pair)
     return {"CrossEncoder": padded * layers, "MonoCE": mono, "SparseCE": sparse}
 
 

@@ -70,3 +70,23 @@ def _fused_linear_gelu_works() -> bool:
         except (AttributeError, RuntimeError, NotImplementedError):
             _FUSED_GELU = False
     return _FUSED_GELU
+
+
+#: the attention projection layers by their letter in a ``parts`` string of :func:`attention_projections`
+PROJECTIONS = {"q": "query", "k": "key", "v": "value"}
+
+
+def attention_projections(
+    attention: nn.Module, x: torch.Tensor, parts: str, cache: ConcatenatedLinears
+) -> torch.Tensor:
+    """The projections ``parts`` ("qkv", "kv", "q") of an attention module with ``query`` / ``key`` / ``value`` layers,
+    concatenated on the last dimension: one GEMM over the concatenated weights (cached in ``cache``), the module's
+    joint int8 layers where it was quantized (``int8_projections``), else one call per layer."""
+    int8 = getattr(attention, "int8_projections", None)
+    if int8 is not None:
+        return int8[parts](x)
+    linears = tuple(getattr(attention, PROJECTIONS[p]) for p in parts)
+    if any(type(linear) is not nn.Linear or linear.bias is None for linear in linears):
+        return torch.cat([linear(x) for linear in linears], dim=-1)
+    weight, bias = cache.get(parts, linears)
+    return F.linear(x, weight, bias)

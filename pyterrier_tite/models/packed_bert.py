@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyterrier_tite.models.fused_linear import linear_gelu
+from pyterrier_tite.models.fused_linear import ConcatenatedLinears, attention_projections, linear_gelu
 
 
 @dataclass
@@ -122,35 +122,12 @@ def supports_packed(backbone: nn.Module) -> bool:
     return layers is not None and all(not getattr(layer, "add_cross_attention", False) for layer in layers)
 
 
-class _FusedQKV:
-    """The concatenated query / key / value weights of one layer, rebuilt when any of them changes (training)."""
-
-    def __init__(self):
-        self.key = None
-        self.weight = self.bias = None
-
-    def __call__(self, attn: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        int8 = getattr(attn, "int8_projections", None)  # dynamic int8 (CrossEncoderScorer.quantized_int8)
-        if int8 is not None:
-            return int8["qkv"](x)
-        parts = (attn.query, attn.key, attn.value)
-        if not all(type(p) is nn.Linear and p.bias is not None for p in parts):  # quantized: three calls
-            return torch.cat([p(x) for p in parts], dim=-1)
-        key = tuple((p.weight.data_ptr(), p.weight._version, p.bias.data_ptr(), p.bias._version) for p in parts)
-        key += (x.dtype, x.device)
-        if key != self.key:
-            self.weight = torch.cat([p.weight for p in parts]).detach()
-            self.bias = torch.cat([p.bias for p in parts]).detach()
-            self.key = key
-        return F.linear(x, self.weight, self.bias)
-
-
 class PackedEncoder:
     """The packed forward of one backbone's encoder (see the module docstring); holds the fused projections."""
 
     def __init__(self, backbone: nn.Module):
         self.backbone = backbone
-        self.fused = [_FusedQKV() for _ in backbone.base_model.encoder.layer]
+        self.fused = [ConcatenatedLinears() for _ in backbone.base_model.encoder.layer]
 
     def __call__(self, pairs: PackedPairs, cls_only: bool) -> torch.Tensor:
         """Last-layer states: ``[B, H]`` of the [CLS] rows when ``cls_only``, else ``[B, L, H]`` padded with zeros."""
@@ -162,35 +139,51 @@ class PackedEncoder:
         x = emb.LayerNorm(x)
         mask = pairs.key_mask(x.device)
         layers = base.encoder.layer
-        first = pairs.first_rows()
-        padded = None  # [B * L, 3H]: padding rows stay zero, every layer overwrites the token rows
+        buffers: dict[int, torch.Tensor] = {}  # [B * L, width]: padding rows stay zero, each layer writes token rows
         for i, layer in enumerate(layers):
-            last_cls = cls_only and i == len(layers) - 1
-            qkv = self.fused[i](layer.attention.self, x)
-            if padded is None or padded.dtype != qkv.dtype or padded.shape[-1] != qkv.shape[-1]:
-                padded = qkv.new_zeros(len(pairs.lengths) * pairs.max_len, qkv.shape[-1])
-            padded[pairs.index] = qkv
-            x = self._layer(layer, padded, x, pairs, mask, first if last_cls else None)
-        if cls_only:
-            return x
+            if cls_only and i == len(layers) - 1:
+                return self._cls_layer(layer, self.fused[i], x, pairs, mask, buffers)
+            x = self._layer(layer, self.fused[i], x, pairs, mask, buffers)
+        if cls_only:  # no layers
+            return x[pairs.first_rows()]
         out = x.new_zeros(len(pairs.lengths) * pairs.max_len, x.shape[-1])
         out[pairs.index] = x
         return out.view(len(pairs.lengths), pairs.max_len, -1)
 
     @staticmethod
-    def _layer(layer, padded, x, pairs: PackedPairs, mask, first: torch.Tensor | None) -> torch.Tensor:
-        """One encoder layer from its query / key / value projection already scattered into ``padded``."""
+    def _heads(projected: torch.Tensor, pairs: PackedPairs, parts: int, heads: int, buffers) -> tuple[torch.Tensor]:
+        """``[T, parts * H]`` projections as ``parts`` views ``[B, heads, L, d]`` of a zero-padded buffer."""
+        width = projected.shape[-1]
+        buffer = buffers.get(width)
+        if buffer is None or buffer.dtype != projected.dtype:
+            buffer = buffers[width] = projected.new_zeros(len(pairs.lengths) * pairs.max_len, width)
+        buffer[pairs.index] = projected
+        view = buffer.view(len(pairs.lengths), pairs.max_len, parts, heads, width // parts // heads)
+        return view.permute(2, 0, 3, 1, 4).unbind(0)
+
+    @classmethod
+    def _layer(cls, layer, fused, x, pairs: PackedPairs, mask, buffers) -> torch.Tensor:
+        """One encoder layer over every token."""
         attn = layer.attention.self
         heads, size = attn.num_attention_heads, attn.attention_head_size
-        batch, length = len(pairs.lengths), pairs.max_len
-        q, k, v = padded.view(batch, length, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
-        if first is not None:  # only the [CLS] rows: position 0 of every pair
-            q = q[:, :, :1]
-            x = x[first]
+        q, k, v = cls._heads(attention_projections(attn, x, "qkv", fused), pairs, 3, heads, buffers)
         scale = getattr(attn, "scaling", size**-0.5)
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-        context = context.transpose(1, 2).reshape(batch * q.shape[2], heads * size)
-        if first is None:
-            context = context[pairs.index]
+        context = context.transpose(1, 2).reshape(len(pairs.lengths) * pairs.max_len, heads * size)[pairs.index]
         x = layer.attention.output(context, x)  # dense, dropout (eval: none), LayerNorm(. + x)
+        return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.intermediate_act_fn, x), x)
+
+    @classmethod
+    def _cls_layer(cls, layer, fused, x, pairs: PackedPairs, mask, buffers) -> torch.Tensor:
+        """The last layer for the [CLS] rows alone ``[B, H]``: keys and values of every token, queries, output and
+        feed-forward of the [CLS] rows only (the score reads nothing else)."""
+        attn = layer.attention.self
+        heads, size = attn.num_attention_heads, attn.attention_head_size
+        batch = len(pairs.lengths)
+        k, v = cls._heads(attention_projections(attn, x, "kv", fused), pairs, 2, heads, buffers)
+        x = x[pairs.first_rows()]
+        q = attention_projections(attn, x, "q", fused).view(batch, heads, 1, size)
+        scale = getattr(attn, "scaling", size**-0.5)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).reshape(batch, heads * size)
+        x = layer.attention.output(context, x)
         return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.intermediate_act_fn, x), x)

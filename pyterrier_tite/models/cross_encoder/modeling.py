@@ -18,13 +18,13 @@ from pyterrier_tite.models.cross_encoder.celi import (
     pair_states_from_sparse,
 )
 from pyterrier_tite.models.cross_encoder.tokenization import PairBatch, SparseCrossEncoderBatch, config_special_id
+from pyterrier_tite.models.fused_linear import PROJECTIONS
 from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, supports_packed
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_positions
 
 HEADS = ("cls", "mean", "celi")
-
-
-_PROJECTIONS = {"q": "query", "k": "key", "v": "value"}
+#: the joint int8 projections an attention module of a quantized scorer holds (see ``quantized_int8``)
+INT8_PARTS = ("qkv", "kv", "q")
 
 
 def _int8_linear(linears: list[nn.Linear]) -> nn.Module:
@@ -38,6 +38,7 @@ def _int8_linear(linears: list[nn.Linear]) -> nn.Module:
         joint.bias.copy_(bias)
     spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
     return torch.ao.quantization.quantize_dynamic(nn.Sequential(joint), spec, dtype=torch.qint8)[0]
+
 
 # The score heads of transformers' *ForSequenceClassification, on the first position of the last layer ([N, 1, H]), so
 # that they can run in float32 while the encoder runs under autocast (bf16 scores tie). A model type not listed runs
@@ -126,7 +127,7 @@ class CrossEncoderScorer(nn.Module):
             raise ValueError("dtype='int8': the backbone has no linear layers to quantize")
         spec = dict.fromkeys(names, torch.ao.quantization.per_channel_dynamic_qconfig)
         fused = {
-            name: {parts: _int8_linear([getattr(module, _PROJECTIONS[p]) for p in parts]) for parts in ("qkv", "kv")}
+            name: {parts: _int8_linear([getattr(module, PROJECTIONS[p]) for p in parts]) for parts in INT8_PARTS}
             for name, module in self.named_modules()
             if all(f"{name}.{p}" in names for p in ("query", "key", "value"))
         }

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
@@ -28,7 +27,7 @@ from transformers.utils import ModelOutput
 
 from pyterrier_tite.devices import capturing_cuda_graph, in_dtype
 from pyterrier_tite.models.checkpoint import load_exactly, local_checkpoint, note_fresh, read_config, read_state_dict
-from pyterrier_tite.models.fused_linear import ConcatenatedLinears
+from pyterrier_tite.models.fused_linear import ConcatenatedLinears, attention_projections
 from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
 from pyterrier_tite.models.sparse_ce.configuration import FLAGS, SparseCrossEncoderConfig
 from pyterrier_tite.models.sparse_ce.convert import DERIVED, bert_state, is_sparse_config, new_head_keys, sparse_config
@@ -106,16 +105,9 @@ class SparseCrossEncoderSelfAttention(nn.Module):
         return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
 
     def project(self, x: torch.Tensor, parts: str) -> torch.Tensor:
-        """The projections named by ``parts`` ("qkv", "kv") of ``x``, concatenated on the last dimension: one GEMM
-        over the concatenated weights, or one call per layer where they are not plain ``nn.Linear`` (int8)."""
-        int8 = getattr(self, "int8_projections", None)  # dynamic int8 (CrossEncoderScorer.quantized_int8)
-        if int8 is not None:
-            return int8[parts](x)
-        linears = tuple({"q": self.query, "k": self.key, "v": self.value}[p] for p in parts)
-        if any(type(linear) is not nn.Linear for linear in linears):
-            return torch.cat([linear(x) for linear in linears], dim=-1)
-        weight, bias = self._fused.get(parts, linears)
-        return F.linear(x, weight, bias)
+        """The projections named by ``parts`` ("qkv", "kv") of ``x``, concatenated on the last dimension (one GEMM,
+        or the joint int8 layers; :func:`~pyterrier_tite.models.fused_linear.attention_projections`)."""
+        return attention_projections(self, x, parts, self._fused)
 
     def forward(self, s: Segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.attend(s, self._qkv(s.doc))
