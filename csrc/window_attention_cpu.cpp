@@ -26,7 +26,6 @@ using tite_window::axpy;
 using tite_window::cpu_has_avx2_fma;
 using tite_window::dot;
 using tite_window::load;
-using tite_window::softmax_numerators;
 using tite_window::store;
 
 constexpr int64_t kRowBlock = 64;
@@ -126,10 +125,12 @@ struct Forward {  // everything one forward task reads or writes
 
 // One task = one block of kRowBlock rows of one (batch row, head): scores of every visible key into a buffer
 // (groups first, then the band), exact two-pass softmax, then the weighted sum of values.
-template <typename scalar_t>
+// kD > 0: the head size known at compile time (32, 64: MiniLM, BERT), so the per-key dot products and axpys unroll
+// into a few vector instructions instead of loops with run-time trip counts; kD = 0: any head size.
+template <typename scalar_t, int kD>
 TITE_ALWAYS_INLINE inline void forward_tasks(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t H = f.H, L = f.L, D = f.D, w = f.w;
+  const int64_t H = f.H, L = f.L, D = kD > 0 ? kD : f.D, w = f.w;
   std::vector<acc_t> qrow(D), acc(D), s(f.buffer);
   for (int64_t task = begin; task < end; ++task) {
     const int64_t bh = task / f.n_blocks, b = bh / H, h = bh % H;
@@ -149,8 +150,10 @@ TITE_ALWAYS_INLINE inline void forward_tasks(const Forward<scalar_t>& f, int64_t
       }
       const int64_t t_lo = std::max<int64_t>(0, i - w), t_hi = std::min<int64_t>(len, i + w + 1);
       for (int64_t t = t_lo; t < t_hi; ++t) s[n++] = f.scale * dot(qrow.data(), f.K.row(b, h, t), D);
-      acc_t m;
-      const acc_t sum = softmax_numerators(s.data(), n, &m);
+      acc_t m = s[0];
+      for (int64_t e = 1; e < n; ++e) m = std::max(m, s[e]);
+      acc_t sum = 0;
+      for (int64_t e = 0; e < n; ++e) sum += (s[e] = std::exp(s[e] - m));
       const acc_t inv = acc_t(1) / sum;
       std::fill(acc.begin(), acc.end(), acc_t(0));
       n = 0;
@@ -169,12 +172,17 @@ TITE_ALWAYS_INLINE inline void forward_tasks(const Forward<scalar_t>& f, int64_t
 // without -march flags, so this is where the vector units the machine has get used).
 template <typename scalar_t>
 TITE_TARGET_AVX2 void forward_tasks_avx2(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
-  forward_tasks(f, begin, end);
+  if (f.D == 32)
+    forward_tasks<scalar_t, 32>(f, begin, end);
+  else if (f.D == 64)
+    forward_tasks<scalar_t, 64>(f, begin, end);
+  else
+    forward_tasks<scalar_t, 0>(f, begin, end);
 }
 
 template <typename scalar_t>
 void forward_tasks_default(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
-  forward_tasks(f, begin, end);
+  forward_tasks<scalar_t, 0>(f, begin, end);
 }
 
 std::vector<at::Tensor> forward_cpu(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
@@ -221,10 +229,10 @@ struct Backward {  // everything the backward tasks read or write
 
 // One task = one block of rows of one (batch row, head): dq of its rows (over groups and band), then dk / dv of
 // the band keys at the same positions, gathered over the rows |i - t| <= w that see them.
-template <typename scalar_t>
+template <typename scalar_t, int kD>  // kD: as in forward_tasks
 TITE_ALWAYS_INLINE inline void backward_row_tasks(const Backward<scalar_t>& f, int64_t begin, int64_t end) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t H = f.H, L = f.L, D = f.D, w = f.w;
+  const int64_t H = f.H, L = f.L, D = kD > 0 ? kD : f.D, w = f.w;
   const acc_t sc = f.sc;
   std::vector<acc_t> qrow(D), grow(D), acc(D), acc2(D), krow(D), vrow(D);
   for (int64_t task = begin; task < end; ++task) {
@@ -277,11 +285,11 @@ struct GroupSlice {  // one key group in the backward: which batch rows use each
 };
 
 // One task = one (group row, head): dk / dv of its keys, gathered over all rows of all batch rows that index it.
-template <typename scalar_t>
+template <typename scalar_t, int kD>  // kD: as in forward_tasks
 TITE_ALWAYS_INLINE inline void backward_group_tasks(const Backward<scalar_t>& f, const GroupSlice<scalar_t>& gs,
                                                     int64_t begin, int64_t end) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t H = f.H, L = f.L, D = f.D;
+  const int64_t H = f.H, L = f.L, D = kD > 0 ? kD : f.D;
   const acc_t sc = f.sc;
   const size_t g = gs.g;
   std::vector<acc_t> ak(D), av(D), krow(D), vrow(D);
@@ -309,24 +317,34 @@ TITE_ALWAYS_INLINE inline void backward_group_tasks(const Backward<scalar_t>& f,
 
 template <typename scalar_t>
 TITE_TARGET_AVX2 void backward_row_tasks_avx2(const Backward<scalar_t>& f, int64_t begin, int64_t end) {
-  backward_row_tasks(f, begin, end);
+  if (f.D == 32)
+    backward_row_tasks<scalar_t, 32>(f, begin, end);
+  else if (f.D == 64)
+    backward_row_tasks<scalar_t, 64>(f, begin, end);
+  else
+    backward_row_tasks<scalar_t, 0>(f, begin, end);
 }
 
 template <typename scalar_t>
 void backward_row_tasks_default(const Backward<scalar_t>& f, int64_t begin, int64_t end) {
-  backward_row_tasks(f, begin, end);
+  backward_row_tasks<scalar_t, 0>(f, begin, end);
 }
 
 template <typename scalar_t>
 TITE_TARGET_AVX2 void backward_group_tasks_avx2(const Backward<scalar_t>& f, const GroupSlice<scalar_t>& gs,
                                                 int64_t begin, int64_t end) {
-  backward_group_tasks(f, gs, begin, end);
+  if (f.D == 32)
+    backward_group_tasks<scalar_t, 32>(f, gs, begin, end);
+  else if (f.D == 64)
+    backward_group_tasks<scalar_t, 64>(f, gs, begin, end);
+  else
+    backward_group_tasks<scalar_t, 0>(f, gs, begin, end);
 }
 
 template <typename scalar_t>
 void backward_group_tasks_default(const Backward<scalar_t>& f, const GroupSlice<scalar_t>& gs, int64_t begin,
                                   int64_t end) {
-  backward_group_tasks(f, gs, begin, end);
+  backward_group_tasks<scalar_t, 0>(f, gs, begin, end);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> backward_cpu(

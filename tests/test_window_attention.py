@@ -59,16 +59,17 @@ def naive_attention(q, k, v, w, lengths, groups, scale) -> torch.Tensor:
     return out
 
 
-def random_case(seed: int, dtype=torch.float32, requires_grad=False, small=False):
+def random_case(seed: int, dtype=torch.float32, requires_grad=False, small=False, dim: int | None = None):
     """Mixed lengths (incl. 0 and 1), a per-row [CLS] group and a shared query group with an index and lengths.
 
-    ``small`` keeps gradcheck's numerical Jacobian cheap (one perturbed forward per input element).
+    ``small`` keeps gradcheck's numerical Jacobian cheap (one perturbed forward per input element); ``dim`` fixes the
+    head size (default: random, 1-8).
     """
     gen = torch.Generator().manual_seed(seed)
     batch = int(torch.randint(1, 3 if small else 5, (1,), generator=gen))
     heads = int(torch.randint(1, 2 if small else 3, (1,), generator=gen))
     length = int(torch.randint(1, 9 if small else 20, (1,), generator=gen))
-    dim = int(torch.randint(1, 4 if small else 9, (1,), generator=gen))
+    dim = int(torch.randint(1, 4 if small else 9, (1,), generator=gen)) if dim is None else dim
     w = [0, 1, 2, 4, 25][seed % 5]
     lengths = torch.randint(0, length + 1, (batch,), generator=gen)
     lengths[0] = length
@@ -183,6 +184,24 @@ def test_backward_matches_reference_fp32(backend, seed):
     expected = torch.autograd.grad(window_attention_reference(q, k, v, w, lengths, groups), inputs, grad)
     for name, a, b in zip(["q", "k", "v", "cls_k", "cls_v", "query_k", "query_v"], got, expected, strict=True):
         assert max_error(a, b) <= 1e-5, name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dim", [32, 64])
+def test_model_head_sizes_forward_and_backward(backend, dtype, dim):
+    """The CPU kernel has versions unrolled for the head sizes of MiniLM (32) and BERT (64): they compute the same."""
+    q, k, v, w, lengths, groups = random_case(2, dtype, requires_grad=True, dim=dim)
+    inputs = tensors_of(q, k, v, groups)
+    out = window_attention(q, k, v, w, lengths, groups, backend=backend)
+    ref = window_attention_reference(q, k, v, w, lengths, groups)
+    grad = torch.randn(q.shape, dtype=dtype)
+    got = torch.autograd.grad(out, inputs, grad)
+    expected = torch.autograd.grad(ref, inputs, grad)
+    tolerance = 2e-5 if dtype == torch.float32 else 1e-10
+    assert max_error(out, ref) <= tolerance
+    for name, a, b in zip(["q", "k", "v", "cls_k", "cls_v", "query_k", "query_v"], got, expected, strict=True):
+        assert max_error(a, b) <= tolerance, name
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
