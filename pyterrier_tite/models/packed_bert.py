@@ -5,10 +5,10 @@ The pairs ``[CLS] q [SEP] d [SEP]`` of a batch are concatenated into one row of 
 fused query / key / value projection into a padded ``[B, heads, L, d]`` layout for SDPA (key mask) and gathers the
 result back (one zeroed padded buffer per batch, reused by every layer). The feed-forward's first linear layer runs
 with its exact GELU fused (oneDNN's linear with a GELU post-op, on float32 CPU tensors): the same erf GELU without a
-pass over the ``[T, 4H]`` activations (MonoCE 11.4 -> 10.4 ms per DL19 passage pair on 2 cores). With the "cls"
-head the last layer computes only the [CLS] rows (their attention over all keys, the output projection and the
-feed-forward): the score reads nothing else. The maths is the ``transformers`` forward's
-(same operations in the same order per token); only the padded rows, which change no score, are not computed.
+pass over the ``[T, 4H]`` activations (MonoCE 11.4 -> 10.4 ms per DL19 passage pair on 2 cores). When only the
+[CLS] state is read (the "cls" head, [CLS] pooling), the last layer projects keys and values of every token and
+computes the rest (query, attention, output projection, feed-forward) for the [CLS] rows alone. The maths is the
+``transformers`` forward's (same operations per token); only rows that change no output are not computed.
 
 Used in inference (no grad) for BERT and ELECTRA backbones with absolute positions by
 :class:`~pyterrier_tite.models.cross_encoder.modeling.CrossEncoderScorer` (pairs) and by
