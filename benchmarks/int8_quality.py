@@ -2,9 +2,9 @@
 
 The question: does ``MonoCE(dtype="int8")`` keep the fp32 ranking (Spearman per query >= 0.98) and nDCG@10 (within
 0.01), and at what speed? Variants: every encoder linear layer int8 (what ``dtype="int8"`` does), only the attention
-projections int8, and every layer but the feed-forward output. Each re-ranks the judged DL19 queries' BM25 top-100
-in one call; printed per variant: nDCG@10, ms per pair, and Spearman per query against fp32 (min, mean, share of
-queries >= 0.98).
+projections int8, every layer but the feed-forward output, and (on a CPU with native bf16) bf16 autocast. Each
+re-ranks the judged DL19 queries' BM25 top-100 in one call; printed per variant: nDCG@10, ms per pair, and Spearman
+per query against fp32 (min, mean, share of queries >= 0.98).
 
 No trained cross-encoder ships offline, so ``--folder`` is one trained here, e.g. 150 steps of the distillation recipe
 (about 10 minutes on 2 cores)::
@@ -50,6 +50,7 @@ def main() -> None:
     from ir_measures import calc_aggregate, nDCG
 
     import pyterrier_tite as t
+    from pyterrier_tite.devices import cpu_has_native_bf16
     from pyterrier_tite.pt.first_stage import TREC_DL
 
     dataset = t.datasets.get_dataset(TREC_DL["2019"])
@@ -67,13 +68,17 @@ def main() -> None:
             fp32.scorer, lambda name: ".attention." in name or not name.endswith("output.dense")
         ),
     }
+    precisions = dict.fromkeys(variants, "fp32")
+    if cpu_has_native_bf16():  # for comparison: bf16 autocast, where the CPU computes it natively
+        variants["bf16 (dtype=torch.bfloat16)"] = fp32.scorer
+        precisions["bf16 (dtype=torch.bfloat16)"] = "bf16"
     qids = run["qid"].to_numpy()
     keys = list(zip(run["qid"], run["docno"], strict=True))
     reference = None
     print(f"{len(run)} pairs of {len(set(qids))} judged DL19 queries; {torch.get_num_threads()} threads")
     print(f"{'variant':<34} {'nDCG@10':>8} {'ms/pair':>8} {'Spearman min':>13} {'mean':>6} {'>=0.98':>7}")
     for name, scorer in variants.items():
-        fp32.scorer = scorer
+        fp32.scorer, fp32.precision = scorer, precisions[name]
         start = time.perf_counter()
         out = fp32.transform(run)
         seconds = time.perf_counter() - start

@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None, help="our re-rankers' batch size (default: theirs)")
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "pyterrier_tite_passages_probe_ce"))
-    every_system = "ce,mono,mono-int8,sparse4,sparse4-int8,celi,dense"
+    every_system = "ce,mono,mono-int8,mono-bf16,sparse4,sparse4-int8,celi,dense"
     parser.add_argument("--systems", default=every_system, help="comma-separated subset")
     parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
     args = parser.parse_args()
@@ -187,6 +187,8 @@ def main() -> None:
             systems["MonoCE int8"] = ours(t.MonoCE(folder, device="cpu", dtype="int8", **kw))
         except (ValueError, TypeError) as e:
             print(f"MonoCE int8: unavailable ({e})")
+    if "mono-bf16" in wanted:  # pays only where the CPU computes bf16 natively (AVX512_BF16 / AMX); else it warns
+        systems["MonoCE bf16"] = ours(t.MonoCE(folder, device="cpu", dtype=torch.bfloat16, **kw))
     if "sparse4" in wanted:
         systems["SparseCE w=4 fp32"] = ours(t.SparseCE(folder, w=4, device="cpu", **kw))
     if "sparse4-int8" in wanted:
@@ -229,10 +231,12 @@ def main() -> None:
         f"linear-layer work, CrossEncoder over ours (the speed ratio the FLOPs allow): MonoCE "
         f"{work['CrossEncoder'] / work['MonoCE']:.2f}x, SparseCE w=4 {work['CrossEncoder'] / work['SparseCE']:.2f}x"
     )
-    for int8, fp32 in (("MonoCE int8", "MonoCE fp32"), ("SparseCE w=4 int8", "SparseCE w=4 fp32")):
-        if int8 in scores and fp32 in scores:
-            rho = [spearmanr(scores[int8][qids == q], scores[fp32][qids == q]).statistic for q in dict.fromkeys(qids)]
-            print(f"{int8} vs {fp32}: Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")
+    reduced = [("MonoCE int8", "MonoCE"), ("MonoCE bf16", "MonoCE"), ("SparseCE w=4 int8", "SparseCE w=4")]
+    for low, base in reduced:
+        fp32 = base + " fp32"
+        if low in scores and fp32 in scores:
+            rho = [spearmanr(scores[low][qids == q], scores[fp32][qids == q]).statistic for q in dict.fromkeys(qids)]
+            print(f"{low} vs {fp32}: Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")
 
 
 if __name__ == "__main__":
