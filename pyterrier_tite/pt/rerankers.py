@@ -236,9 +236,10 @@ class SparseCE(CrossEncoderReranker):
     ``"int8"``: dynamic int8 linear layers of the encoder on the CPU (heads float32), about 1.6x fp32's speed but
     not its ranking: a trained MonoCE lost 0.046 nDCG@10 on DL19 (Spearman per query against fp32 0.92), where bf16
     on a CPU with AMX was 2.1x fp32 at the same nDCG@10 (``benchmarks/int8_quality.py``); fp32 stays the default.
-    ``cuda_graphs``: on a CUDA device, replay one captured CUDA graph per batch shape bucket instead of launching every kernel (passages are
-    launch-bound there; see :mod:`pyterrier_tite.models.sparse_ce.graphs`); ignored on CPU. The setting lives on the
-    scorer, so rerankers built on one in-memory scorer share it (the last one built decides).
+    ``cuda_graphs``: on a CUDA device, replay one captured CUDA graph per batch shape bucket instead of launching
+    every kernel (passages are launch-bound there; see :mod:`pyterrier_tite.models.sparse_ce.graphs`); ignored on
+    CPU. The setting lives on the scorer, so rerankers built on one in-memory scorer share it (the last one built
+    decides).
 
     Example::
 
