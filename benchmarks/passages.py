@@ -1,13 +1,14 @@
 """Re-ranking short passages on the CPU: our re-rankers against what users pick today (issue 65).
 
-Candidates: the TREC DL 2019 BM25 top-100 passages (with text) of the first ``--queries`` queries. The user's default
-is a ``sentence_transformers.CrossEncoder`` (torch fp32; its ONNX / OpenVINO backends when installed, ``--backends``)
-loaded from a cross-encoder folder; ``t.MonoCE``, ``t.SparseCE(w=4)`` and ``t.CELI`` load the same folder (fp32, and
-MonoCE with dynamic int8 linear layers). The folder (``--folder``, default: built once under the temp dir) is MiniLM-L6
-(the shipped start point) saved as a ``BertForSequenceClassification`` whose score head is a linear probe fitted to the
-MiniLM bi-encoder's scores on 10 other queries (:func:`build_folder`), so the weights are the same for every system
-and no download is needed. No trained cross-encoder ships offline, so the int8 agreement printed is that of this
-stand-in (scores that spread, in a near-random order): pessimistic for a trained model.
+Candidates: the TREC DL 2019 BM25 top-100 passages (with text) of the first ``--queries`` queries. The user's default is
+a ``sentence_transformers.CrossEncoder`` (torch fp32; its ONNX / OpenVINO backends when installed, ``--backends``)
+loaded from a cross-encoder folder; ``t.MonoCE``, ``t.SparseCE(w=4)`` and ``t.CELI`` load the same folder (fp32; MonoCE
+and SparseCE also with dynamic int8 linear layers, MonoCE with bf16 autocast). The folder (``--folder``, default: built
+once under the temp dir) is MiniLM-L6 (the shipped start point) saved as a ``BertForSequenceClassification`` whose score
+head is a linear probe fitted to the MiniLM bi-encoder's scores on 10 other queries (:func:`build_folder`), so the
+weights are the same for every system and no download is needed. No trained cross-encoder ships offline, so the int8
+agreement printed is that of this stand-in (scores that spread, in a near-random order): pessimistic for a trained
+model.
 
 Timing: every system re-ranks all pairs in one call per round (the CrossEncoder one ``predict`` over all pairs, ours
 one ``transform`` over the frame); systems are interleaved over ``--rounds`` and each keeps its best round, so
