@@ -172,12 +172,7 @@ TITE_ALWAYS_INLINE inline void forward_tasks(const Forward<scalar_t>& f, int64_t
 // without -march flags, so this is where the vector units the machine has get used).
 template <typename scalar_t>
 TITE_TARGET_AVX2 void forward_tasks_avx2(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
-  if (f.D == 32)
-    forward_tasks<scalar_t, 32>(f, begin, end);
-  else if (f.D == 64)
-    forward_tasks<scalar_t, 64>(f, begin, end);
-  else
-    forward_tasks<scalar_t, 0>(f, begin, end);
+  TITE_DISPATCH_HEAD_SIZE(f.D, forward_tasks<scalar_t, kD>(f, begin, end));
 }
 
 template <typename scalar_t>
@@ -317,12 +312,7 @@ TITE_ALWAYS_INLINE inline void backward_group_tasks(const Backward<scalar_t>& f,
 
 template <typename scalar_t>
 TITE_TARGET_AVX2 void backward_row_tasks_avx2(const Backward<scalar_t>& f, int64_t begin, int64_t end) {
-  if (f.D == 32)
-    backward_row_tasks<scalar_t, 32>(f, begin, end);
-  else if (f.D == 64)
-    backward_row_tasks<scalar_t, 64>(f, begin, end);
-  else
-    backward_row_tasks<scalar_t, 0>(f, begin, end);
+  TITE_DISPATCH_HEAD_SIZE(f.D, backward_row_tasks<scalar_t, kD>(f, begin, end));
 }
 
 template <typename scalar_t>
@@ -333,12 +323,7 @@ void backward_row_tasks_default(const Backward<scalar_t>& f, int64_t begin, int6
 template <typename scalar_t>
 TITE_TARGET_AVX2 void backward_group_tasks_avx2(const Backward<scalar_t>& f, const GroupSlice<scalar_t>& gs,
                                                 int64_t begin, int64_t end) {
-  if (f.D == 32)
-    backward_group_tasks<scalar_t, 32>(f, gs, begin, end);
-  else if (f.D == 64)
-    backward_group_tasks<scalar_t, 64>(f, gs, begin, end);
-  else
-    backward_group_tasks<scalar_t, 0>(f, gs, begin, end);
+  TITE_DISPATCH_HEAD_SIZE(f.D, backward_group_tasks<scalar_t, kD>(f, gs, begin, end));
 }
 
 template <typename scalar_t>

@@ -14,6 +14,22 @@
 #define TITE_TARGET_AVX2
 #endif
 
+// Runs the statement(s) given, which name `kD`, with kD a compile-time head size: 32 or 64 (MiniLM, BERT: the kernels
+// unroll their per-key loops) when `d` is one of them, else 0 (any head size, run-time loops).
+#define TITE_DISPATCH_HEAD_SIZE(d, ...) \
+  do {                                  \
+    if ((d) == 32) {                    \
+      constexpr int kD = 32;            \
+      __VA_ARGS__;                      \
+    } else if ((d) == 64) {             \
+      constexpr int kD = 64;            \
+      __VA_ARGS__;                      \
+    } else {                            \
+      constexpr int kD = 0;             \
+      __VA_ARGS__;                      \
+    }                                   \
+  } while (0)
+
 namespace tite_window {
 
 // Whether the AVX2 + FMA versions of the kernels may run on this CPU (PYTERRIER_TITE_CPU_BASELINE=1 forces the

@@ -191,8 +191,8 @@ def test_tite_trains_on_gpu_in_bf16_autocast():
 
 def test_tite_varlen_attention_equals_padded_sdpa():
     """bf16 on GPU goes through FlashAttention varlen (no padding); it must equal the padded SDPA path."""
+    from pyterrier_tite.models.packing import PackedLayout
     from pyterrier_tite.models.tite import layers as tite_layers
-    from pyterrier_tite.models.tite.packing import PackedLayout
 
     if tite_layers.flash_attn_varlen_func is None and tite_layers.torch_varlen_attn is None:
         pytest.skip("no varlen attention in this torch")

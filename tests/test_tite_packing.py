@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pyterrier_tite.models.tite.packing import PackedLayout
+from pyterrier_tite.models.packing import PackedLayout
 
 
 def _reference_pad(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:

@@ -145,7 +145,7 @@ def mean_of_rows(encoder, texts: list[str], role: str, batch_size: int = 32):
     import torch
     import torch.nn.functional as F
 
-    from pyterrier_tite.models.tite.packing import PackedLayout
+    from pyterrier_tite.models.packing import PackedLayout
 
     vectors = []
     for start in range(0, len(texts), batch_size):

@@ -82,8 +82,8 @@ def attention_projections(
     """The projections ``parts`` ("qkv", "kv", "q") of an attention module with ``query`` / ``key`` / ``value`` layers,
     concatenated on the last dimension: one GEMM over the concatenated weights (cached in ``cache``), the module's
     joint int8 layers where it was quantized (``int8_projections``), else one call per layer."""
-    int8 = getattr(attention, "int8_projections", None)
-    if int8 is not None:
+    int8 = getattr(attention, "int8_projections", {})
+    if parts in int8:
         return int8[parts](x)
     linears = tuple(getattr(attention, PROJECTIONS[p]) for p in parts)
     if any(type(linear) is not nn.Linear or linear.bias is None for linear in linears):

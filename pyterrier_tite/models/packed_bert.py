@@ -25,22 +25,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyterrier_tite.models.fused_linear import ConcatenatedLinears, attention_projections, linear_gelu
+from pyterrier_tite.models.packing import PackedLayout
 
 
 @dataclass
 class PackedPairs:
-    """Token ids, token types and positions ``[T]`` of B pairs packed back to back; ``lengths [B]`` (CPU) and
-    ``index [T]``: each token's row in the padded ``[B * L]`` layout of attention."""
+    """Token ids and token types ``[T]`` of B rows (pairs or single texts) packed back to back, with their
+    :class:`~pyterrier_tite.models.packing.PackedLayout` (positions, padded slots, key mask)."""
 
     input_ids: torch.Tensor
     token_type_ids: torch.Tensor
-    position_ids: torch.Tensor
-    lengths: torch.Tensor
-    index: torch.Tensor
-    max_len: int
+    layout: PackedLayout
 
     @classmethod
     def from_lists(cls, queries, docs, cls_id: int, sep_id: int, device) -> PackedPairs:
+        """The pairs ``[CLS] q [SEP] d [SEP]`` of every query's docs, in order."""
         ids, types, lengths = [], [], []
         for q, ds in zip(queries, docs, strict=True):
             head = [cls_id, *q, sep_id]
@@ -50,19 +49,10 @@ class PackedPairs:
                 ids.append(sep_id)
                 types += [0] * len(head) + [1] * (len(d) + 1)
                 lengths.append(len(head) + len(d) + 1)
-        lengths_t = torch.tensor(lengths, dtype=torch.long)
-        max_len = int(lengths_t.max())
-        starts = torch.cumsum(lengths_t, 0) - lengths_t
-        row = torch.repeat_interleave(torch.arange(len(lengths)), lengths_t)
-        positions = torch.arange(len(ids)) - starts[row]
-        index = row * max_len + positions
         return cls(
             torch.tensor(ids, dtype=torch.long, device=device),
             torch.tensor(types, dtype=torch.long, device=device),
-            positions.to(device),
-            lengths_t,
-            index.to(device),
-            max_len,
+            PackedLayout.from_lengths(torch.tensor(lengths), device),
         )
 
     @classmethod
@@ -75,34 +65,16 @@ class PackedPairs:
         lengths = mask.sum(1).cpu()
         if ids.shape[0] == 0 or int(lengths.min()) == 0:
             return None
-        width = ids.shape[1]
-        prefix = torch.arange(width)[None, :] < lengths[:, None]
+        prefix = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
         if not torch.equal(mask.cpu().bool(), prefix):
             return None
         keep = prefix.to(ids.device)
         types = batch.get("token_type_ids")
-        rows = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
-        positions = torch.arange(int(lengths.sum())) - (torch.cumsum(lengths, 0) - lengths)[rows]
-        max_len = int(lengths.max())
         return cls(
             ids[keep],
             types[keep] if types is not None else torch.zeros_like(ids[keep]),
-            positions.to(ids.device),
-            lengths,
-            (rows * max_len + positions).to(ids.device),
-            max_len,
+            PackedLayout.from_lengths(lengths, ids.device),
         )
-
-    def key_mask(self, device) -> torch.Tensor | None:
-        """``[B, 1, 1, L]`` True where a key is a token; None when no row is padded."""
-        if bool((self.lengths == self.max_len).all()):
-            return None
-        mask = torch.arange(self.max_len)[None, :] < self.lengths[:, None]
-        return mask[:, None, None, :].to(device)
-
-    def first_rows(self) -> torch.Tensor:
-        """The packed row of each pair's [CLS]."""
-        return (torch.cumsum(self.lengths, 0) - self.lengths).to(self.index.device)
 
 
 def supports_packed(backbone: nn.Module) -> bool:
@@ -133,57 +105,42 @@ class PackedEncoder:
         """Last-layer states: ``[B, H]`` of the [CLS] rows when ``cls_only``, else ``[B, L, H]`` padded with zeros."""
         base = self.backbone.base_model
         emb = base.embeddings
+        layout = pairs.layout
         x = emb.word_embeddings(pairs.input_ids)
         x = x + emb.token_type_embeddings(pairs.token_type_ids)
-        x = x + emb.position_embeddings(pairs.position_ids)
+        x = x + emb.position_embeddings(layout.positions)
         x = emb.LayerNorm(x)
-        mask = pairs.key_mask(x.device)
         layers = base.encoder.layer
-        buffers: dict[int, torch.Tensor] = {}  # [B * L, width]: padding rows stay zero, each layer writes token rows
+        buffers: dict[int, torch.Tensor] = {}  # the padded Q|K|V (and K|V) of attention, reused by every layer
         for i, layer in enumerate(layers):
             if cls_only and i == len(layers) - 1:
-                return self._cls_layer(layer, self.fused[i], x, pairs, mask, buffers)
-            x = self._layer(layer, self.fused[i], x, pairs, mask, buffers)
-        if cls_only:  # no layers
-            return x[pairs.first_rows()]
-        out = x.new_zeros(len(pairs.lengths) * pairs.max_len, x.shape[-1])
-        out[pairs.index] = x
-        return out.view(len(pairs.lengths), pairs.max_len, -1)
+                return self._cls_layer(layer, self.fused[i], x, layout, buffers)
+            x = self._layer(layer, self.fused[i], x, layout, buffers)
+        return x[layout.cu_seqlens[:-1].long()] if cls_only else layout.pad(x)
 
     @staticmethod
-    def _heads(projected: torch.Tensor, pairs: PackedPairs, parts: int, heads: int, buffers) -> tuple[torch.Tensor]:
-        """``[T, parts * H]`` projections as ``parts`` views ``[B, heads, L, d]`` of a zero-padded buffer."""
-        width = projected.shape[-1]
-        buffer = buffers.get(width)
-        if buffer is None or buffer.dtype != projected.dtype:
-            buffer = buffers[width] = projected.new_zeros(len(pairs.lengths) * pairs.max_len, width)
-        buffer[pairs.index] = projected
-        view = buffer.view(len(pairs.lengths), pairs.max_len, parts, heads, width // parts // heads)
-        return view.permute(2, 0, 3, 1, 4).unbind(0)
-
-    @classmethod
-    def _layer(cls, layer, fused, x, pairs: PackedPairs, mask, buffers) -> torch.Tensor:
+    def _layer(layer, fused, x, layout: PackedLayout, buffers) -> torch.Tensor:
         """One encoder layer over every token."""
         attn = layer.attention.self
         heads, size = attn.num_attention_heads, attn.attention_head_size
-        q, k, v = cls._heads(attention_projections(attn, x, "qkv", fused), pairs, 3, heads, buffers)
+        q, k, v = layout.padded_heads(attention_projections(attn, x, "qkv", fused), 3, heads, buffers)
         scale = getattr(attn, "scaling", size**-0.5)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-        context = context.transpose(1, 2).reshape(len(pairs.lengths) * pairs.max_len, heads * size)[pairs.index]
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask, scale=scale)
+        context = layout.unpad(context.transpose(1, 2).reshape(layout.batch_size, layout.max_len, heads * size))
         x = layer.attention.output(context, x)  # dense, dropout (eval: none), LayerNorm(. + x)
         return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.intermediate_act_fn, x), x)
 
-    @classmethod
-    def _cls_layer(cls, layer, fused, x, pairs: PackedPairs, mask, buffers) -> torch.Tensor:
+    @staticmethod
+    def _cls_layer(layer, fused, x, layout: PackedLayout, buffers) -> torch.Tensor:
         """The last layer for the [CLS] rows alone ``[B, H]``: keys and values of every token, queries, output and
         feed-forward of the [CLS] rows only (the score reads nothing else)."""
         attn = layer.attention.self
         heads, size = attn.num_attention_heads, attn.attention_head_size
-        batch = len(pairs.lengths)
-        k, v = cls._heads(attention_projections(attn, x, "kv", fused), pairs, 2, heads, buffers)
-        x = x[pairs.first_rows()]
+        batch = layout.batch_size
+        k, v = layout.padded_heads(attention_projections(attn, x, "kv", fused), 2, heads, buffers)
+        x = x[layout.cu_seqlens[:-1].long()]
         q = attention_projections(attn, x, "q", fused).view(batch, heads, 1, size)
         scale = getattr(attn, "scaling", size**-0.5)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).reshape(batch, heads * size)
-        x = layer.attention.output(context, x)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask, scale=scale)
+        x = layer.attention.output(context.reshape(batch, heads * size), x)
         return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.intermediate_act_fn, x), x)

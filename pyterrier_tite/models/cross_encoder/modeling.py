@@ -23,8 +23,9 @@ from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, suppor
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_positions
 
 HEADS = ("cls", "mean", "celi")
-#: the joint int8 projections an attention module of a quantized scorer holds (see ``quantized_int8``)
-INT8_PARTS = ("qkv", "kv", "q")
+#: the joint int8 projections an attention module of a quantized scorer holds (see ``quantized_int8``); a single
+#: projection ("q") is the quantized layer itself
+INT8_PARTS = ("qkv", "kv")
 
 
 def _int8_linear(linears: list[nn.Linear]) -> nn.Module:

@@ -2,11 +2,12 @@
 
 A batch's docs are padded to its longest (``[B, L, H]``); here their real tokens are packed into ``[T, H]`` and every
 linear layer, norm and activation of the doc segment runs on those rows only. The doc's fused Q|K|V projection is
-scattered into one zeroed padded buffer per batch (reused by every layer, so padded rows stay zero) for the attention
-kernel, which reads its key lengths as before; its output is gathered back to the real rows. The [CLS] and query
-segments (one row per pair, one query per query) run as in the padded forward, through the same
-:meth:`SparseCrossEncoderSelfAttention.attend`, so every attention flag and window behaves the same. The feed-forward's
-first layer runs with its GELU fused (:func:`pyterrier_tite.models.fused_linear.linear_gelu`).
+scattered into one zeroed padded buffer per batch (:meth:`~pyterrier_tite.models.packing.PackedLayout.padded_heads`,
+reused by every layer, so padded rows stay zero) for the attention kernel, which reads its key lengths as before; its
+output is gathered back to the real rows. The [CLS] and query segments (one row per pair, one query per query) run as in
+the padded forward, through the same :meth:`SparseCrossEncoderSelfAttention.attend`, so every attention flag and window
+behaves the same. The feed-forward's first layer runs with its GELU fused
+(:func:`pyterrier_tite.models.fused_linear.linear_gelu`).
 
 ``cls_only`` (a caller that reads only the score): the last layer computes the [CLS] rows alone, from the query's and
 the doc's keys and values of the layer below; the query and doc rows of that layer change no score.
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from pyterrier_tite.models.fused_linear import linear_gelu
+from pyterrier_tite.models.packing import PackedLayout
 from pyterrier_tite.models.sparse_ce.segments import Segments
 
 
@@ -28,52 +30,23 @@ def packed_applies(model: nn.Module) -> bool:
     return next(model.parameters()).device.type == "cpu"
 
 
-class _PackedDocs:
-    """Where the real doc tokens sit in the padded ``[B * L]`` rows, and the buffers attention reads from."""
-
-    def __init__(self, lengths: torch.Tensor, length: int):
-        self.batch, self.length = len(lengths), length
-        counts = lengths.to("cpu", torch.long)
-        rows = torch.repeat_interleave(torch.arange(self.batch), counts)
-        starts = torch.cumsum(counts, 0) - counts
-        self.index = (rows * length + torch.arange(int(counts.sum())) - starts[rows]).to(lengths.device)
-        self._buffers: dict[int, torch.Tensor] = {}
-
-    def pack(self, padded: torch.Tensor) -> torch.Tensor:
-        return padded.reshape(self.batch * self.length, -1)[self.index]
-
-    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
-        out = packed.new_zeros(self.batch * self.length, packed.shape[-1])
-        out[self.index] = packed
-        return out.view(self.batch, self.length, -1)
-
-    def heads(self, projected: torch.Tensor, parts: int, heads: int) -> tuple[torch.Tensor, ...]:
-        """``[T, parts * H]`` projections as ``parts`` views ``[B, heads, L, d]`` of one zero-padded buffer."""
-        width = projected.shape[-1]
-        buffer = self._buffers.get(width)
-        if buffer is None or buffer.dtype != projected.dtype:
-            buffer = self._buffers[width] = projected.new_zeros(self.batch * self.length, width)
-        buffer[self.index] = projected
-        view = buffer.view(self.batch, self.length, parts, heads, width // parts // heads)
-        return tuple(view[:, :, i].transpose(1, 2) for i in range(parts))
-
-
 def packed_forward(model: nn.Module, s: Segments, cls_only: bool) -> Segments | torch.Tensor:
     """Final segments (doc padded back with zero rows), or the final [CLS] states ``[B, 1, H]`` when ``cls_only``."""
-    docs = _PackedDocs(s.doc_lengths, s.doc.shape[1])
-    doc = docs.pack(s.doc)
+    docs = PackedLayout.from_lengths(s.doc_lengths, s.doc.device)
+    doc = docs.unpad(s.doc[:, : docs.max_len])
+    buffers: dict[int, torch.Tensor] = {}  # the padded doc Q|K|V (and K|V) of attention, reused by every layer
     layers = model.encoder.layer
     for i, layer in enumerate(layers):
         attn = layer.attention.self
         if cls_only and i == len(layers) - 1:
-            key, value = docs.heads(attn.project(doc, "kv"), 2, attn.heads)
+            key, value = docs.padded_heads(attn.project(doc, "kv"), 2, attn.heads, buffers)
             cls, _, _ = attn.attend(s, (None, key, value), cls_only=True)
             cls = layer.attention.output(cls, s.cls)
             return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.act, cls), cls)
-        cls, query, attended = attn.attend(s, docs.heads(attn.project(doc, "qkv"), 3, attn.heads))
+        cls, query, attended = attn.attend(s, docs.padded_heads(attn.project(doc, "qkv"), 3, attn.heads, buffers))
         out = layer.attention.output
-        cls, query, doc = out(cls, s.cls), out(query, s.query), out(docs.pack(attended), doc)
+        cls, query, doc = out(cls, s.cls), out(query, s.query), out(docs.unpad(attended), doc)
         cls, query, doc = (layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.act, x), x)
                            for x in (cls, query, doc))  # fmt: skip
         s = s.replace(cls, query, doc)
-    return s.replace(s.cls, s.query, docs.unpack(doc))
+    return s.replace(s.cls, s.query, docs.pad(doc))

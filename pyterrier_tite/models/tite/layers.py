@@ -11,8 +11,8 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from pyterrier_tite.models.fused_linear import ConcatenatedLinears
+from pyterrier_tite.models.packing import PackedLayout
 from pyterrier_tite.models.tite.configuration import TiteConfig
-from pyterrier_tite.models.tite.packing import PackedLayout
 from pyterrier_tite.models.tite.rope import apply_rope, interleave_heads, rope_rotation
 from pyterrier_tite.ops import packed_mean_pool
 

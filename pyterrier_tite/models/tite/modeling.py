@@ -22,10 +22,10 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
+from pyterrier_tite.models.packing import PackedLayout
 from pyterrier_tite.models.tite.configuration import TiteConfig
 from pyterrier_tite.models.tite.convert import load_tite_model, tite_config
 from pyterrier_tite.models.tite.layers import RMSNorm, RopeCache, TiteEmbeddings, TiteEncoder
-from pyterrier_tite.models.tite.packing import PackedLayout
 from pyterrier_tite.ops import pooled_lengths
 
 

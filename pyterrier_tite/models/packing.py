@@ -1,8 +1,9 @@
 """Packed (varlen) batches: ``[total_tokens, ...]`` rows plus ``cu_seqlens``, and the padded views attention needs.
 
-TITE keeps hidden states packed through every layer (no FLOPs on padding in the linear layers, pooling per sequence)
-and only pads around attention, where SDPA wants ``[B, heads, L, d]``. Everything a layer needs about a stage's layout
-(row -> sequence, position in sequence, padded slot) is computed once per stage and shared by all layers of it.
+TITE, the packed BERT forward of the cross-encoders and bi-encoders (:mod:`pyterrier_tite.models.packed_bert`) and the
+sparse cross-encoder's doc rows keep hidden states packed (no FLOPs on padding in the linear layers) and only pad around
+attention, where the kernels want ``[B, heads, L, d]``. Everything a layer needs about a layout (row -> sequence,
+position in sequence, padded slot) is computed once and shared by all layers.
 """
 
 from __future__ import annotations
@@ -87,3 +88,20 @@ class PackedLayout:
         """``[B, max_len, ...]`` -> ``[total, ...]`` (padding rows dropped)."""
         flat = x.reshape(self.batch_size * self.max_len, *x.shape[2:])
         return flat if self.is_dense else flat.index_select(0, self.pad_index)
+
+    def padded_heads(
+        self, projected: torch.Tensor, parts: int, heads: int, buffers: dict[int, torch.Tensor]
+    ) -> tuple[torch.Tensor, ...]:
+        """``[total, parts * H]`` projections (e.g. Q|K|V) as ``parts`` views ``[B, heads, max_len, d]`` for attention.
+        Unless the layout is dense they are views of a zeroed buffer in ``buffers`` (one per width), reused by every
+        layer: padding slots stay zero and each call overwrites the token slots."""
+        width = projected.shape[-1]
+        if self.is_dense:
+            flat = projected
+        else:
+            flat = buffers.get(width)
+            if flat is None or flat.dtype != projected.dtype:
+                flat = buffers[width] = projected.new_zeros(self.batch_size * self.max_len, width)
+            flat.index_copy_(0, self.pad_index, projected)
+        view = flat.view(self.batch_size, self.max_len, parts, heads, width // parts // heads)
+        return view.permute(2, 0, 3, 1, 4).unbind(0)
