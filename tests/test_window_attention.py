@@ -198,10 +198,13 @@ def test_model_head_sizes_forward_and_backward(backend, dtype, dim):
     grad = torch.randn(q.shape, dtype=dtype)
     got = torch.autograd.grad(out, inputs, grad)
     expected = torch.autograd.grad(ref, inputs, grad)
-    tolerance = 2e-5 if dtype == torch.float32 else 1e-10
-    assert max_error(out, ref) <= tolerance
+
+    def tolerance(reference: torch.Tensor) -> float:  # rounding of sums over ~dim terms, relative to their size
+        return 16 * torch.finfo(dtype).eps * dim**0.5 * max(1.0, reference.abs().max().item())
+
+    assert max_error(out, ref) <= tolerance(ref)
     for name, a, b in zip(["q", "k", "v", "cls_k", "cls_v", "query_k", "query_v"], got, expected, strict=True):
-        assert max_error(a, b) <= tolerance, name
+        assert max_error(a, b) <= tolerance(b), name
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
