@@ -5,7 +5,7 @@ The pairs ``[CLS] q [SEP] d [SEP]`` of a batch are concatenated into one row of 
 fused query / key / value projection into a padded ``[B, heads, L, d]`` layout for SDPA (key mask) and gathers the
 result back (one zeroed padded buffer per batch, reused by every layer). The feed-forward's first linear layer runs
 with its exact GELU fused (oneDNN's linear with a GELU post-op, on float32 CPU tensors): the same erf GELU without a
-pass over the ``[T, 4H]`` activations (MonoCE 11.4 -> 10.4 ms per DL19 passage pair on 2 cores). When only the
+pass over the ``[T, 4H]`` activations (``benchmarks/passages.py`` measures the whole path). When only the
 [CLS] state is read (the "cls" head, [CLS] pooling), the last layer projects keys and values of every token and
 computes the rest (query, attention, output projection, feed-forward) for the [CLS] rows alone. The maths is the
 ``transformers`` forward's (same operations per token); only rows that change no output are not computed.

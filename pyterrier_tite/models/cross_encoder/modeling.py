@@ -113,9 +113,9 @@ class CrossEncoderScorer(nn.Module):
 
     def quantized_int8(self) -> CrossEncoderScorer:
         """A copy whose backbone linear layers are dynamic int8 (``torch.ao.quantization.quantize_dynamic``: int8
-        weights with one scale per output channel, activations quantized per batch, CPU), inference only. Per-channel
-        weights cost nothing in speed and change rankings less than per-tensor ones (a trained MonoCE on DL19:
-        Spearman per query against fp32 0.92 instead of 0.87), but still cost nDCG@10 (``benchmarks/int8_quality.py``).
+        weights with one scale per output channel, activations quantized per batch, CPU), inference only. On a trained
+        MonoCE it still changes rankings (DL19: Spearman per query against fp32 0.92) and costs nDCG@10
+        (``benchmarks/int8_quality.py``).
         Q, K and V run as one int8 layer (exactly the three layers' result). Score heads (pooler, classifier, CELI /
         mean heads) stay float32, like every head (bf16 / int8 scores tie)."""
         heads = ("classifier", "pooler", "head")
