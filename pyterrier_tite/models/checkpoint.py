@@ -16,10 +16,11 @@ from contextvars import ContextVar
 import torch
 from torch import nn
 
+from pyterrier_tite.models.meta_files import PT_META, read_json, read_meta  # noqa: F401 - re-exported
+
 #: files a model needs; a hub repo's other formats (ONNX, TF, Flax, OpenVINO) are not downloaded
 CHECKPOINT_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model", "*.yaml"]
 #: the file a saved model folder keeps its PyTerrier artifact metadata and settings in
-PT_META = "pt_meta.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -74,25 +75,6 @@ def _readable(folder: str) -> str:
         if os.path.isfile(os.path.join(folder, name)):
             read_json(os.path.join(folder, name))
     return folder
-
-
-def read_json(file: str | os.PathLike) -> dict:
-    """A JSON object from ``file``; a malformed file raises ``ValueError`` naming the file."""
-    try:
-        with open(file, encoding="utf-8") as f:
-            value = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{file} is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"{file} must hold a JSON object, got {type(value).__name__}")
-    return value
-
-
-def read_meta(folder: str | os.PathLike) -> dict:
-    """A model folder's ``pt_meta.json`` (what this package stored besides the weights); ``{}`` when there is none
-    (a plain Hugging Face checkpoint). A malformed file raises ``ValueError`` naming it."""
-    file = os.path.join(os.fspath(folder), PT_META)
-    return read_json(file) if os.path.isfile(file) else {}
 
 
 def load_tokenizer(path_or_id: str | os.PathLike):

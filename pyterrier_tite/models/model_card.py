@@ -15,9 +15,10 @@ import os
 import re
 from collections.abc import Iterable
 
+from pyterrier_tite.models.meta_files import PT_META, read_meta
+
 CARD_FILE = "README.md"
 PYPI = "https://pypi.org/project/pyterrier-tite/"
-PT_META = "pt_meta.json"
 #: the line that marks a card as ours (rewritten on every save); a README.md without it is the user's and is kept
 MARKER = "<!-- pyterrier-tite model card: rewritten on every save; delete this line to keep your own edits -->"
 #: what ``pt_meta.json`` holds besides the settings: the artifact fields and the card
@@ -176,21 +177,6 @@ def origin_info(names: Iterable[str | os.PathLike | None]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- reading
-def read_meta(folder: str | os.PathLike) -> dict:
-    """``pt_meta.json`` of a folder (``{}`` without one); malformed JSON raises ``ValueError`` naming the file."""
-    file = os.path.join(os.fspath(folder), PT_META)
-    if not os.path.isfile(file):
-        return {}
-    try:
-        with open(file, encoding="utf-8") as f:
-            value = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{file} is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ValueError(f"{file} must hold a JSON object, got {type(value).__name__}")
-    return value
-
-
 def is_ours(readme: str | os.PathLike) -> bool:
     """Whether a README.md is a card this package wrote (carries :data:`MARKER`)."""
     with open(readme, encoding="utf-8", errors="replace") as f:

@@ -1,0 +1,29 @@
+"""Reading the JSON files of a model folder (``config.json``, ``pt_meta.json``), shared by the loaders
+(:mod:`~pyterrier_tite.models.checkpoint`) and the model card (:mod:`~pyterrier_tite.models.model_card`)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+#: what this package stores in a saved folder besides the weights
+PT_META = "pt_meta.json"
+
+
+def read_json(file: str | os.PathLike) -> dict:
+    """A JSON object from ``file``; a malformed file raises ``ValueError`` naming the file."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            value = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{file} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_meta(folder: str | os.PathLike) -> dict:
+    """A model folder's ``pt_meta.json`` (what this package stored besides the weights); ``{}`` when there is none
+    (a plain Hugging Face checkpoint). A malformed file raises ``ValueError`` naming it."""
+    file = os.path.join(os.fspath(folder), PT_META)
+    return read_json(file) if os.path.isfile(file) else {}
