@@ -29,13 +29,13 @@ import shutil
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from _hub import require_fixtures, snapshot
+from _hub import snapshot
+from _input_matrix import assert_same_answer, bm25_retriever, build_bm25, build_dense, build_splade, load_models
 from _tolerance import assert_float_close
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -56,48 +56,12 @@ RESULTS = pd.DataFrame(
 # ---------------------------------------------------------------------------------------------------- models, indexes
 @pytest.fixture(scope="module")
 def models():
-    require_fixtures()
-    import pyterrier_tite as t
-
-    cpu = {"device": "cpu"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # MonoCE / CELI start a new score head on these checkpoints (tested below)
-        return {
-            "TITE": t.TITE.from_pretrained("webis/tite-2-late-msmarco", **cpu),
-            "BertBiEncoder": t.BertBiEncoder.from_pretrained("naver/efficient-splade-V-large-query", **cpu),
-            "Aggretriever": t.Aggretriever.from_pretrained("castorini/aggretriever-cocondenser", **cpu),
-            "Splade": t.Splade.from_pretrained("naver/splade-cocondenser-ensembledistil", **cpu),
-            "SparseCE": t.SparseCE.from_pretrained("webis/sparse-cross-encoder-4-4096", **cpu),
-            "MonoCE": t.MonoCE("naver/splade-cocondenser-ensembledistil", **cpu),
-            "CELI": t.CELI("webis/sparse-cross-encoder-4-4096", **cpu),
-        }
-
-
-def build_bm25(path, docs):
-    from pyterrier_tite.pt.first_stage import build_pisa_index
-
-    build_pisa_index(iter(docs), str(path), ["text"])
-
-
-def bm25_retriever(path, models):
-    import pyterrier_tite as t
-
-    return t.bm25("vaswani", path=str(path))  # the dataset names nothing here: the index at `path` exists
-
-
-def build_splade(path, docs, models):
-    models["Splade"].indexer(str(path), verbose=False).index(iter(docs))
-
-
-def build_dense(path, docs, models):
-    import pyterrier_dr
-
-    (models["TITE"] >> pyterrier_dr.FlexIndex(str(path), verbose=False)).index(iter(docs))
+    return load_models()
 
 
 #: index kind -> (build(path, docs, models), retriever(path, models))
 INDEXES = {
-    "bm25": (lambda p, d, m: build_bm25(p, d), bm25_retriever),
+    "bm25": (build_bm25, bm25_retriever),
     "Splade.indexer": (build_splade, lambda p, m: m["Splade"].retriever(str(p))),
     "TITE>>FlexIndex": (
         build_dense,
@@ -199,20 +163,6 @@ def comparable(out: pd.DataFrame, kind: str) -> pd.DataFrame:
             out[column] = [back[column].get(str(v), str(v)) for v in out[column]]
     keys = {"results": ["qid", "docno"], "topics": ["qid", "rank"], "queries": ["qid"], "docs": ["docno"]}[kind]
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
-
-
-def assert_same_answer(got: pd.DataFrame, expected: pd.DataFrame) -> None:
-    for column in ("qid", "docno", "rank"):
-        if column in expected:
-            assert got[column].tolist() == expected[column].tolist(), column
-    for column in ("score", "query_vec", "doc_vec"):
-        if column in expected:
-            assert_float_close(np.stack(got[column].to_numpy()), np.stack(expected[column].to_numpy()))
-    for column in ("query_toks", "toks"):
-        if column in expected:
-            for a, b in zip(got[column], expected[column], strict=True):
-                assert a.keys() == b.keys()
-                assert_float_close(np.array(list(a.values())), np.array([b[k] for k in a]))
 
 
 @pytest.mark.parametrize(("stage", "case"), list(frame_cells()))
