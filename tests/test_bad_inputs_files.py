@@ -24,15 +24,14 @@ names the file, the line and the offending id / value and says what the format i
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
+from _cli import cli_here
 
 from pyterrier_tite.pt.batch import DocumentTexts, top_k
 from pyterrier_tite.pt.inputs import iter_corpus, load_qrels, load_topics
@@ -50,25 +49,6 @@ def write(path, text: str):
 
 def write_jsonl(path, records: list) -> str:
     return write(path, "".join(json.dumps(r) + "\n" for r in records))
-
-
-def cli_here(*args: str) -> subprocess.CompletedProcess:
-    """The command in this process (refusals end before any real work): exit code, stdout, stderr."""
-    import torch
-
-    from pyterrier_tite.cli import main
-
-    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-        if not isinstance(exc.code, int | None):
-            err.write(f"{exc.code}\n")
-    finally:
-        torch.set_num_threads(threads)
-    return subprocess.CompletedProcess(list(args), code or 0, out.getvalue(), err.getvalue())
 
 
 def refused(done: subprocess.CompletedProcess, *parts: str) -> None:

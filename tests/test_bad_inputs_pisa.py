@@ -26,8 +26,6 @@ Models are the tiny offline hub fixtures (``../shared/hub``).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import random
@@ -39,6 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _cli import cli_here
 from _hub import require_fixtures, snapshot
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -80,25 +79,6 @@ def derived(folder: Path) -> list[str]:
 
 def listing(folder: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
-
-
-def cli_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``pyterrier-tite ARGS`` in this process, stdout / stderr captured; an uncaught exception propagates (where a
-    process would print a traceback)."""
-    from pyterrier_tite.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    return subprocess.CompletedProcess(list(args), code or 0, out.getvalue(), err.getvalue())
 
 
 def one_line_error(done: subprocess.CompletedProcess, command: str, *named: str) -> str:

@@ -23,9 +23,7 @@ Corpora are tiny files made here; BM25 (PISA) is the engine, so no model is load
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import io
 import json
 import os
 import random
@@ -40,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _cli import cli_here
 
 TITE = "webis/tite-2-late-msmarco"
 TOPICS = "1\tplasma stars\n2\tcold dense matter\n3\thot physics\n"
@@ -65,21 +64,6 @@ def cli(*args: str, preexec=None) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "pyterrier_tite", *args], capture_output=True, text=True, timeout=300, env=env(),
         preexec_fn=preexec,
     )  # fmt: skip
-
-
-def cli_here(*args: str) -> subprocess.CompletedProcess:
-    """The command in this process (refusals that end before any work); an uncaught exception fails the test."""
-    import torch
-
-    from pyterrier_tite.cli import main
-
-    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    finally:
-        torch.set_num_threads(threads)
-    return subprocess.CompletedProcess(list(args), code or 0, out.getvalue(), err.getvalue())
 
 
 #: runs ``pyterrier-tite ARGS`` with its corpus (``index``) or its retrieval (``retrieve``) stalled until the file GO

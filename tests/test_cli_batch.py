@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli import cli_here
 
 TITE = "webis/tite-2-late-msmarco"
 SPARSE_CE = "webis/sparse-cross-encoder-4-4096"
@@ -33,30 +34,6 @@ def cli(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedPr
         [sys.executable, "-m", "pyterrier_tite", *args], capture_output=True, text=True, timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, cwd=cwd,
     )  # fmt: skip
-
-
-def cli_here(*args: str) -> subprocess.CompletedProcess:
-    """The command in this process, stdout and stderr captured: for refusals, which end before any real work, so they
-    need no interpreter start (seconds each). An uncaught exception propagates and fails the test, where a process
-    would print a traceback; the runtime settings a command changes (torch threads) are restored."""
-    import contextlib
-    import io
-
-    import torch
-
-    from pyterrier_tite.cli import main
-
-    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    except SystemExit as exc:  # argparse and the recipes exit; a message code is printed and exits 1, as Python does
-        code = exc.code if isinstance(exc.code, int) else 1
-        if not isinstance(exc.code, int | None):
-            err.write(f"{exc.code}\n")
-    finally:
-        torch.set_num_threads(threads)
-    return subprocess.CompletedProcess(list(args), code or 0, out.getvalue(), err.getvalue())
 
 
 def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
