@@ -189,3 +189,26 @@ def test_loss_settings_are_checked_on_resume_and_unrecorded_ones_are_named():
     with pytest.warns(UserWarning, match="records no loss settings; resuming with"):
         check_recipe(None, {"anchor": 1.0}, "ckpt")  # a checkpoint from before recipes were recorded
     check_recipe(None, {}, "ckpt")  # a caller without a recipe: nothing to say
+
+
+class _Planted:
+    """A pickle that runs code when unpickled (writes a marker file)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_resume_refuses_a_planted_pickle_without_running_it(tmp_path):
+    """``output_dir/checkpoint/trainer_state.pt`` is data: one holding code is refused by name, never executed."""
+    from pyterrier_tite.models.checkpoint import CheckpointError
+
+    marker = tmp_path / "ran"
+    folder = tmp_path / "out" / "checkpoint"
+    folder.mkdir(parents=True)
+    torch.save({"step": 1, "model": {}, "rng": _Planted(str(marker))}, folder / "trainer_state.pt")
+    with pytest.raises(CheckpointError, match="trainer_state.pt"):
+        run(tmp_path, "out", size=3, steps=2)
+    assert not marker.exists()

@@ -216,7 +216,7 @@ class Trainer:
             "batches_done_in_epoch": self.batches_done_in_epoch,
             "rng": {
                 "python": random.getstate(),
-                "numpy": np.random.get_state(),
+                "numpy": _numpy_state_as_tensors(),
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             },
@@ -233,7 +233,7 @@ class Trainer:
         path = os.path.join(self.checkpoint_dir, STATE_FILE)
         if not os.path.exists(path):
             return False
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = _load_resume_state(path)
         check_resumable(state.get("args", {}), self.args, state["step"], path)
         check_recipe(state.get("recipe"), self.recipe, path)
         self.model.load_state_dict(state["model"])
@@ -244,7 +244,7 @@ class Trainer:
         self.step, self.epoch = state["step"], state["epoch"]
         self.batches_done_in_epoch = state["batches_done_in_epoch"]
         random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
+        _restore_numpy_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"].get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
@@ -356,6 +356,41 @@ class Trainer:
         if self.world_size > 1:
             dist.barrier()
         return self.history
+
+
+def _numpy_state_as_tensors() -> dict:
+    """NumPy's global RNG state as tensors and numbers: what ``torch.load(weights_only=True)`` can read back."""
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "name": name,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "position": int(position),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
+
+
+def _restore_numpy_state(state: dict) -> None:
+    keys = state["keys"].numpy().astype(np.uint32)
+    np.random.set_state((state["name"], keys, state["position"], state["has_gauss"], state["cached_gaussian"]))
+
+
+def _load_resume_state(path: str) -> dict:
+    """The resume state, read without running pickled code: a planted ``trainer_state.pt`` that asks for more than
+    tensors, numbers and strings is refused in one line instead of executed."""
+    from pyterrier_tite.models.checkpoint import CheckpointError
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # UnpicklingError for refused globals, RuntimeError / EOFError for damaged files
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"{path}: not a resume state this version wrote ({reason[:200]}); delete the checkpoint folder "
+            "to train from the start"
+        ) from None
+    if not isinstance(state, dict) or not {"step", "model", "rng"} <= set(state):
+        raise CheckpointError(f"{path}: not a resume state (missing step, model or rng)")
+    return state
 
 
 def check_resumable(saved: dict, args: TrainingArguments, step: int, path: str) -> None:
