@@ -40,6 +40,18 @@ setup(
     description="Efficient neural IR models (TITE, sparse cross-encoders, CELI, Aggretriever, SPLADE) for PyTerrier",
     long_description=_read("README.md"),
     long_description_content_type="text/markdown",
+    # Apache-2.0 sits with the stack: transformers, pyterrier-pisa (Apache-2.0), pyterrier-dr (MIT), PyTerrier (MPL-2.0),
+    # torch (BSD). Released checkpoints keep their own licences (their model cards say which).
+    license="Apache-2.0",
+    license_files=["LICENSE"],
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Information Analysis",
+        "Topic :: Text Processing :: Indexing",
+        "Intended Audience :: Science/Research",
+    ],
     packages=find_packages(include=["pyterrier_tite", "pyterrier_tite.*"]),
     # PyTerrier's documentation lists an extension from the pt_docs/ folder of the installed package
     package_data={"pyterrier_tite": ["pt_docs/*.rst"]},
