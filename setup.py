@@ -40,7 +40,7 @@ setup(
     description="Efficient neural IR models (TITE, sparse cross-encoders, CELI, Aggretriever, SPLADE) for PyTerrier",
     long_description=_read("README.md"),
     long_description_content_type="text/markdown",
-    # Apache-2.0 sits with the stack: transformers, pyterrier-pisa (Apache-2.0), pyterrier-dr (MIT), PyTerrier (MPL-2.0),
+    # Apache-2.0 fits the stack: transformers, pyterrier-pisa (Apache-2.0), pyterrier-dr (MIT), PyTerrier (MPL-2.0),
     # torch (BSD). Released checkpoints keep their own licences (their model cards say which).
     license="Apache-2.0",
     license_files=["LICENSE"],
