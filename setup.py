@@ -42,10 +42,9 @@ setup(
     long_description_content_type="text/markdown",
     # Apache-2.0 fits the stack: transformers, pyterrier-pisa (Apache-2.0), pyterrier-dr (MIT), PyTerrier (MPL-2.0),
     # torch (BSD). Released checkpoints keep their own licences (their model cards say which).
-    license="Apache-2.0",
+    license="Apache-2.0",  # an SPDX expression (PEP 639), which supersedes the "License ::" classifier
     license_files=["LICENSE"],
     classifiers=[
-        "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",
         "Operating System :: POSIX :: Linux",
         "Topic :: Scientific/Engineering :: Information Analysis",
