@@ -52,8 +52,50 @@ def linear_gelu(dense: nn.Module, act: Callable[[torch.Tensor], torch.Tensor] | 
         and not torch.is_autocast_enabled("cpu")
         and _fused_linear_gelu_works()
     ):
-        return torch.ops.mkldnn._linear_pointwise(x, dense.weight, dense.bias, "gelu", [], "none")
+        return _fused_linear_gelu_bounded(x, dense.weight, dense.bias)
     return act(dense(x))
+
+
+#: rows per call of the fused kernel; longer inputs run in chunks of this many rows (a row's result does not depend
+#: on the other rows, so chunking changes no number)
+FUSED_CHUNK_ROWS = 1024
+#: a remainder of R rows is padded up to a multiple of 2^(floor(log2 R) - 3): at most 12.5% more rows
+_BUCKETS_PER_OCTAVE_LOG2 = 3
+
+
+def fused_row_bucket(rows: int) -> int:
+    """The row count the fused kernel is called with for ``rows`` (< :data:`FUSED_CHUNK_ROWS`) rows: one of a few
+    dozen sizes, whatever the input lengths."""
+    step = max(16, 1 << max(0, rows.bit_length() - 1 - _BUCKETS_PER_OCTAVE_LOG2))
+    return -(-rows // step) * step
+
+
+def _onednn_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], "none")
+
+
+def _fused_linear_gelu_bounded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """oneDNN's linear + GELU on a bounded set of row counts.
+
+    oneDNN creates (and caches, up to 1,024 entries) a primitive with its own buffers for every new input shape; called
+    with each batch's token count, a long re-ranking run makes hundreds of them and its memory grows with the number
+    of pairs. Whole chunks of :data:`FUSED_CHUNK_ROWS` rows plus one remainder padded to :func:`fused_row_bucket` keep
+    the shapes, and so the memory, fixed."""
+    leading, features = x.shape[:-1], x.shape[-1]
+    rows = x.reshape(-1, features)
+    n = rows.shape[0]
+    whole = n - n % FUSED_CHUNK_ROWS
+    parts = [
+        _onednn_linear_gelu(rows[s : s + FUSED_CHUNK_ROWS], weight, bias) for s in range(0, whole, FUSED_CHUNK_ROWS)
+    ]
+    if n > whole:
+        rest = rows[whole:]
+        padded = fused_row_bucket(n - whole)
+        if padded > n - whole:
+            rest = torch.cat([rest, rest.new_zeros(padded - (n - whole), features)])
+        parts.append(_onednn_linear_gelu(rest, weight, bias)[: n - whole])
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return out.reshape(*leading, out.shape[-1])
 
 
 _FUSED_GELU: bool | None = None
