@@ -1,5 +1,5 @@
-"""One loader per family (``models/<family>/load.py``): a folder or hub id is resolved and its ``config.json`` read once,
-and what it returns (module, tokenizer, settings) is passed down, so one ``SparseCE.from_pretrained`` opens
+"""One loader per family (``models/<family>/load.py``): a folder or hub id is resolved and its ``config.json`` read
+once, and what it returns (module, tokenizer, settings) is passed down, so one ``SparseCE.from_pretrained`` opens
 ``config.json`` at most 3 times (transformers' ``AutoTokenizer`` reads it once itself). Hub ids come from the offline
 fixtures (``../shared/hub``, set up by ``conftest.py``)."""
 
