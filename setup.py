@@ -7,6 +7,7 @@ Install with ``pip install --no-build-isolation -e .``: an isolated build env wo
 
 import glob
 import os
+import runpy
 
 from setuptools import find_packages, setup
 
@@ -27,6 +28,12 @@ def _extension():
     return cpp_extension.CppExtension(
         "pyterrier_tite._C", cpp_sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"]
     )
+
+
+def _artifact_entry_points() -> list[str]:
+    """``model.<format>`` of every model family, from the one list (``pyterrier_tite/families.py``, run alone: the
+    package is not importable before it is built)."""
+    return runpy.run_path(os.path.join(HERE, "pyterrier_tite", "families.py"))["ARTIFACT_ENTRY_POINTS"]
 
 
 def _read(name: str) -> str:
@@ -85,10 +92,7 @@ setup(
         "console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"],
         # pt.Artifact.load(folder) / from_url / from_hf on a saved model or its package return its transformer, itself
         # a pt.Artifact (pt/model_artifact.py: to_hf, build_package); pt_meta.json: type "model", format ...
-        "pyterrier.artifact": [
-            f"model.{kind} = pyterrier_tite.pt.artifacts:load"
-            for kind in ("cross-encoder", "tite", "bert-biencoder", "splade", "aggretriever")
-        ],
+        "pyterrier.artifact": _artifact_entry_points(),
     },
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},

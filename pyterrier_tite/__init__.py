@@ -7,6 +7,7 @@ Public API only. torch is imported first because the compiled extension links ag
 import torch  # noqa: F401  (must precede the compiled extension)
 
 from pyterrier_tite import ops
+from pyterrier_tite.families import PUBLIC
 
 __version__ = "0.1.0"
 
@@ -14,10 +15,8 @@ __all__ = ["__version__", "ops"]
 
 # PyTerrier, ir_datasets and pyterrier_dr take seconds to import and the kernels / models need none of them
 # (a GPU box may have torch alone): everything PyTerrier-facing is loaded on first use.
-_LAZY = {"BertBiEncoder": "pyterrier_tite.pt.bert_biencoder", "TITE": "pyterrier_tite.pt.tite"}
-_LAZY.update(Splade="pyterrier_tite.pt.splade", Aggretriever="pyterrier_tite.pt.aggretriever")
+_LAZY = dict(PUBLIC)  # the transformer of every model family (families.py)
 _LAZY.update(load="pyterrier_tite.pt.artifacts")  # any model name (shipped, folder, hub id) -> its transformer
-_LAZY.update({name: "pyterrier_tite.pt.rerankers" for name in ("SparseCE", "MonoCE", "CELI")})  # cross-encoders
 _LAZY.update({name: "pyterrier_tite.pt.first_stage" for name in ("bm25", "pisa_index", "trec_dl_bm25")})
 _LAZY_MODULES = ("datasets",)
 __all__ += [*_LAZY, *_LAZY_MODULES]

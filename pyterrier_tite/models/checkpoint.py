@@ -12,6 +12,8 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,16 +43,62 @@ def quiet_transformers() -> Iterator[None]:
         logging.set_verbosity(verbosity)
 
 
-def local_checkpoint(path_or_id: str | os.PathLike) -> str:
+def local_checkpoint(path_or_id: str | os.PathLike | Checkpoint) -> str:
     """The local folder of a checkpoint: a folder as given, or a hub id (``org/name``) resolved through the Hugging
     Face cache (downloaded when online; ``HF_HUB_OFFLINE=1`` uses the cache only).
 
     A path that does not exist and cannot be a hub id raises ``FileNotFoundError`` at once (no hub retries); a
     ``config.json`` or ``pt_meta.json`` that is not a JSON object raises ``ValueError`` naming the file, whichever
-    loader reads it (transformers would raise an ``OSError``, some layouts would ignore the file)."""
+    loader reads it (transformers would raise an ``OSError``, some layouts would ignore the file). A loader that needs
+    those files too calls :func:`open_checkpoint` instead, which reads each once."""
+    if isinstance(path_or_id, Checkpoint):
+        return path_or_id.folder
+    folder = _resolve(os.fspath(path_or_id))
+    return _readable(folder)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint resolved and read once: the name as given (hub id or path), its local folder, its ``config.json``
+    and ``pt_meta.json`` (``{}`` when absent). The family loaders (``models/<family>/load.py``) take one and pass its
+    values down, so no layer below opens the files again."""
+
+    name: str
+    folder: str
+    config: dict = field(repr=False)
+    meta: dict = field(repr=False)
+
+
+def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint) -> Checkpoint:
+    """:class:`Checkpoint` of a folder or hub id (as :func:`local_checkpoint`; a ``Checkpoint`` is returned as is):
+    each JSON settings file is read once, a malformed one raises ``ValueError`` naming it."""
+    if isinstance(path_or_id, Checkpoint):
+        return path_or_id
     name = os.fspath(path_or_id)
+    folder = _resolve(name)
+    config_file, meta_file = os.path.join(folder, "config.json"), os.path.join(folder, PT_META)
+    config = read_json(config_file) if os.path.isfile(config_file) else {}
+    meta = read_json(meta_file) if os.path.isfile(meta_file) else {}
+    return Checkpoint(name, folder, config, meta)
+
+
+@dataclass
+class Loaded:
+    """What a family loader returns (``models/<family>/load.py``): the module, its tokenizer and the settings the
+    checkpoint stores for the transformer (lengths, markers, pooling, ...; keyword overrides already applied), plus the
+    resolved folder the weights came from (``source``; None when some weights start fresh, so the model equals only
+    itself)."""
+
+    module: Any
+    tokenizer: Any
+    settings: dict
+    source: str | None = None
+
+
+def _resolve(name: str) -> str:
+    """A folder as given, or the hub cache snapshot of a hub id (see :func:`local_checkpoint`)."""
     if os.path.isdir(name):
-        return _readable(name)
+        return name
     if os.path.exists(name):
         raise NotADirectoryError(f"{name} is a file; expected a checkpoint folder or a hub id (org/name)")
     if not _HUB_ID.match(name) or name.startswith((".", "/", "~")):
@@ -59,7 +107,7 @@ def local_checkpoint(path_or_id: str | os.PathLike) -> str:
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
-        return _readable(snapshot_download(name, allow_patterns=CHECKPOINT_PATTERNS))
+        return snapshot_download(name, allow_patterns=CHECKPOINT_PATTERNS)
     except LocalEntryNotFoundError as exc:
         raise FileNotFoundError(
             f"{name!r} is neither a local folder nor in the Hugging Face cache, and the hub cannot be reached "
@@ -87,8 +135,13 @@ def load_tokenizer(path_or_id: str | os.PathLike):
         return load_folder_tokenizer(folder)
 
 
-def read_config(folder: str | os.PathLike) -> dict:
-    """The checkpoint's ``config.json`` as a dict (``FileNotFoundError`` names the folder when there is none)."""
+def read_config(folder: str | os.PathLike | Checkpoint) -> dict:
+    """The checkpoint's ``config.json`` as a dict (``FileNotFoundError`` names the folder when there is none); a
+    :class:`Checkpoint`'s, read when it was opened."""
+    if isinstance(folder, Checkpoint):
+        if not folder.config:
+            raise FileNotFoundError(f"{folder.folder} has no config.json: not a model checkpoint folder")
+        return folder.config
     file = os.path.join(os.fspath(folder), "config.json")
     if not os.path.isfile(file):
         raise FileNotFoundError(f"{folder} has no config.json: not a model checkpoint folder")

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Iterable
 
+from pyterrier_tite.families import BY_FORMAT, RERANKERS, kind_of
 from pyterrier_tite.models.meta_files import PT_META, read_meta
 
 CARD_FILE = "README.md"
@@ -35,30 +36,31 @@ KNOWN_LICENSES = {
 #: shipped start points (:mod:`pyterrier_tite.start_points`) -> the hub model they package
 SHIPPED_HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
 
-#: format (cross-encoders: reranker class) -> family tag, class, what it is, pipeline tag
-FAMILIES = {
-    "tite": (
+#: transformer class of each family (``families.py``; cross-encoders: the reranker class) -> family tag, class, what
+#: it is, pipeline tag
+CARDS = {
+    "TITE": (
         "tite",
         "TITE",
         "a bi-encoder whose transformer pools tokens inside its layers, so each text becomes one "
         "vector early and cheaply; scored by dot product",
         "feature-extraction",
     ),
-    "bert-biencoder": (
+    "BertBiEncoder": (
         "bert-biencoder",
         "BertBiEncoder",
         "a dense bi-encoder over a BERT-like encoder ([CLS] or mean "
         "pooling), one vector per text, scored by dot product",
         "feature-extraction",
     ),
-    "aggretriever": (
+    "Aggretriever": (
         "aggretriever",
         "Aggretriever",
         "a bi-encoder whose one vector per text joins a projected [CLS] "
         "vector and aggregated MLM term weights, scored by dot product",
         "feature-extraction",
     ),
-    "splade": (
+    "Splade": (
         "splade",
         "Splade",
         "sparse term weights over the vocabulary (SPLADE), indexed with PISA and scored by their dot product",
@@ -97,12 +99,14 @@ USAGE = {
 
 def family(meta: dict) -> tuple[str, str, str, str]:
     """(family tag, class name, description, pipeline tag) of a model's ``pt_meta.json``."""
-    rerankers = ("SparseCE", "MonoCE", "CELI")
     fmt = meta.get("format")
-    key = meta.get("reranker", "MonoCE") if fmt == "cross-encoder" else fmt
-    if not isinstance(key, str) or key not in FAMILIES or (fmt != "cross-encoder") == (key in rerankers):
-        raise ValueError(f"no model card for format {meta.get('format')!r}")
-    return FAMILIES[key]
+    if not isinstance(fmt, str) or fmt not in BY_FORMAT:
+        raise ValueError(f"no model card for format {fmt!r}")
+    public = BY_FORMAT[fmt].public
+    key = meta.get("reranker", "MonoCE") if public == RERANKERS else public[0]
+    if key not in public:
+        raise ValueError(f"no model card for format {fmt!r} with reranker {key!r}")
+    return CARDS[key]
 
 
 # ------------------------------------------------------------------------------------------------- where from
@@ -212,7 +216,7 @@ def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, p
         links = ", ".join(f"[{b}](https://huggingface.co/{b})" for b in (bases if isinstance(bases, list) else [bases]))
         lines.append(f"Started from {links}.")
     lines += ["", "## Usage", "", "```python", "import pyterrier as pt"]
-    kind = "rerank" if fmt == "cross-encoder" else "splade" if fmt == "splade" else "dense"
+    kind = kind_of(fmt)
     if kind == "dense":
         lines.append("import pyterrier_dr")
     lines.append("import pyterrier_tite as t  # pip install pyterrier-tite")

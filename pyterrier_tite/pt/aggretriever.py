@@ -10,27 +10,30 @@ import os
 
 import torch
 
+from pyterrier_tite.models.aggretriever.load import load
 from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder, AggretrieverTextEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
-from pyterrier_tite.models.checkpoint import write_pt_meta
+from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
+from pyterrier_tite.pt.model_artifact import is_model_name
 
 
 class Aggretriever(DenseBiEncoder):
     """Dense retrieval with Aggretriever vectors (aggregated MLM term weights + projected [CLS]) over any MLM
-    checkpoint; ``encoder`` is the torch module.
+    checkpoint; ``encoder`` is the torch module: given here with its ``tokenizer``, or a folder / hub id
+    (``Aggretriever(name, **kw)`` is ``from_pretrained(name, **kw)``).
 
     Example::
 
-        agg = t.Aggretriever.from_pretrained('castorini/aggretriever-cocondenser')   # pyserini / dhr layouts too
+        agg = t.Aggretriever('castorini/aggretriever-cocondenser')   # pyserini / dhr layouts too
         agg >> pyterrier_dr.FlexIndex('vaswani.agg')                                 # index, then retrieve with
         agg.query_encoder() >> pyterrier_dr.FlexIndex('vaswani.agg').np_retriever()
     """
 
     def __init__(
         self,
-        encoder: AggretrieverEncoder,
-        tokenizer,
+        encoder: AggretrieverEncoder | str | os.PathLike,
+        tokenizer=None,
         batch_size: int = 16,
         query_max_length: int = 64,
         doc_max_length: int = 256,
@@ -39,6 +42,10 @@ class Aggretriever(DenseBiEncoder):
         verbose: bool = False,
         dtype: torch.dtype | str | None = None,
     ):
+        if is_model_name(encoder):
+            return  # built by from_pretrained (LoadsByName)
+        if tokenizer is None:
+            raise ValueError("pass tokenizer= when the encoder is given as a module")
         inputs = BiEncoderInputs(tokenizer, query_max_length, doc_max_length)
         text_encoder = AggretrieverTextEncoder(encoder, inputs)
         common = dict(batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype)
@@ -55,7 +62,7 @@ class Aggretriever(DenseBiEncoder):
     @classmethod
     def from_pretrained(
         cls,
-        path: str,
+        path: str | os.PathLike | Checkpoint,
         agg_dim: int | None = None,
         cls_dim: int | None = None,
         new_heads: bool = False,
@@ -66,18 +73,11 @@ class Aggretriever(DenseBiEncoder):
         """An Aggretriever checkpoint (folder or hub id, in our, pyserini's or dhr's layout) with its tokenizer, loaded
         exactly; text lengths come from the checkpoint (pyserini: 32 / 512) unless given. A plain MLM needs
         ``new_heads=True`` (fresh heads, with a warning)."""
-        from pyterrier_tite.models.aggretriever.modeling import load_aggretriever
-        from pyterrier_tite.models.checkpoint import load_tokenizer
-
-        loaded = load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads)
-        lengths = {
-            "query_max_length": query_max_length or loaded.query_max_length,
-            "doc_max_length": doc_max_length or loaded.doc_max_length,
-        }
-        kwargs.update({k: v for k, v in lengths.items() if v is not None})
-        model = cls(loaded.encoder, load_tokenizer(loaded.folder), **kwargs)
-        fresh_heads = loaded.layout == "mlm"  # random: equal only to itself
-        model._loaded_from(path, None if fresh_heads else os.path.realpath(loaded.folder))
+        loaded = load(path, agg_dim, cls_dim, new_heads)  # the family loader: models/aggretriever/load.py
+        lengths = {"query_max_length": query_max_length, "doc_max_length": doc_max_length}
+        kwargs.update({**loaded.settings, **{k: v for k, v in lengths.items() if v}})
+        model = cls(loaded.module, loaded.tokenizer, **kwargs)
+        model._loaded_from(path, loaded.source)  # source None: fresh heads, equal only to itself
         return model
 
     ARTIFACT_FORMAT = "aggretriever"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)

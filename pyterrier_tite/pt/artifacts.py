@@ -11,28 +11,26 @@ import os
 
 import pyterrier as pt
 
-from pyterrier_tite.models.checkpoint import local_checkpoint, read_config, read_json, read_meta
+from pyterrier_tite.families import BY_FORMAT
+from pyterrier_tite.models.checkpoint import Checkpoint, open_checkpoint
 from pyterrier_tite.start_points import resolve
 
-#: ``format`` of ``pt_meta.json`` -> (module, class) of the transformer that loads it
-FORMATS = {
-    "cross-encoder": ("pyterrier_tite.pt.rerankers", "CrossEncoderReranker"),
-    "tite": ("pyterrier_tite.pt.tite", "TITE"),
-    "bert-biencoder": ("pyterrier_tite.pt.bert_biencoder", "BertBiEncoder"),
-    "splade": ("pyterrier_tite.pt.splade", "Splade"),
-    "aggretriever": ("pyterrier_tite.pt.aggretriever", "Aggretriever"),
-}
+#: ``format`` of ``pt_meta.json`` -> (module, class) of the transformer that loads it (the family list, families.py)
+FORMATS = {fmt: (family.module, family.loader) for fmt, family in BY_FORMAT.items()}
 
 
-def model_format(folder: str) -> str:
-    """The kind of model a checkpoint folder holds (a key of :data:`FORMATS`), with a clear error when unknown."""
-    meta_file = os.path.join(folder, "pt_meta.json")
-    if os.path.isfile(meta_file):
-        meta = read_json(meta_file)
+def model_format(folder: str | os.PathLike | Checkpoint) -> str:
+    """The kind of model a checkpoint (folder or opened :class:`Checkpoint`) holds (a key of :data:`FORMATS`), with a
+    clear error when unknown."""
+    checkpoint = open_checkpoint(folder)
+    folder, meta, config = checkpoint.folder, checkpoint.meta, checkpoint.config
+    if meta:
         if meta.get("format") in FORMATS:
             return meta["format"]
+        meta_file = os.path.join(folder, "pt_meta.json")
         raise ValueError(f"{meta_file}: format {meta.get('format')!r} is not a model of pyterrier-tite")
-    config = read_config(folder)
+    if not config:
+        raise FileNotFoundError(f"{folder} has no config.json: not a model checkpoint folder")
     model_type = config.get("model_type")
     architectures = " ".join(config.get("architectures") or [])
     if model_type == "tite" or config.get("backbone_model_type") == "tite":
@@ -66,10 +64,10 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     from pathlib import Path
 
     name = resolve(os.fspath(name))
-    folder = local_checkpoint(name)
-    module, cls = FORMATS[model_format(folder)]
-    model = getattr(importlib.import_module(module), cls).from_pretrained(name, **kwargs)
+    checkpoint = open_checkpoint(name)  # read once; the transformer's from_pretrained gets it, not the name
+    module, cls = FORMATS[model_format(checkpoint)]
+    model = getattr(importlib.import_module(module), cls).from_pretrained(checkpoint, **kwargs)
     if os.path.isdir(name):  # the artifact's folder (build_package writes beside it); hub ids keep NO_PATH
         model.path = Path(name)
-    model.card = read_meta(folder).get("card")  # what its card says travels with it (saves, packages)
+    model.card = checkpoint.meta.get("card")  # what its card says travels with it (saves, packages)
     return model

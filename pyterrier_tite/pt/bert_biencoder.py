@@ -9,31 +9,32 @@ from typing import Literal
 
 import torch
 
+from pyterrier_tite.models.bert_biencoder.load import SETTINGS, load
 from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
-from pyterrier_tite.models.checkpoint import load_tokenizer, local_checkpoint, read_meta
+from pyterrier_tite.models.checkpoint import Checkpoint
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
+from pyterrier_tite.pt.model_artifact import is_model_name
 
-__all__ = ["BertBiEncoder", "DenseBiEncoder"]
-#: settings of ``pt_meta.json`` that ``from_pretrained`` reads back as keyword arguments
-SETTINGS = ("query_max_length", "doc_max_length", "query_marker", "doc_marker")
+__all__ = ["SETTINGS", "BertBiEncoder", "DenseBiEncoder"]
 
 
 class BertBiEncoder(DenseBiEncoder):
     """Queries cut to ``query_max_length`` and documents to ``doc_max_length`` tokens; ``query_marker`` /
     ``doc_marker`` (e.g. ``[QUE]`` / ``[DOC]``) are prepended as single tokens after [CLS] (new tokens start from
-    their name's word pieces).
+    their name's word pieces). ``model``: a folder or hub id (``BertBiEncoder(name, **kw)`` is
+    ``from_pretrained(name, **kw)``) or an encoder module with its ``tokenizer``.
 
     Example::
 
-        minilm = t.BertBiEncoder.from_pretrained(resolve('minilm'))   # mean pooling + cosine, from modules.json
+        minilm = t.BertBiEncoder(resolve('minilm'))   # mean pooling + cosine, from modules.json
         pipeline = t.bm25('vaswani') % 50 >> t.datasets.get_dataset('vaswani').text_loader() >> minilm.scorer()
     """
 
     def __init__(
         self,
-        model: torch.nn.Module,
-        tokenizer,
+        model: torch.nn.Module | str | os.PathLike,
+        tokenizer=None,
         pooling: Literal["cls", "mean"] = "cls",
         normalize: bool = False,
         *,
@@ -43,6 +44,10 @@ class BertBiEncoder(DenseBiEncoder):
         doc_marker: str | None = None,
         **kwargs,
     ):
+        if is_model_name(model):
+            return  # built by from_pretrained (LoadsByName)
+        if tokenizer is None:
+            raise ValueError("pass tokenizer= when the model is given as a module")
         if pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
         inputs = BiEncoderInputs(tokenizer, query_max_length, doc_max_length, query_marker, doc_marker)
@@ -61,7 +66,11 @@ class BertBiEncoder(DenseBiEncoder):
 
     @classmethod
     def from_pretrained(
-        cls, path: str, pooling: Literal["cls", "mean"] | None = None, normalize: bool | None = None, **kwargs
+        cls,
+        path: str | os.PathLike | Checkpoint,
+        pooling: Literal["cls", "mean"] | None = None,
+        normalize: bool | None = None,
+        **kwargs,
     ) -> BertBiEncoder:
         """A folder saved by ``save_pretrained`` (settings from ``pt_meta.json``), a sentence-transformers folder
         (pooling and normalisation from its ``modules.json``, e.g. all-MiniLM-L6-v2: mean + L2 = cosine), or any
@@ -69,16 +78,9 @@ class BertBiEncoder(DenseBiEncoder):
 
         Loading is exact: a tensor the encoder lacks or an unused one raises ``CheckpointError``, except the
         checkpoint's pooler and MLM head, which a bi-encoder that pools itself legitimately drops."""
-        from pyterrier_tite.models.backbone import encoder_from_pretrained, sentence_transformers_settings
-
-        folder = local_checkpoint(path)
-        meta = {**sentence_transformers_settings(folder), **read_meta(folder)}
-        settings = {k: meta[k] for k in SETTINGS if k in meta}
-        pooling = pooling or meta.get("pooling", "cls")
-        normalize = meta.get("normalize", False) if normalize is None else normalize
-        model = encoder_from_pretrained(folder)
-        encoder = cls(model, load_tokenizer(folder), pooling, normalize, **{**settings, **kwargs})
-        encoder._loaded_from(path, os.path.realpath(folder))
+        loaded = load(path, pooling, normalize)  # the family loader: models/bert_biencoder/load.py
+        encoder = cls(loaded.module, loaded.tokenizer, **{**loaded.settings, **kwargs})
+        encoder._loaded_from(path, loaded.source)
         return encoder
 
     ARTIFACT_FORMAT = "bert-biencoder"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)

@@ -31,7 +31,7 @@ from more_itertools import chunked, peekable
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.checkpoint import save_model_folder
-from pyterrier_tite.pt.model_artifact import ModelArtifact
+from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, refuse_non_finite, text_column
 
@@ -147,7 +147,7 @@ class _IndexesAtomically:
         return super().__rshift__(right)
 
 
-class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
+class DenseBiEncoder(LoadsByName, _IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
     """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
 
     ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
@@ -171,8 +171,10 @@ class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder,
         self.text_encoder = text_encoder.to(self.device).eval()
         self.source: object = None
 
-    def _loaded_from(self, name: str | os.PathLike, source: object) -> None:
-        """Remember what the model was loaded from: ``name`` as given (repr), ``source`` resolved (equality)."""
+    def _loaded_from(self, name, source: object) -> None:
+        """Remember what the model was loaded from: ``name`` as given (repr; a checkpoint opened by ``t.load``: the
+        name it was opened by), ``source`` resolved (equality)."""
+        name = getattr(name, "name", name)  # a Checkpoint
         self.model_name = os.fspath(name) if isinstance(name, os.PathLike) else name
         self.source = source
 

@@ -31,7 +31,25 @@ from typing import Any
 
 import pyterrier_alpha as pta
 
+from pyterrier_tite.models.checkpoint import Checkpoint
 from pyterrier_tite.models.model_card import CARD_FILE, is_ours, origin_info, render_card, update_card
+
+
+def is_model_name(model: Any) -> bool:
+    """A model given by name: a folder, a hub id or an opened :class:`Checkpoint` (not a module)."""
+    return isinstance(model, (str, os.PathLike, Checkpoint))
+
+
+class LoadsByName:
+    """``Cls('<hub id or folder>', **kwargs)`` is ``Cls.from_pretrained('<hub id or folder>', **kwargs)`` (the family
+    loader reads the checkpoint once), so every model transformer takes a name, as ``SparseCE`` does; a module (with
+    its tokenizer) still goes to the constructor. A first base, before ``pt.Transformer``: the class's ``__init__``
+    returns at once when it is called with a name, since ``from_pretrained`` built the object."""
+
+    def __new__(cls, *args, **kwargs):
+        if args and is_model_name(args[0]):
+            return cls.from_pretrained(*args, **kwargs)
+        return super().__new__(cls, *args, **kwargs)
 
 
 class ModelArtifact(pta.Artifact):

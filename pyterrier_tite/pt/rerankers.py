@@ -28,25 +28,12 @@ import pyterrier_alpha as pta
 import torch
 
 from pyterrier_tite.devices import default_device, resolve_precision
-from pyterrier_tite.models.checkpoint import local_checkpoint, one_fresh_warning, read_meta
-from pyterrier_tite.models.cross_encoder.convert import (
-    KEEP,
-    is_sparse_model,
-    load_scorer,
-    save_scorer,
-    sequence_classifier,
-    sparse_backbone,
-    stored_lengths,
-)
+from pyterrier_tite.models.checkpoint import Checkpoint, open_checkpoint
+from pyterrier_tite.models.cross_encoder.convert import KEEP, is_sparse_model, save_scorer
+from pyterrier_tite.models.cross_encoder.load import Sparse, from_module, load
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
-from pyterrier_tite.models.cross_encoder.tokenization import (
-    QUERY_MAX_LENGTH,
-    CrossEncoderInputs,
-    fill_special_ids,
-    folder_tokenizer,
-    special_ids,
-)
+from pyterrier_tite.models.cross_encoder.tokenization import QUERY_MAX_LENGTH, CrossEncoderInputs
 from pyterrier_tite.models.sparse_ce.modeling import FLAGS, SparseCrossEncoder
 from pyterrier_tite.pt.model_artifact import ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
@@ -176,48 +163,35 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         self._write_card(path)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **kwargs) -> CrossEncoderReranker:
+    def from_pretrained(cls, path: str | os.PathLike | Checkpoint, **kwargs) -> CrossEncoderReranker:
         """A folder or hub id: saved by ``save_pretrained`` (any of the three classes, read from ``pt_meta.json``),
         a reference sparse cross-encoder checkpoint (a SparseCE, also from this base class) or a plain BERT /
-        ELECTRA (cross-)encoder (as this class; MonoCE from the base class)."""
-        folder = local_checkpoint(path)
-        target = {c.__name__: c for c in (SparseCE, MonoCE, CELI)}.get(read_meta(folder).get("reranker"), cls)
+        ELECTRA (cross-)encoder (as this class; MonoCE from the base class). Same as the class called with the name."""
+        checkpoint = open_checkpoint(path)
+        target = {c.__name__: c for c in (SparseCE, MonoCE, CELI)}.get(checkpoint.meta.get("reranker"), cls)
         if target is CrossEncoderReranker:
-            target = SparseCE if is_sparse_model(folder) else MonoCE
-        return target(folder, **kwargs)
+            target = SparseCE if is_sparse_model(checkpoint) else MonoCE
+        return target(checkpoint, **kwargs)
 
-    def _setup(self, model, backbone_fn, head, token_dim, tokenizer, query_max_length, doc_max_length, **common):
-        """Shared construction of the three classes: hub id -> folder, tokenizer, scorer (fresh parts reported in
-        one warning; a scorer with fresh weights is equal only to itself), special ids, lengths (stored in the
-        checkpoint unless given)."""
-        model = _local(model)
-        if tokenizer is None and not isinstance(model, str):
+    def _setup(self, model, sparse, head, token_dim, tokenizer, query_max_length, doc_max_length, **common):
+        """Shared construction of the three classes: a name goes through the family loader
+        (:func:`pyterrier_tite.models.cross_encoder.load.load`: checkpoint read once, fresh parts reported in one
+        warning, a scorer with fresh weights equal only to itself), a module through ``from_module``; lengths are the
+        checkpoint's unless given."""
+        if isinstance(model, (str, os.PathLike, Checkpoint)):
+            loaded = load(model, sparse, head, token_dim, tokenizer)
+        elif tokenizer is None:
             raise ValueError("pass tokenizer= when the model is given as a module")
-        given = tokenizer
-        tokenizer = folder_tokenizer(model) if tokenizer is None else tokenizer
-        with one_fresh_warning(model if isinstance(model, str) else type(model).__name__) as fresh:
-            scorer = load_scorer(model, backbone_fn(tokenizer), head, token_dim)
-        if fresh:
-            scorer.source = None
-        if not scorer.is_sparse:
-            fill_special_ids(scorer.config, tokenizer)
-        lengths = stored_lengths(model)
-        query_max_length = lengths["query_max_length"] if query_max_length is None else query_max_length
-        doc_max_length = lengths["doc_max_length"] if doc_max_length is None else doc_max_length
+        else:
+            loaded = from_module(model, tokenizer, sparse, head, token_dim)
+        stored = loaded.settings
+        query_max_length = stored["query_max_length"] if query_max_length is None else query_max_length
+        doc_max_length = stored["doc_max_length"] if doc_max_length is None else doc_max_length
         CrossEncoderReranker.__init__(
-            self, scorer, tokenizer, query_max_length=query_max_length, doc_max_length=doc_max_length, **common
-        )
-        self._tokenizer_key = None if given is None else id(given)
-
-
-def _local(model):
-    """Folders and hub ids as a local folder path (str); modules unchanged."""
-    return local_checkpoint(model) if isinstance(model, (str, os.PathLike)) else model
-
-
-def _sparse(w, symmetric, flags):
-    """The backbone function of a sparse reranker: special ids the checkpoint lacks come from its tokenizer."""
-    return lambda tok: lambda m: sparse_backbone(m, w, symmetric, special_ids(tok), **flags)
+            self, loaded.module, loaded.tokenizer, query_max_length=query_max_length, doc_max_length=doc_max_length,
+            **common,
+        )  # fmt: skip
+        self._tokenizer_key = None if tokenizer is None else id(tokenizer)
 
 
 # ------------------------------------------------------------------------------------------------ the three classes
@@ -266,7 +240,7 @@ class SparseCE(CrossEncoderReranker):
         **flags: bool,
     ):
         self._setup(
-            model, _sparse(w, symmetric, flags), head, token_dim, tokenizer, query_max_length, doc_max_length,
+            model, Sparse(w, symmetric, flags), head, token_dim, tokenizer, query_max_length, doc_max_length,
             batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
             cuda_graphs=cuda_graphs,
         )  # fmt: skip
@@ -302,7 +276,7 @@ class MonoCE(CrossEncoderReranker):
         if isinstance(model, SparseCrossEncoder) or (isinstance(model, CrossEncoderScorer) and model.is_sparse):
             raise ValueError("MonoCE needs a standard BERT / ELECTRA backbone; use SparseCE for a sparse cross-encoder")
         self._setup(
-            model, lambda tok: sequence_classifier, head, token_dim, tokenizer, query_max_length, doc_max_length,
+            model, None, head, token_dim, tokenizer, query_max_length, doc_max_length,
             batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
         )  # fmt: skip
 
@@ -336,10 +310,11 @@ class CELI(CrossEncoderReranker):
         cuda_graphs: bool = True,
         **flags: bool,
     ):
-        model = _local(model)
+        if isinstance(model, (str, os.PathLike)):
+            model = open_checkpoint(model)
         if sparse is None:
             sparse = is_sparse_model(model) or w != KEEP or symmetric is not None or bool(flags)
-        backbone = _sparse(w, symmetric, flags) if sparse else (lambda tok: sequence_classifier)
+        backbone = Sparse(w, symmetric, flags) if sparse else None
         self._setup(
             model, backbone, "celi", token_dim, tokenizer, query_max_length, doc_max_length,
             batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,

@@ -25,11 +25,12 @@ import torch
 from more_itertools import chunked
 
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
-from pyterrier_tite.models.checkpoint import load_tokenizer, local_checkpoint, read_json, write_pt_meta
+from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
+from pyterrier_tite.models.splade.load import load
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
 from pyterrier_tite.pt.index_build import build_pisa
-from pyterrier_tite.pt.model_artifact import ModelArtifact
+from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name
 from pyterrier_tite.pt.pisa_derived import open_pisa_retriever
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, refuse_non_finite, text_column
@@ -52,7 +53,7 @@ def pisa_term(token: str) -> str:
     return "".join("^^" if c == "^" else ("^" + c.lower() if c.lower() != c else c) for c in token)
 
 
-class Splade(pt.Transformer, ModelArtifact):
+class Splade(LoadsByName, pt.Transformer, ModelArtifact):
     """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns.
 
     ``encoder`` is one MLM for queries and documents (:class:`SpladeEncoder`) or a :class:`SpladePair` of two; with
@@ -60,19 +61,20 @@ class Splade(pt.Transformer, ModelArtifact):
     score is a dot product over vocabulary ids. Equal (``==``, ``hash``) to another ``Splade`` of the same checkpoint
     (``model_name``; the same encoder object for a model built in code) and settings, so ``pt.Experiment(...,
     plan='tree')`` shares pipeline prefixes between them. ``dtype``: float32, bfloat16 or float16 for inference
-    (autocast; term weights stay float32); default bf16 on GPUs that support it, else fp32.
+    (autocast; term weights stay float32); default bf16 on GPUs that support it, else fp32. ``encoder`` may also be a
+    folder or hub id: ``Splade(name, **kw)`` is ``from_pretrained(name, **kw)``.
 
     Example::
 
-        splade = t.Splade.from_pretrained('naver/splade-cocondenser-ensembledistil')
+        splade = t.Splade('naver/splade-cocondenser-ensembledistil')
         splade.indexer('vaswani.splade').index(t.datasets.get_dataset('vaswani').get_corpus_iter())
         retriever = splade.retriever('vaswani.splade') % 10      # the cut reaches PISA
     """
 
     def __init__(
         self,
-        encoder: SpladeEncoder | SpladePair,
-        tokenizer,
+        encoder: SpladeEncoder | SpladePair | str | os.PathLike,
+        tokenizer=None,
         batch_size: int = 16,
         query_max_length: int = 64,
         doc_max_length: int = 256,
@@ -82,6 +84,10 @@ class Splade(pt.Transformer, ModelArtifact):
         query_tokenizer=None,
         dtype: torch.dtype | str | None = None,
     ):
+        if is_model_name(encoder):
+            return  # built by from_pretrained (LoadsByName)
+        if tokenizer is None:
+            raise ValueError("pass tokenizer= when the encoder is given as a module")
         self.device = default_device(device)
         self.precision = resolve_precision(dtype, self.device)  # autocast of inference; weights stay float32
         self.encoder = encoder.to(self.device).eval()
@@ -121,7 +127,7 @@ class Splade(pt.Transformer, ModelArtifact):
     @classmethod
     def from_pretrained(
         cls,
-        path: str | None = None,
+        path: str | os.PathLike | Checkpoint | None = None,
         *,
         query: str | None = None,
         doc: str | None = None,
@@ -133,20 +139,12 @@ class Splade(pt.Transformer, ModelArtifact):
         with its own tokenizer). A pair saved by :meth:`save_pretrained` reloads from its folder. Weights load
         exactly: a missing or unused tensor raises ``CheckpointError``; ``new_head=True`` (a training start from an
         encoder-only checkpoint) lets a missing MLM head start fresh, with one warning."""
-        if (path is None) == (query is None and doc is None) or (query is None) != (doc is None):
-            raise TypeError("Splade.from_pretrained takes a path, or both query= and doc=, not a mix")
-        if path is not None:
-            sides = saved_pair(local_checkpoint(path))
-            if sides is None:
-                encoder, tokenizer = _load_side(path, new_head)
-                model = cls(encoder, tokenizer, **kwargs)
-                model.model_name = str(path)
-                return model
-            query, doc = sides["query"], sides["doc"]
-        query_encoder, query_tokenizer = _load_side(query, new_head)
-        doc_encoder, doc_tokenizer = _load_side(doc, new_head)
-        model = cls(SpladePair(query_encoder, doc_encoder), doc_tokenizer, query_tokenizer=query_tokenizer, **kwargs)
-        model.model_name = str(path) if path is not None else f"query={query}, doc={doc}"
+        loaded = load(path, query=query, doc=doc, new_head=new_head)  # the family loader: models/splade/load.py
+        query_tokenizer = loaded.settings["query_tokenizer"]
+        if query_tokenizer is not None:
+            kwargs["query_tokenizer"] = query_tokenizer
+        model = cls(loaded.module, loaded.tokenizer, **kwargs)
+        model.model_name = loaded.settings["name"]
         return model
 
     ARTIFACT_FORMAT = "splade"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
@@ -263,21 +261,6 @@ class Splade(pt.Transformer, ModelArtifact):
             v.document_frame(extra_columns=[self.text_field], mode="doc_encoder")
         stages = {"scorer": self.scorer, "query_encoder": self.query_encoder, "doc_encoder": self.doc_encoder}
         return stages[v.mode]()(inp)
-
-
-def _load_side(path: str, new_head: bool = False) -> tuple[SpladeEncoder, object]:
-    """One MLM checkpoint (folder or hub id) and its own tokenizer, both from the same local folder."""
-    folder = local_checkpoint(path)
-    return SpladeEncoder.from_pretrained(folder, new_head=new_head), load_tokenizer(folder)
-
-
-def saved_pair(path: str) -> dict[str, str] | None:
-    """``{"query": folder, "doc": folder}`` of a pair saved by :meth:`Splade.save_pretrained`; None otherwise."""
-    file = os.path.join(str(path), "pt_meta.json")
-    if not os.path.isfile(file):
-        return None
-    pair = read_json(file).get("pair")
-    return {role: os.path.join(str(path), pair[role]) for role in ("query", "doc")} if pair else None
 
 
 class _Stage(NamedSchematic, pt.Transformer):

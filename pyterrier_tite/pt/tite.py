@@ -23,12 +23,13 @@ import torch
 
 from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import DOC_MARKER, QUERY_MARKER, BiEncoderInputs
-from pyterrier_tite.models.checkpoint import load_tokenizer, local_checkpoint, read_meta
-from pyterrier_tite.models.tite.convert import biencoder_settings
+from pyterrier_tite.models.checkpoint import Checkpoint, load_tokenizer, local_checkpoint
 from pyterrier_tite.models.tite.from_bert import tite_from_bert
+from pyterrier_tite.models.tite.load import load
 from pyterrier_tite.models.tite.modeling import TiteModel
-from pyterrier_tite.pt.bert_biencoder import SETTINGS, BertBiEncoder
+from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
+from pyterrier_tite.pt.model_artifact import is_model_name
 
 #: the sub-folder of a saved TITE that holds its query model, when it has one
 QUERY_ENCODER_FOLDER = "query_encoder"
@@ -41,9 +42,12 @@ class TITE(DenseBiEncoder):
     product a FlexIndex retrieves with is the checkpoint's cosine score. ``query_model``: a bi-encoder of the same
     dimension that encodes the queries instead (module docstring).
 
+    ``model``: a folder or hub id (``TITE(name, **kw)`` is ``from_pretrained(name, **kw)``) or a ``TiteModel`` with
+    its ``tokenizer``.
+
     Example::
 
-        tite = t.TITE.from_pretrained('webis/tite-2-late-msmarco')
+        tite = t.TITE('webis/tite-2-late-msmarco')
         index = pyterrier_dr.FlexIndex('vaswani.flex')
         (tite >> index).index(t.datasets.get_dataset('vaswani').get_corpus_iter())
         retriever = tite.query_encoder() >> index.np_retriever()
@@ -51,8 +55,8 @@ class TITE(DenseBiEncoder):
 
     def __init__(
         self,
-        model: TiteModel,
-        tokenizer,
+        model: TiteModel | str | os.PathLike,
+        tokenizer=None,
         *,
         query_max_length: int = 32,
         doc_max_length: int = 256,
@@ -62,6 +66,10 @@ class TITE(DenseBiEncoder):
         query_model: DenseBiEncoder | None = None,
         **kwargs,
     ):
+        if is_model_name(model):
+            return  # built by from_pretrained (LoadsByName)
+        if tokenizer is None:
+            raise ValueError("pass tokenizer= when the model is given as a module")
         longest = max(query_max_length, doc_max_length)
         if longest > model.config.max_position_embeddings:
             raise ValueError(
@@ -78,20 +86,18 @@ class TITE(DenseBiEncoder):
         return self.text_encoder.normalize
 
     @classmethod
-    def from_pretrained(cls, path: str, **kwargs) -> TITE:
+    def from_pretrained(cls, path: str | os.PathLike | Checkpoint, **kwargs) -> TITE:
         """A TITE checkpoint (folder or hub id, any layout) loaded exactly, with its own tokenizer and the settings it
         stores (Lightning IR ``config.json`` or our ``pt_meta.json``); keyword arguments override them. Another
         model type (e.g. a BERT folder) raises ``CheckpointError`` pointing to :meth:`from_bert`."""
-        folder = local_checkpoint(path)
-        meta = read_meta(folder)
-        stored = {k: meta[k] for k in (*SETTINGS, "normalize") if k in meta}
-        settings = {**biencoder_settings(folder), **stored, **kwargs}
-        if "query_model" not in settings and meta.get("query_encoder"):
+        loaded = load(path)  # the family loader: models/tite/load.py
+        settings = {**loaded.settings, **kwargs}
+        query_folder = settings.pop("query_encoder", None)
+        if "query_model" not in settings and query_folder:
             runtime = {k: kwargs[k] for k in ("batch_size", "device", "dtype", "verbose") if k in kwargs}
-            query_folder = os.path.join(folder, meta["query_encoder"])
             settings["query_model"] = BertBiEncoder.from_pretrained(query_folder, **runtime)
-        model = cls(TiteModel.from_pretrained(folder), load_tokenizer(folder), **settings)
-        model._loaded_from(path, os.path.realpath(folder))
+        model = cls(loaded.module, loaded.tokenizer, **settings)
+        model._loaded_from(path, loaded.source)
         return model
 
     @classmethod

@@ -35,7 +35,13 @@ from pyterrier_tite.models.aggretriever.convert import (
 )
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs, Role
-from pyterrier_tite.models.checkpoint import CheckpointError, load_exactly, local_checkpoint, read_state_dict
+from pyterrier_tite.models.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    load_exactly,
+    open_checkpoint,
+    read_state_dict,
+)
 
 
 def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> torch.Tensor:
@@ -241,7 +247,7 @@ class LoadedAggretriever:
 
 
 def load_aggretriever(
-    path_or_id: str | os.PathLike,
+    path_or_id: str | os.PathLike | Checkpoint,
     *,
     agg_dim: int | None = None,
     cls_dim: int | None = None,
@@ -250,8 +256,8 @@ def load_aggretriever(
     """Any Aggretriever checkpoint (folder or hub id) loaded exactly: every tensor of the encoder from the
     checkpoint and every checkpoint tensor used (a ``position_ids`` buffer aside), else :class:`CheckpointError`
     naming them. A plain MLM raises unless ``new_heads=True``, which starts the two heads fresh and warns once."""
-    source = os.fspath(path_or_id)
-    folder = local_checkpoint(source)
+    checkpoint = open_checkpoint(path_or_id)
+    source, folder = checkpoint.name, checkpoint.folder
     state = read_state_dict(folder)
     layout = detect_layout(folder, state)
     if layout == "mlm" and not new_heads:

@@ -11,22 +11,22 @@ import os
 from torch import nn
 
 from pyterrier_tite.models.checkpoint import (
+    Checkpoint,
     CheckpointError,
     load_exactly,
     loaded_integer_into_float,
-    local_checkpoint,
     note_fresh,
+    open_checkpoint,
     quiet_transformers,
     raise_on_mismatch,
-    read_config,
-    read_meta,
     write_pt_meta,
 )
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 from pyterrier_tite.models.sparse_ce.configuration import FLAGS
-from pyterrier_tite.models.sparse_ce.convert import KEEP, RELEASED_PATTERN, is_sparse_checkpoint
+from pyterrier_tite.models.sparse_ce.convert import KEEP, RELEASED_PATTERN, is_sparse_config
+from pyterrier_tite.models.sparse_ce.convert import stored_lengths as checkpoint_lengths
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, from_bert
-from pyterrier_tite.models.sparse_ce.tokenization import QUERY_MAX_LENGTH, REFERENCE_QUERY_WORD_PIECES
+from pyterrier_tite.models.sparse_ce.tokenization import QUERY_MAX_LENGTH
 
 #: model types whose ``*ForSequenceClassification`` takes ``[CLS] q [SEP] d [SEP]`` with token types 0 / 1
 SEQUENCE_CLASSIFIER_TYPES = ("bert", "electra")
@@ -43,7 +43,7 @@ def sequence_classifier(path_or_model) -> nn.Module:
         return path_or_model
     if isinstance(path_or_model, nn.Module):
         raise TypeError(f"expected a BERT / ELECTRA *ForSequenceClassification or a folder, got {name}")
-    return load_sequence_classifier(local_checkpoint(path_or_model))
+    return load_sequence_classifier(open_checkpoint(path_or_model))
 
 
 def check_type(model_type: str | None, source: str) -> None:
@@ -55,13 +55,15 @@ def check_type(model_type: str | None, source: str) -> None:
         )
 
 
-def load_sequence_classifier(folder: str) -> nn.Module:
+def load_sequence_classifier(folder: str | os.PathLike | Checkpoint) -> nn.Module:
     """The folder's sequence classifier with every tensor from the checkpoint. Without any ``classifier.*`` tensor
     it is a new-head start: classifier (and a missing BERT pooler) start fresh, pre-training heads outside the
     encoder (MLM, ELECTRA discriminator) are ignored, both reported via :func:`note_fresh`."""
     from transformers import AutoModelForSequenceClassification
 
-    check_type(read_config(folder).get("model_type"), folder)
+    checkpoint = open_checkpoint(folder)
+    folder = checkpoint.folder
+    check_type(checkpoint.config.get("model_type"), folder)
     with quiet_transformers():
         model, info = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, output_loading_info=True)
     missing, unexpected = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
@@ -111,12 +113,13 @@ def save_scorer(
     write_pt_meta(path, "cross-encoder", settings)
 
 
-def load_head(scorer: CrossEncoderScorer, path: str) -> bool:
+def load_head(scorer: CrossEncoderScorer, checkpoint: Checkpoint) -> bool:
     """Loads ``score_head.safetensors`` exactly when ``pt_meta.json`` says the folder has this head (a missing
     file is then an error); False when the head starts fresh."""
     from safetensors.torch import load_file
 
-    if scorer.head is None or read_meta(path).get("head") != scorer.head_name:
+    path = checkpoint.folder
+    if scorer.head is None or checkpoint.meta.get("head") != scorer.head_name:
         return False
     file = os.path.join(path, HEAD_FILE)
     if not os.path.isfile(file):
@@ -139,12 +142,21 @@ def load_scorer(model, backbone_fn, head: str | None = None, token_dim: int | No
         if model.head is not None:
             scorer.head.load_state_dict(model.head.state_dict())
         return scorer
-    if not isinstance(model, str):
+    if isinstance(model, nn.Module):
         return _fresh_head(CrossEncoderScorer(backbone_fn(model), head or "cls", token_dim or 32))
-    meta = read_meta(model)
+    checkpoint = open_checkpoint(model)
+    return checkpoint_scorer(checkpoint, backbone_fn(checkpoint), head, token_dim)
+
+
+def checkpoint_scorer(
+    checkpoint: Checkpoint, backbone: nn.Module, head: str | None = None, token_dim: int | None = None
+) -> CrossEncoderScorer:
+    """The scorer of a checkpoint's backbone: its saved head and token dim (``pt_meta.json``) unless given, the head's
+    weights loaded when the folder has them (else reported fresh); ``source`` = the folder."""
+    meta = checkpoint.meta
     head, token_dim = head or meta.get("head", "cls"), token_dim or meta.get("token_dim", 32)
-    scorer = CrossEncoderScorer(backbone_fn(model), head, token_dim, source=os.path.realpath(model))
-    return scorer if load_head(scorer, model) else _fresh_head(scorer)
+    scorer = CrossEncoderScorer(backbone, head, token_dim, source=os.path.realpath(checkpoint.folder))
+    return scorer if load_head(scorer, checkpoint) else _fresh_head(scorer)
 
 
 def _fresh_head(scorer: CrossEncoderScorer) -> CrossEncoderScorer:
@@ -179,7 +191,7 @@ def sparse_backbone(
     (folder or module; new score head) or a model, with the settings of :func:`sparse_overrides`. ``ids``: special
     token ids for a config that lacks them (the tokenizer's, as in the reference)."""
     if not isinstance(path_or_model, nn.Module):
-        path_or_model = local_checkpoint(path_or_model)
+        path_or_model = open_checkpoint(path_or_model)
     overrides = sparse_overrides(path_or_model, w, symmetric, flags)
     if isinstance(path_or_model, SparseCrossEncoder) and not overrides:
         return path_or_model
@@ -192,16 +204,13 @@ def is_sparse_model(model) -> bool:
         return model.is_sparse
     if isinstance(model, nn.Module):
         return isinstance(model, SparseCrossEncoder)
-    return read_meta(model).get("backbone") == "sparse" or is_sparse_checkpoint(model)
+    checkpoint = open_checkpoint(model)
+    return checkpoint.meta.get("backbone") == "sparse" or is_sparse_config(checkpoint.config)
 
 
 def stored_lengths(model) -> dict[str, int | None]:
-    """The input caps a checkpoint folder stores: ``pt_meta.json``'s (our saves), the reference's for a released
-    sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions left), else ours (32, positions)."""
-    if isinstance(model, str):
-        meta = read_meta(model)
-        if "query_max_length" in meta:
-            return {"query_max_length": meta["query_max_length"], "doc_max_length": meta.get("doc_max_length")}
-        if not meta and is_sparse_checkpoint(model):
-            return {"query_max_length": REFERENCE_QUERY_WORD_PIECES, "doc_max_length": None}
+    """The input caps of a checkpoint (folder, hub id or :class:`Checkpoint`; see
+    :func:`pyterrier_tite.models.sparse_ce.convert.stored_lengths`); ours (32, positions) for a module."""
+    if isinstance(model, (str, os.PathLike, Checkpoint)):
+        return checkpoint_lengths(open_checkpoint(model))
     return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}

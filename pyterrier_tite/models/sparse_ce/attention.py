@@ -54,13 +54,12 @@ def grouped_attention(
     its own keys; ``window=None`` means all of them. ``dropout`` applies to the attention probabilities (training).
     Returns [B, H, L, d].
     """
-    if window is not None and window < 0:
-        raise ValueError(f"window must be None or >= 0, got {window}")
+    assert window is None or window >= 0, window  # a precondition: the config checked it (SparseCrossEncoderConfig)
     batch, _, length, dim = q.shape
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
     full = window is None or window >= length - 1  # a window covering the whole segment is full attention
     if not dropout and FUSED and (not full or length <= FUSED_FULL_MAX_ROWS):
-        return _fused(q, k, v, max(length - 1, 0) if full else window, lengths, groups, scale)
+        return window_attention(q, k, v, max(length - 1, 0) if full else window, lengths, list(groups), scale=scale)
     if not full:  # banded, with dropout or the kernel switched off: the pure-torch backend of the same op
         return window_attention(q, k, v, window, lengths, list(groups), scale=scale, backend="torch", dropout=dropout)
     out = _dense(q, k, v, lengths, [_gathered(g) for g in groups], scale, dropout)
@@ -92,7 +91,3 @@ FUSED = True
 #: kernel: it streams the long key groups (the document) instead of concatenating them with the own keys (on the CPU,
 #: a copy of every doc's keys and values per layer)
 FUSED_FULL_MAX_ROWS = 64
-
-
-def _fused(q, k, v, window, lengths, groups, scale) -> torch.Tensor:
-    return window_attention(q, k, v, window, lengths, list(groups), scale=scale)

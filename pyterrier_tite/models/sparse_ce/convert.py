@@ -14,12 +14,15 @@ import os
 import torch
 from torch import nn
 
-from pyterrier_tite.models.checkpoint import (
-    CheckpointError,
-    read_config,
-)
+from pyterrier_tite.models.checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from pyterrier_tite.models.sparse_ce.configuration import SparseCrossEncoderConfig
-from pyterrier_tite.models.sparse_ce.tokenization import SPECIAL_IDS, folder_tokenizer, special_ids
+from pyterrier_tite.models.sparse_ce.tokenization import (
+    QUERY_MAX_LENGTH,
+    REFERENCE_QUERY_WORD_PIECES,
+    SPECIAL_IDS,
+    folder_tokenizer,
+    special_ids,
+)
 
 #: the released pattern: window 4, the query attends only to itself (applied when a plain BERT becomes a SparseCE)
 RELEASED_PATTERN = {"attention_window_size": 4, "query_cls_attention": False, "query_doc_attention": False}
@@ -34,9 +37,21 @@ def is_sparse_config(config: dict) -> bool:
     return "attention_window_size" in config
 
 
-def is_sparse_checkpoint(folder: str | os.PathLike) -> bool:
-    """A local folder whose ``config.json`` is a sparse cross-encoder's."""
-    return os.path.isfile(os.path.join(os.fspath(folder), "config.json")) and is_sparse_config(read_config(folder))
+def is_sparse_checkpoint(folder: str | os.PathLike | Checkpoint) -> bool:
+    """A local folder (or opened :class:`Checkpoint`) whose ``config.json`` is a sparse cross-encoder's."""
+    return is_sparse_config(open_checkpoint(folder).config)
+
+
+def stored_lengths(checkpoint: Checkpoint) -> dict[str, int | None]:
+    """The input caps (word pieces) a checkpoint stands for: ``pt_meta.json``'s (our saves), the reference's for a
+    released sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions left), else ours (32,
+    positions)."""
+    meta = checkpoint.meta
+    if "query_max_length" in meta:
+        return {"query_max_length": meta["query_max_length"], "doc_max_length": meta.get("doc_max_length")}
+    if not meta and is_sparse_config(checkpoint.config):
+        return {"query_max_length": REFERENCE_QUERY_WORD_PIECES, "doc_max_length": None}
+    return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}
 
 
 def _folder_special_ids(folder: str) -> dict[str, int]:
@@ -47,10 +62,16 @@ def _folder_special_ids(folder: str) -> dict[str, int]:
         return {}
 
 
-def sparse_config(folder: str, ids: dict[str, int] | None = None, **overrides) -> SparseCrossEncoderConfig:
+def sparse_config(
+    folder: str | os.PathLike | Checkpoint, ids: dict[str, int] | None = None, **overrides
+) -> SparseCrossEncoderConfig:
     """The folder's config as a :class:`SparseCrossEncoderConfig`: special ids the config lacks from ``ids`` (else
-    the folder's tokenizer), explicit ``overrides`` last. A missing id is an error, not the WordPiece default."""
-    config = read_config(folder)
+    the folder's tokenizer), explicit ``overrides`` last. A missing id is an error, not the WordPiece default. A
+    :class:`Checkpoint` gives its ``config.json`` as read when it was opened."""
+    checkpoint = open_checkpoint(folder)
+    folder, config = checkpoint.folder, checkpoint.config
+    if not config:
+        raise FileNotFoundError(f"{folder} has no config.json: not a model checkpoint folder")
     if config.get("model_type", "bert") != "bert":
         raise ValueError(f"not supported: model_type {config.get('model_type')!r} ({folder}) for SparseCE (BERT only)")
     lacking = [k for k in SPECIAL_IDS if config.get(k) is None and k not in overrides]

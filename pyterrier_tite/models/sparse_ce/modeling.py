@@ -26,7 +26,13 @@ from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
 from pyterrier_tite.devices import capturing_cuda_graph, in_dtype
-from pyterrier_tite.models.checkpoint import load_exactly, local_checkpoint, note_fresh, read_config, read_state_dict
+from pyterrier_tite.models.checkpoint import (
+    Checkpoint,
+    load_exactly,
+    note_fresh,
+    open_checkpoint,
+    read_state_dict,
+)
 from pyterrier_tite.models.fused_linear import ConcatenatedLinears, attention_projections
 from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
 from pyterrier_tite.models.sparse_ce.configuration import FLAGS, SparseCrossEncoderConfig
@@ -93,7 +99,7 @@ class SparseCrossEncoderSelfAttention(nn.Module):
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = config.attention_probs_dropout_prob
-        self.window = config.attention_window_size
+        self.attention_window_size = config.attention_window_size  # checked by the config; ops/ call it window
         self.flags = {name: bool(getattr(config, name)) for name in FLAGS}
         self._fused = ConcatenatedLinears()  # Q|K|V as one GEMM (checkpoints keep the three tensors)
 
@@ -129,7 +135,7 @@ class SparseCrossEncoderSelfAttention(nn.Module):
         groups = [cls_keys] * f["query_cls_attention"] + [doc_keys] * f["query_doc_attention"]
         query = grouped_attention(qq, kq, vq, None, s.query_lengths, groups, dropout=p)
         groups = [cls_keys] * f["doc_cls_attention"] + [query_keys] * f["doc_query_attention"]
-        doc = grouped_attention(qd, kd, vd, self.window, s.doc_lengths, groups, dropout=p)
+        doc = grouped_attention(qd, kd, vd, self.attention_window_size, s.doc_lengths, groups, dropout=p)
         return tuple(_merge(x) for x in (cls, query, doc))
 
 
@@ -386,12 +392,16 @@ SparseCrossEncoder = SparseCrossEncoderModelForSequenceClassification
 
 
 # ------------------------------------------------------------------------------------------------ loading
-def load_sparse_cross_encoder(folder: str, ids: dict[str, int] | None = None, **overrides) -> SparseCrossEncoder:
+def load_sparse_cross_encoder(
+    folder: str | os.PathLike | Checkpoint, ids: dict[str, int] | None = None, **overrides
+) -> SparseCrossEncoder:
     """A sparse checkpoint loaded exactly (every tensor used, none missing), or a plain BERT checkpoint converted:
-    encoder exact, pooler / classifier fresh when absent, pre-training heads ignored, all said once."""
-    folder = os.fspath(folder)
-    sparse = is_sparse_config(read_config(folder))
-    model = SparseCrossEncoder(sparse_config(folder, ids, **overrides))
+    encoder exact, pooler / classifier fresh when absent, pre-training heads ignored, all said once. ``config.json``
+    is read once (when ``folder`` is opened; a :class:`Checkpoint` was opened by the caller)."""
+    checkpoint = open_checkpoint(folder)
+    folder = checkpoint.folder
+    sparse = is_sparse_config(checkpoint.config)
+    model = SparseCrossEncoder(sparse_config(checkpoint, ids, **overrides))
     state = read_state_dict(folder)
     if sparse:
         load_exactly(model, state, folder, fresh=DERIVED)
@@ -409,7 +419,7 @@ def from_bert(path_or_model, ids: dict[str, int] | None = None, **overrides) -> 
     (``BertModel`` / ``BertFor*`` / a sparse model): its encoder weights must all be there, the heads it lacks
     (pooler, classifier) start fresh and are reported. ``ids``: special ids the module's config lacks."""
     if not isinstance(path_or_model, nn.Module):
-        return load_sparse_cross_encoder(local_checkpoint(path_or_model), ids, **overrides)
+        return load_sparse_cross_encoder(open_checkpoint(path_or_model), ids, **overrides)
     bert = path_or_model
     fields = {k: v for k, v in bert.config.to_dict().items() if k not in ("id2label", "label2id") and v is not None}
     model = SparseCrossEncoder(SparseCrossEncoderConfig(**{**(ids or {}), **fields, **overrides}))

@@ -23,9 +23,11 @@ from torch import nn
 
 from pyterrier_tite.models.bert_biencoder.tokenization import DOC_MARKER, QUERY_MARKER
 from pyterrier_tite.models.checkpoint import (
+    Checkpoint,
     CheckpointError,
     load_exactly,
     local_checkpoint,
+    open_checkpoint,
     read_config,
     read_state_dict,
 )
@@ -115,16 +117,19 @@ def encoder_state_dict(
 
 
 def load_tite_model(
-    path_or_id: str | os.PathLike, *, model_class: type[nn.Module], config: TiteConfig | None = None, **overrides
+    path_or_id: str | os.PathLike | Checkpoint,
+    *,
+    model_class: type[nn.Module],
+    config: TiteConfig | None = None,
+    **overrides,
 ) -> nn.Module:
     """A ``model_class`` (``TiteModel`` or a subclass; eval mode, float32 as stored) from a folder or hub id of any
     TITE layout, loaded exactly. The class is passed in so that this reader never imports the model it fills.
 
     ``overrides`` replace stored ``TiteConfig`` fields (e.g. ``pooling_implementation``, which is ignored anyway);
     ``config`` replaces the stored config altogether."""
-    source = os.fspath(path_or_id)
-    folder = local_checkpoint(source)
-    raw = read_config(folder)
+    checkpoint = open_checkpoint(path_or_id)
+    source, folder, raw = checkpoint.name, checkpoint.folder, read_config(checkpoint)
     tite_layout(raw, source)
     config = config if config is not None else tite_config(raw, **overrides)
     model = model_class(config)

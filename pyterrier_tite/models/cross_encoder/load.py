@@ -1,0 +1,95 @@
+"""The one loader of the cross-encoder family (SparseCE, MonoCE, CELI): a folder or hub id -> scorer (backbone + score
+head), tokenizer and the settings the checkpoint stores (input caps, reranker class). The checkpoint is resolved and
+its ``config.json`` / ``pt_meta.json`` read once (:func:`~pyterrier_tite.models.checkpoint.open_checkpoint`); every
+step below gets those values passed in. ``pt/rerankers.py`` builds its transformers from what this returns.
+
+Settings keep their names from the keyword to the kernel, with one documented rename: the public keyword ``w`` (the
+paper's name) is the config field ``attention_window_size`` (the reference's name, checked once by
+:class:`~pyterrier_tite.models.sparse_ce.configuration.SparseCrossEncoderConfig`), set in
+:func:`~pyterrier_tite.models.cross_encoder.convert.sparse_overrides`; the kernels (``ops/``, which know no model)
+call the band half-width ``window``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from pyterrier_tite.models.checkpoint import Checkpoint, Loaded, one_fresh_warning, open_checkpoint
+from pyterrier_tite.models.cross_encoder.convert import (
+    checkpoint_scorer,
+    is_sparse_model,
+    load_scorer,
+    load_sequence_classifier,
+    sequence_classifier,
+    sparse_backbone,
+    sparse_overrides,
+    stored_lengths,
+)
+from pyterrier_tite.models.cross_encoder.tokenization import fill_special_ids, folder_tokenizer, special_ids
+from pyterrier_tite.models.sparse_ce.convert import KEEP
+from pyterrier_tite.models.sparse_ce.modeling import load_sparse_cross_encoder
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A sparse backbone's settings (``SparseCE(w=..., symmetric=..., **flags)``; see ``sparse_overrides``)."""
+
+    w: int | None | str = KEEP
+    symmetric: bool | None = None
+    flags: dict = field(default_factory=dict)
+
+    def backbone_fn(self, tokenizer):
+        """Folder / module -> sparse backbone; special ids the checkpoint lacks come from ``tokenizer``."""
+        return lambda m: sparse_backbone(m, self.w, self.symmetric, special_ids(tokenizer), **self.flags)
+
+
+def _backbone_fn(sparse: Sparse | None, tokenizer):
+    return sparse.backbone_fn(tokenizer) if sparse is not None else sequence_classifier
+
+
+def load(
+    path_or_id: str | os.PathLike | Checkpoint,
+    sparse: Sparse | None | bool = True,
+    head: str | None = None,
+    token_dim: int | None = None,
+    tokenizer=None,
+) -> Loaded:
+    """A reranker checkpoint (folder, hub id or opened :class:`Checkpoint`) loaded exactly. ``sparse``: a
+    :class:`Sparse` (a sparse backbone with these settings), None (a full-attention BERT / ELECTRA sequence
+    classifier) or True (sparse with the checkpoint's settings when the checkpoint is sparse, else full attention).
+    ``tokenizer``: default the folder's. Fresh parts (a plain encoder's new score head) are said in one warning and
+    leave ``source`` None. ``settings``: ``query_max_length`` / ``doc_max_length`` as stored (``stored_lengths``) and
+    ``reranker`` (the class ``pt_meta.json`` names, None for checkpoints we did not save)."""
+    checkpoint = open_checkpoint(path_or_id)
+    if sparse is True:
+        sparse = Sparse() if is_sparse_model(checkpoint) else None
+    tokenizer = folder_tokenizer(checkpoint.folder) if tokenizer is None else tokenizer
+    with one_fresh_warning(checkpoint.folder) as fresh:
+        if sparse is not None:
+            overrides = sparse_overrides(checkpoint, sparse.w, sparse.symmetric, sparse.flags)
+            backbone = load_sparse_cross_encoder(checkpoint, special_ids(tokenizer), **overrides)
+        else:
+            backbone = load_sequence_classifier(checkpoint)
+        scorer = checkpoint_scorer(checkpoint, backbone, head, token_dim)
+    if fresh:
+        scorer.source = None
+    if not scorer.is_sparse:
+        fill_special_ids(scorer.config, tokenizer)
+    settings = {**stored_lengths(checkpoint), "reranker": checkpoint.meta.get("reranker")}
+    return Loaded(scorer, tokenizer, settings, scorer.source)
+
+
+def from_module(
+    model: nn.Module, tokenizer, sparse: Sparse | None, head: str | None = None, token_dim: int | None = None
+) -> Loaded:
+    """The same for a module built in code (a :class:`CrossEncoderScorer`, a sparse model or a BERT module) and its
+    tokenizer: no checkpoint, so the caps are the package defaults and fresh parts are said in one warning."""
+    with one_fresh_warning(type(model).__name__) as fresh:
+        scorer = load_scorer(model, _backbone_fn(sparse, tokenizer), head, token_dim)
+    if fresh:
+        scorer.source = None
+    if not scorer.is_sparse:
+        fill_special_ids(scorer.config, tokenizer)
+    return Loaded(scorer, tokenizer, {**stored_lengths(model), "reranker": None}, scorer.source)
