@@ -18,7 +18,8 @@ _LAZY = {"BertBiEncoder": "pyterrier_tite.pt.bert_biencoder", "TITE": "pyterrier
 _LAZY.update(Splade="pyterrier_tite.pt.splade", Aggretriever="pyterrier_tite.pt.aggretriever")
 _LAZY.update(load="pyterrier_tite.pt.artifacts")  # any model name (shipped, folder, hub id) -> its transformer
 _LAZY.update({name: "pyterrier_tite.pt.rerankers" for name in ("SparseCE", "MonoCE", "CELI")})  # cross-encoders
-_LAZY.update({name: "pyterrier_tite.pt.first_stage" for name in ("bm25", "pisa_index", "trec_dl_bm25")})
+_LAZY.update({name: "pyterrier_tite.pt.first_stage" for name in ("bm25", "trec_dl_bm25")})
+_LAZY.update(pisa_index="pyterrier_tite.store.pisa_build")  # a collection's cached PISA index
 _LAZY_MODULES = ("datasets",)
 __all__ += [*_LAZY, *_LAZY_MODULES]
 

