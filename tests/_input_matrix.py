@@ -32,7 +32,7 @@ def load_models() -> dict:
 
 
 def build_bm25(path, docs, models=None) -> None:
-    from pyterrier_tite.pt.first_stage import build_pisa_index
+    from pyterrier_tite.store.pisa_build import build_pisa_index
 
     build_pisa_index(iter(docs), str(path), ["text"])
 

@@ -1,6 +1,7 @@
 """The rooms of ARCHITECTURE.md keep their rules: data flows one way (kernels know no model; models and training never
-import pt/ or cli/, nor PyTerrier), one family imports only the families it builds on, there is no import circle
-anywhere in the package (lazy imports inside functions count), and no module grows past 500 lines."""
+import pt/ or cli/, nor PyTerrier; the storage floor store/ imports no model, kernel, transformer, training or CLI
+code and no torch), one family imports only the families it builds on, there is no import circle anywhere in the
+package (lazy imports inside functions count, for every rule), and no module grows past 500 lines."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ FORBIDDEN = {
     "models": {"training", "pt", "cli"},
     "training": {"pt", "cli"},
     "pt": {"cli", "training"},
+    "store": {"models", "ops", "pt", "training", "cli"},
 }
+#: rooms that must not import torch (nor what imports it): the storage floor gets encoders passed in
+NO_TORCH = {"store"}
+#: what the storage floor may import of ours besides itself: the package root and plain modules without models
+STORE_MAY_IMPORT = {"store", "text", "datasets", "_native_output"}
 #: rooms that must not import PyTerrier (the DataFrame layer is pt/)
 NO_PYTERRIER = {"ops", "models", "training"}
 #: rooms that must not import pandas either (training reads its data tables with it)
@@ -115,7 +121,28 @@ def test_data_flows_one_way(room):
                 offences.append(f"{file.relative_to(PACKAGE)} imports {name}")
             if room in NO_PANDAS and parts[0] == "pandas":
                 offences.append(f"{file.relative_to(PACKAGE)} imports {name}")
+            if room in NO_TORCH and parts[0] in ("torch", "transformers", "triton"):
+                offences.append(f"{file.relative_to(PACKAGE)} imports {name}")
     assert not offences, "\n".join(offences)
+
+
+def test_the_storage_floor_imports_only_plain_modules_of_ours():
+    """``store/`` reaches nothing of ours but itself and modules without models, also not through the package's
+    lazy names (``from pyterrier_tite import SparseCE`` would load a model family)."""
+    offences = []
+    for file in room_files("store"):
+        for name in imports(file):
+            parts = name.split(".")
+            if parts[0] == "pyterrier_tite" and len(parts) > 1 and parts[1] not in STORE_MAY_IMPORT | {"__version__"}:
+                offences.append(f"{file.relative_to(PACKAGE)} imports {name}")
+    assert not offences, "\n".join(offences)
+
+
+def test_imports_sees_imports_inside_functions(tmp_path):
+    """The rules hold for lazy imports too: :func:`imports` finds one inside a function."""
+    file = tmp_path / "lazy.py"
+    file.write_text("def f():\n    import torch\n    from pyterrier_tite.models import checkpoint\n")
+    assert {"torch", "pyterrier_tite.models", "pyterrier_tite.models.checkpoint"} <= set(imports(file))
 
 
 def test_the_library_never_imports_the_studies():

@@ -263,7 +263,7 @@ def test_dense_single_result_rows(models, indexes):
     """pyterrier_dr's retrievers with one result per query (a 1-document index, or num_results=1) return
     array-valued docno / score cells (pyterrier_alpha's DataFrameBuilder keeps 1-element arrays as cells); ours
     (``dense_index.dense_retriever``, which ``retrieve`` / ``rerank --first-stage`` use) returns scalars."""
-    from pyterrier_tite.pt.dense_index import dense_retriever
+    from pyterrier_tite.cli.service import dense_retriever
 
     run = dense_retriever(models["TITE"], indexes["TITE>>FlexIndex"], k=1)(QUERIES)
     assert list(run["qid"]) == ["q1", "q2"] and all(isinstance(d, str) for d in run["docno"])
@@ -315,7 +315,7 @@ OPEN_AND_RETRIEVE = """
 import json, sys
 import pandas as pd
 import pyterrier_tite as t
-from pyterrier_tite.pt.index_build import CorruptIndexError
+from pyterrier_tite.store.pisa_files import CorruptIndexError
 splade, cells = sys.argv[1], json.loads(sys.argv[2])
 model = t.Splade.from_pretrained(splade, device="cpu") if any(k != "bm25" for k, _, _ in cells) else None
 queries = pd.DataFrame({"qid": ["q1", "q2"], "query": ["hot plasma", "cold dense stars"]})

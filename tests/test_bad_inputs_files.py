@@ -33,10 +33,11 @@ import pandas as pd
 import pytest
 from _cli import cli_here
 
-from pyterrier_tite.pt.batch import DocumentTexts, top_k
-from pyterrier_tite.pt.inputs import iter_corpus, load_qrels, load_topics
-from pyterrier_tite.pt.run_files import read_trec_run
-from pyterrier_tite.pt.tira import read_queries, read_rerank
+from pyterrier_tite.store.corpus import DocumentTexts, iter_corpus
+from pyterrier_tite.store.qrels import load_qrels
+from pyterrier_tite.store.runs import read_trec_run, top_k
+from pyterrier_tite.store.tira import read_queries, read_rerank
+from pyterrier_tite.store.topics import load_topics
 
 QRELS = "1 0 a 1\n1 0 b 0\n2 0 c 2\n"
 RUN = "1 Q0 a 1 3.0 s\n1 Q0 b 2 2.0 s\n2 Q0 c 1 3.0 s\n"

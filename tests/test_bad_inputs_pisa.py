@@ -109,7 +109,7 @@ def models():
 def small(models, tmp_path_factory) -> dict[str, Path]:
     """Indexes of :data:`DOCS` built by ``pyterrier-tite index``'s code (so they name their model), and a dense index
     of one document."""
-    from pyterrier_tite.pt.batch import build_index
+    from pyterrier_tite.cli.service import build_index
 
     folder = tmp_path_factory.mktemp("small")
     for kind, name in {"bm25": "bm25", "splade": SPLADE, "dense": TITE}.items():
@@ -127,7 +127,7 @@ def big(tmp_path_factory) -> dict[str, Path]:
     ``toks`` (SPLADE's layout, quantised ``toks``), and the topics of the first as a file."""
     from pyterrier_pisa import PisaIndex
 
-    from pyterrier_tite.pt.batch import build_index
+    from pyterrier_tite.cli.service import build_index
     from pyterrier_tite.pt.splade import PISA_SCALE
 
     folder = tmp_path_factory.mktemp("big")
@@ -140,7 +140,7 @@ def big(tmp_path_factory) -> dict[str, Path]:
 
 def big_runs(paths: dict[str, Path]) -> dict[str, list]:
     """What a normal process retrieves from the indexes at ``paths``."""
-    from pyterrier_tite.pt.batch import index_retriever
+    from pyterrier_tite.cli.service import index_retriever
     from pyterrier_tite.pt.splade import SpladePisaRetriever
 
     return {
@@ -166,8 +166,8 @@ def fresh_copies(big, folder: Path) -> dict[str, Path]:
 FULL_DISK = r"""
 import json, resource, signal, sys, tempfile
 from pyterrier_tite.cli import main
-import pyterrier_pisa, pyterrier_tite.cli.batch, pyterrier_tite.pt.batch, pyterrier_tite.pt.inputs
-import pyterrier_tite.pt.run_files
+import pyterrier_pisa, pyterrier_tite.cli.batch, pyterrier_tite.cli.service, pyterrier_tite.store.text_files
+import pyterrier_tite.store.runs
 from pyterrier_tite.pt.splade import SpladePisaRetriever
 tempfile.gettempdir()  # found before the limit: Python finds it by writing a file
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as one on a full disk does
@@ -248,7 +248,7 @@ except OSError as exc:
     print(json.dumps({"skip": f"cannot give up root's file capabilities: {exc}"}))
     sys.exit(0)
 import pandas as pd
-from pyterrier_tite.pt.batch import index_retriever
+from pyterrier_tite.cli.service import index_retriever
 from pyterrier_tite.pt.splade import SpladePisaRetriever
 cells = json.loads(sys.argv[1])
 big_queries = pd.DataFrame({"qid": ["1", "2"], "query": ["w1 w2 w3", "w10 w20"]})
@@ -344,7 +344,7 @@ def test_read_only_index_without_a_writable_cache_is_refused(read_only, kind):
 
 # ------------------------------------------------------------------------------------------- class 5: k at the edges
 def test_dense_k1_gives_one_scalar_row_per_query(models, small):
-    from pyterrier_tite.pt.batch import index_retriever
+    from pyterrier_tite.cli.service import index_retriever
 
     top = index_retriever(small["dense"], k=10, model=models["TITE"])(QUERIES)
     run = index_retriever(small["dense"], k=1, model=models["TITE"])(QUERIES)
@@ -354,7 +354,7 @@ def test_dense_k1_gives_one_scalar_row_per_query(models, small):
 
 
 def test_dense_one_document_index(models, small):
-    from pyterrier_tite.pt.batch import index_retriever
+    from pyterrier_tite.cli.service import index_retriever
 
     run = index_retriever(small["dense-one"], k=10, model=models["TITE"])(QUERIES)
     assert list(run["docno"]) == ["d0", "d0"] and run["score"].dtype.kind == "f"
@@ -372,7 +372,7 @@ def test_rerank_first_stage_dense_k1(models, small, tmp_path):
 
 @pytest.mark.parametrize("kind", ["bm25", "splade", "dense"])
 def test_huge_k_is_cut_to_the_collection_size(models, small, kind):
-    from pyterrier_tite.pt.batch import index_retriever
+    from pyterrier_tite.cli.service import index_retriever
 
     model = {"splade": models["Splade"], "dense": models["TITE"]}.get(kind)
     whole = index_retriever(small[kind], k=1000, model=model)(QUERIES)
@@ -446,7 +446,7 @@ def test_tracebacks_stay_for_bugs_and_on_request(small, tmp_path, monkeypatch):
     monkeypatch.setattr(demo_cli, "run_demo", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         cli_here("demo")
-    from pyterrier_tite.pt.index_build import CorruptIndexError
+    from pyterrier_tite.store.pisa_files import CorruptIndexError
 
     path = Path(shutil.copytree(small["bm25"], tmp_path / "bm25"))
     (path / "fwd.doclex").unlink()

@@ -213,7 +213,7 @@ def test_bytes_index_builds(models, indexes, tmp_path, index_kind, case):
 
 def test_bytes_in_document_fields_of_a_checked_corpus():
     """The corpus check every index build runs decodes bytes in each text field it reads."""
-    from pyterrier_tite.pt.index_build import checked_corpus
+    from pyterrier_tite.store.corpus import checked_corpus
 
     docs = [{"docno": "d0", "title": "Caf\u00e9".encode(), "text": b"stars"}]
     assert list(checked_corpus(iter(docs), ["title", "text"])) == [{"docno": "d0", "title": "Café", "text": "stars"}]

@@ -73,7 +73,7 @@ import os, sys, time
 from pathlib import Path
 go, started = Path(sys.argv[1]), Path(sys.argv[2])
 import pyterrier_tite.cli.batch as cli_batch
-import pyterrier_tite.pt.batch as pt_batch
+import pyterrier_tite.cli.service as service
 
 def stall():
     started.write_text(str(os.getpid()))
@@ -87,11 +87,11 @@ def stalled_corpus(source):
             stall()
         yield doc
 cli_batch.corpus_documents = stalled_corpus
-retrieve = pt_batch.retrieve
+retrieve = service.retrieve
 def stalled_retrieve(*args, **kwargs):
     stall()
     return retrieve(*args, **kwargs)
-pt_batch.retrieve = stalled_retrieve
+service.retrieve = stalled_retrieve
 from pyterrier_tite.cli import main
 sys.exit(main(sys.argv[3:]))
 """
@@ -160,7 +160,7 @@ COMMANDS = {
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """A corpus, topics and a BM25 index opened once (PISA's derived files written), a run and a TIREx input."""
-    from pyterrier_tite.pt.batch import build_index, index_retriever
+    from pyterrier_tite.cli.service import build_index, index_retriever
 
     folder = tmp_path_factory.mktemp("files")
     write_corpus(folder / "corpus.jsonl", corpus("d"))
@@ -180,13 +180,13 @@ def files(tmp_path_factory):
 @pytest.fixture
 def no_work(monkeypatch):
     """Every step that does the work (loading a model, building, retrieving, scoring) fails the test if reached."""
-    import pyterrier_tite.pt.batch as pt_batch
+    import pyterrier_tite.cli.service as service
 
     def reached(*args, **kwargs):
         raise AssertionError("the work started before the write target was checked")
 
     for name in ("load_model", "build_index", "index_retriever", "retrieve", "rerank"):
-        monkeypatch.setattr(pt_batch, name, reached)
+        monkeypatch.setattr(service, name, reached)
 
 
 # ------------------------------------------------------------------------------------------ 1. concurrent writers
@@ -234,7 +234,7 @@ def test_two_retrieves_into_one_run_file(files, tmp_path):
 #: a process that holds the write lock of every path it is given until its stdin closes
 HOLDER = """
 import contextlib, sys
-from pyterrier_tite.pt.locks import write_lock
+from pyterrier_tite.store.locks import write_lock
 with contextlib.ExitStack() as stack:
     for path in sys.argv[1:]:
         stack.enter_context(write_lock(path))
@@ -251,7 +251,7 @@ LIBRARY = {
 
 
 def _library_bm25(target: str):
-    from pyterrier_tite.pt.first_stage import build_pisa_index
+    from pyterrier_tite.store.pisa_build import build_pisa_index
 
     build_pisa_index(iter(corpus("d", 5)), target, ["text"])
 
@@ -272,7 +272,7 @@ def _library_flex(target: str):
 
 
 def _library_run(target: str):
-    from pyterrier_tite.pt.run_files import write_trec_run
+    from pyterrier_tite.store.runs import write_trec_run
 
     write_trec_run(pd.DataFrame({"qid": ["1"], "docno": ["d1"], "score": [1.0]}), target)
 
@@ -353,7 +353,7 @@ def test_a_run_file_cut_by_the_file_size_limit_fails_naming_it(files, tmp_path):
 
 def test_a_run_file_whose_flush_to_disk_fails_is_an_error_and_keeps_the_old_file(tmp_path, monkeypatch):
     """A full disk may only show when the data reaches it (``fsync``): the old run stays, no staging file."""
-    from pyterrier_tite.pt.run_files import write_trec_run
+    from pyterrier_tite.store.runs import write_trec_run
 
     run = tmp_path / "run.txt"
     run.write_text("1 Q0 old 1 1.0 before\n")

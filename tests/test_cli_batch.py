@@ -169,7 +169,7 @@ def test_interrupted_builds_leave_nothing_and_keep_the_old_index(tmp_path):
     import pyterrier_dr
 
     import pyterrier_tite as t
-    from pyterrier_tite.pt.batch import build_index
+    from pyterrier_tite.cli.service import build_index
 
     model = t.load(TITE, device="cpu", batch_size=2)
 

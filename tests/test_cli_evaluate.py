@@ -45,7 +45,7 @@ def test_evaluate_refuses_an_unknown_measure_and_a_bad_baseline(tmp_path):
 @pytest.mark.slow
 def test_evaluate_against_an_ir_datasets_id(tmp_path, irds_home, tite_cache):
     import pyterrier_tite as t
-    from pyterrier_tite.pt.run_files import write_trec_run
+    from pyterrier_tite.store.runs import write_trec_run
 
     topics = t.datasets.get_dataset("vaswani").get_topics()
     write_trec_run(t.bm25("vaswani").transform(topics), tmp_path / "bm25.run.gz", system="bm25")

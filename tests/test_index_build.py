@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from pyterrier_tite.pt.first_stage import build_pisa_index
-from pyterrier_tite.pt.index_build import CorruptIndexError, atomic_build, check_pisa_index
+from pyterrier_tite.store.atomic import atomic_build
+from pyterrier_tite.store.pisa_build import build_pisa_index
+from pyterrier_tite.store.pisa_files import CorruptIndexError, check_pisa_index
 
 WORDS = "red blue hot cold dense".split()
 DOCS = [{"docno": f"d{i}", "text": f"plasma physics of {w} stars"} for i, w in enumerate(WORDS)]
@@ -117,7 +118,7 @@ def test_a_concurrent_first_retriever_waits_instead_of_removing_half_written_fil
     the same index meanwhile must not remove (or rewrite) that half-written file, but wait and then reuse it."""
     import threading
 
-    from pyterrier_tite.pt.pisa_derived import pisa_derived_files
+    from pyterrier_tite.store.pisa_derived import pisa_derived_files
 
     path = tmp_path / "index"
     build_pisa_index(DOCS, str(path), ["text"])

@@ -16,7 +16,7 @@ import pyterrier as pt
 import pytest
 from test_cli_batch import DOCS, TOPICS, cli_here, run_lines
 
-from pyterrier_tite.pt.batch import build_index
+from pyterrier_tite.cli.service import build_index
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from pyterrier_tite.pt.ir_metadata import render, tracked_run
-from pyterrier_tite.pt.tira import write_tirex_output
+from pyterrier_tite.store.ir_metadata import render, tracked_run
+from pyterrier_tite.store.tira import write_tirex_output
 
 SETTINGS = {"task": "rerank", "model": "webis/x", "k": 10, "input": "in-folder"}
 RESULTS = pd.DataFrame(

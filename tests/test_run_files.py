@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from pyterrier_tite.pt.run_files import normalised_run, read_trec_run, write_trec_run
-from pyterrier_tite.pt.tira import iter_documents, read_queries, read_rerank, tira_dir, write_tirex_output
+from pyterrier_tite.store.runs import normalised_run, read_trec_run, write_trec_run
+from pyterrier_tite.store.tira import iter_documents, read_queries, read_rerank, tira_dir, write_tirex_output
 
 RESULTS = pd.DataFrame(
     {

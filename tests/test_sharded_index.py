@@ -31,8 +31,9 @@ def test_two_ranks_write_the_single_process_flex_index(tmp_path, corpus):
     import pyterrier_dr
 
     import pyterrier_tite as t
-    from pyterrier_tite.pt.batch import build_index, index_info
-    from pyterrier_tite.pt.inputs import iter_corpus
+    from pyterrier_tite.cli.service import build_index
+    from pyterrier_tite.store.corpus import iter_corpus
+    from pyterrier_tite.store.index_info import index_info
 
     sharded = tmp_path / "sharded"
     done = torchrun("-m", "pyterrier_tite", "index", "--model", TITE, "--dataset", str(corpus), "--index",
@@ -58,8 +59,8 @@ def test_two_ranks_write_the_single_process_splade_index(tmp_path, corpus):
     import pandas as pd
 
     import pyterrier_tite as t
-    from pyterrier_tite.pt.batch import build_index, index_retriever
-    from pyterrier_tite.pt.inputs import iter_corpus
+    from pyterrier_tite.cli.service import build_index, index_retriever
+    from pyterrier_tite.store.corpus import iter_corpus
 
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     torchrun("-m", "pyterrier_tite", "index", "--model", SPLADE, "--dataset", str(corpus), "--index", str(sharded),

@@ -13,7 +13,7 @@ import pytest
 from pyterrier_pisa import PisaIndex
 from test_splade import TEXTS, tiny_model
 
-from pyterrier_tite.pt.index_build import CorruptIndexError
+from pyterrier_tite.store.pisa_files import CorruptIndexError
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

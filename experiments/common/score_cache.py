@@ -4,7 +4,7 @@ cross-encoder needs 10-30 minutes per model for a collection such as scifact.
 
 Scores live in a ``pyterrier_caching.ScorerCache`` (keyed by query text and docno) at
 ``root/<model key>/<dataset>``: one cache per collection, since docnos repeat across collections, and a model key
-(:func:`~pyterrier_tite.pt.model_keys.model_key`) made of the folder the weights were loaded from, their files'
+(:func:`~pyterrier_tite.store.cache.model_key`) made of the folder the weights were loaded from, their files'
 modification times and every setting the scores depend on (class, attention pattern, head, input caps, text column,
 precision and batch size, which moves bf16 scores by padding) plus :data:`SCORING_REVISION`. A retrained checkpoint
 therefore gets a new cache rather than old scores, and so does every checkpoint after a release that changed how
@@ -23,8 +23,8 @@ from contextlib import contextmanager
 
 import pyterrier as pt
 
-from pyterrier_tite.pt.model_keys import model_key, slug
 from pyterrier_tite.pt.rerankers import CrossEncoderReranker
+from pyterrier_tite.store.cache import model_key, slug
 
 # Raised by every change of this package that alters the scores a given checkpoint gets, so caches written before it
 # are not read after it. 2: score heads in float32 under autocast (bf16 scores no longer tie).

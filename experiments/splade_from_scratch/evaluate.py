@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from pyterrier_tite import datasets
-    from pyterrier_tite.pt.first_stage import bm25, pisa_index
+    from pyterrier_tite.pt.first_stage import bm25
     from pyterrier_tite.start_points import resolve
+    from pyterrier_tite.store.pisa_build import pisa_index
     from pyterrier_tite.text import text_fields
 
     if args.kind != "bm25" and bool(args.model) == bool(args.fold_models):

@@ -68,10 +68,10 @@ def record_training(args: argparse.Namespace, argv: list[str]) -> None:
 
 def user_error(exc: BaseException) -> str | None:
     """The one-line message of an error the user can fix, or None for one that is a bug: every ``OSError`` (files,
-    folders, disks, damaged indexes: :class:`~pyterrier_tite.pt.index_build.CorruptIndexError` says how to rebuild)
+    folders, disks, damaged indexes: :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` says how to rebuild)
     and :class:`~pyterrier_tite.models.checkpoint.CheckpointError`."""
     from pyterrier_tite.models.checkpoint import CheckpointError
-    from pyterrier_tite.pt.index_build import CorruptIndexError
+    from pyterrier_tite.store.pisa_files import CorruptIndexError
 
     if not isinstance(exc, OSError | CheckpointError):
         return None

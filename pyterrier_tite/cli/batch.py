@@ -17,7 +17,7 @@ import os
 import sys
 
 from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
-from pyterrier_tite.pt.locks import WriteTargetError
+from pyterrier_tite.store.locks import WriteTargetError
 
 #: errors that mean bad input, or an output that cannot be written (busy, unwritable, a full disk): printed as one
 #: line, not as a traceback
@@ -44,15 +44,15 @@ def input_errors(command: str):
 
 def writes_to(target):
     """Decorate a command's function (under :func:`input_errors`): it runs holding the write lock of the path
-    ``target(args)`` (:func:`~pyterrier_tite.pt.locks.write_lock`), so a target that another process is writing, or
+    ``target(args)`` (:func:`~pyterrier_tite.store.locks.write_lock`), so a target that another process is writing, or
     whose folder cannot be written, fails at once, before any model is loaded; an existing target is refused first
     unless ``--overwrite``. Under ``torchrun`` only rank 0, which writes, takes the lock."""
 
     def wrap(func):
         @functools.wraps(func)
         def run(args: argparse.Namespace) -> int:
-            from pyterrier_tite.pt.index_build import refuse_existing
-            from pyterrier_tite.pt.locks import write_lock
+            from pyterrier_tite.store.atomic import refuse_existing
+            from pyterrier_tite.store.locks import write_lock
 
             path = target(args)
             if hasattr(args, "overwrite"):
@@ -148,10 +148,10 @@ def _device_for_rank(device: str | None, world_size: int) -> str | None:
 def corpus_documents(source: str):
     """``{docno, text}`` dicts of an ir_datasets id / alias, a corpus file or a TIREx input folder."""
     if os.path.isdir(source):
-        from pyterrier_tite.pt.tira import iter_documents
+        from pyterrier_tite.store.tira import iter_documents
 
         return iter_documents(source)
-    from pyterrier_tite.pt.inputs import iter_corpus
+    from pyterrier_tite.store.corpus import iter_corpus
 
     return iter_corpus(source)
 
@@ -175,8 +175,8 @@ def check_corpus_source(source: str) -> None:
 @input_errors("index")
 @writes_to(lambda args: args.index)
 def run_index(args: argparse.Namespace) -> int:
-    from pyterrier_tite.pt.batch import build_index
-    from pyterrier_tite.pt.index_build import refuse_existing
+    from pyterrier_tite.cli.service import build_index
+    from pyterrier_tite.store.atomic import refuse_existing
     from pyterrier_tite.training.loop import distributed_context, leave_process_group
 
     apply_runtime_arguments(args)
@@ -203,11 +203,12 @@ def run_index(args: argparse.Namespace) -> int:
 @input_errors("retrieve")
 @writes_to(lambda args: args.out)
 def run_retrieve(args: argparse.Namespace) -> int:
-    from pyterrier_tite.pt.batch import index_info, index_retriever, retrieve
-    from pyterrier_tite.pt.index_build import refuse_existing
-    from pyterrier_tite.pt.index_model import index_folder
-    from pyterrier_tite.pt.inputs import load_topics
-    from pyterrier_tite.pt.run_files import write_trec_run
+    from pyterrier_tite.cli.service import index_retriever, retrieve
+    from pyterrier_tite.store.atomic import refuse_existing
+    from pyterrier_tite.store.index_info import index_info
+    from pyterrier_tite.store.packages import index_folder
+    from pyterrier_tite.store.runs import write_trec_run
+    from pyterrier_tite.store.topics import load_topics
 
     apply_runtime_arguments(args)
     _check_k(args.k)
@@ -226,7 +227,7 @@ def run_retrieve(args: argparse.Namespace) -> int:
 
 
 def _system(model: str) -> str:
-    from pyterrier_tite.pt.batch import system_name
+    from pyterrier_tite.cli.service import system_name
 
     return system_name(model)
 
@@ -234,10 +235,11 @@ def _system(model: str) -> str:
 @input_errors("rerank")
 @writes_to(lambda args: args.out)
 def run_rerank(args: argparse.Namespace) -> int:
-    from pyterrier_tite.pt.batch import DocumentTexts, attach_queries, load_model, rerank, scorer_of, top_k
-    from pyterrier_tite.pt.index_build import refuse_existing
-    from pyterrier_tite.pt.inputs import load_topics
-    from pyterrier_tite.pt.run_files import read_trec_run, write_trec_run
+    from pyterrier_tite.cli.service import attach_queries, load_model, rerank, scorer_of
+    from pyterrier_tite.store.atomic import refuse_existing
+    from pyterrier_tite.store.corpus import DocumentTexts
+    from pyterrier_tite.store.runs import read_trec_run, top_k, write_trec_run
+    from pyterrier_tite.store.topics import load_topics
 
     apply_runtime_arguments(args)
     _check_k(args.k)
@@ -264,8 +266,8 @@ def run_rerank(args: argparse.Namespace) -> int:
 
 def _first_stage(args: argparse.Namespace, topics):
     """The candidates of ``--first-stage``: BM25 over the (cached) PISA index of ``--dataset``, or an index folder."""
-    from pyterrier_tite.pt.batch import index_retriever, retrieve
-    from pyterrier_tite.pt.index_model import index_folder, is_package_url
+    from pyterrier_tite.cli.service import index_retriever, retrieve
+    from pyterrier_tite.store.packages import index_folder, is_package_url
 
     if os.path.isdir(args.first_stage) or is_package_url(args.first_stage):
         retriever = index_retriever(

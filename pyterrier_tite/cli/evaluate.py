@@ -71,8 +71,8 @@ def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str],
     import pandas as pd
     import pyterrier as pt
 
-    from pyterrier_tite.pt.inputs import load_qrels
-    from pyterrier_tite.pt.run_files import read_trec_run
+    from pyterrier_tite.store.qrels import load_qrels
+    from pyterrier_tite.store.runs import read_trec_run
 
     try:
         parsed = [ir_measures.parse_measure(m) for m in measures]

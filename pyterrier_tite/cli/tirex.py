@@ -38,7 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _folders(args: argparse.Namespace):
-    from pyterrier_tite.pt.tira import INPUT_VARIABLES, OUTPUT_VARIABLES, tira_dir
+    from pyterrier_tite.store.tira import INPUT_VARIABLES, OUTPUT_VARIABLES, tira_dir
 
     source = tira_dir(args.input, INPUT_VARIABLES, "input")
     if not source.is_dir():
@@ -54,9 +54,10 @@ def _run_file(args: argparse.Namespace):
 @input_errors("tirex rerank")
 @writes_to(_run_file)
 def run_tirex_rerank(args: argparse.Namespace) -> int:
-    from pyterrier_tite.pt.batch import load_model, rerank, scorer_of, system_name, top_k
-    from pyterrier_tite.pt.ir_metadata import tracked_run
-    from pyterrier_tite.pt.tira import read_rerank, write_tirex_output
+    from pyterrier_tite.cli.service import load_model, rerank, scorer_of, system_name
+    from pyterrier_tite.store.ir_metadata import tracked_run
+    from pyterrier_tite.store.runs import top_k
+    from pyterrier_tite.store.tira import read_rerank, write_tirex_output
 
     apply_runtime_arguments(args)
     if args.k < 1:
@@ -79,9 +80,9 @@ def run_tirex_rerank(args: argparse.Namespace) -> int:
 def run_tirex_retrieve(args: argparse.Namespace) -> int:
     import tempfile
 
-    from pyterrier_tite.pt.batch import build_index, index_retriever, load_model, retrieve, system_name
-    from pyterrier_tite.pt.ir_metadata import tracked_run
-    from pyterrier_tite.pt.tira import iter_documents, read_queries, write_tirex_output
+    from pyterrier_tite.cli.service import build_index, index_retriever, load_model, retrieve, system_name
+    from pyterrier_tite.store.ir_metadata import tracked_run
+    from pyterrier_tite.store.tira import iter_documents, read_queries, write_tirex_output
 
     apply_runtime_arguments(args)
     if args.k < 1:

@@ -16,10 +16,8 @@ DataFrames, all or nothing and with checked docnos: :class:`FlexIndexing`) and a
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 import pyterrier as pt
@@ -33,26 +31,20 @@ from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.checkpoint import save_model_folder
 from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, refuse_non_finite, text_column
+from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
+from pyterrier_tite.store.flex import build_flex_index
+from pyterrier_tite.store.values import checked_text
 
 
 class FlexIndexing(pt.Compose):
     """``encoder >> pyterrier_dr.FlexIndex(path)`` (or ``>> index.indexer(mode='overwrite')``), made by ``>>`` on a
-    dense bi-encoder or its doc encoder: a pipeline whose ``index(docs)`` builds the FlexIndex all or nothing.
-
-    pyterrier_dr's own indexer (0.8) writes straight into ``path``: a corpus or encoder error leaves a folder that
-    ``FlexIndex.built()`` calls built (``vecs.f4`` and ``docnos.npids``, no ``pt_meta.json``), duplicate docnos are
-    stored twice (both returned by retrieval), integer docnos fail inside npids (``AttributeError``), an empty corpus
-    fails with ``struct.error`` and a single document with ``ZeroDivisionError`` (npids cannot store a block of one
-    id). Here the documents are checked first (:func:`~pyterrier_tite.pt.index_build.checked_corpus`: single-token
-    ``str`` docnos, each once, text present), an empty corpus is refused, and the index (FlexIndex's files:
-    ``vecs.f4``, ``docnos.npids``, ``pt_meta.json`` last) is written in a hidden sibling of ``path`` that is renamed
-    into place when complete; an existing ``path`` is replaced only in mode ``'overwrite'``."""
+    dense bi-encoder or its doc encoder: a pipeline whose ``index(docs)`` builds the FlexIndex all or nothing with
+    the one FlexIndex builder (:func:`~pyterrier_tite.store.flex.build_flex_index`: docnos checked, an empty corpus
+    refused, built beside ``path`` and renamed when complete) instead of pyterrier_dr's own indexer, which writes
+    straight into ``path``; an existing ``path`` is replaced only in mode ``'overwrite'``."""
 
     def index(self, iter: pt.model.IterDict, batch_size: int | None = None):
         from pyterrier_dr.flex.core import FlexIndexer, IndexingMode
-
-        from pyterrier_tite.pt.index_build import atomic_build, checked_corpus
 
         encoder, target = self._transformers
         index = target._index if isinstance(target, FlexIndexer) else target
@@ -61,79 +53,16 @@ class FlexIndexing(pt.Compose):
             raise FileExistsError(
                 f"{index.index_path} already exists; index into a new path or use index.indexer(mode='overwrite')"
             )
-        docnos: list[str] = []
 
-        def documents():
-            for doc in checked_corpus(iter, [encoder.text_field]):
-                docnos.append(doc["docno"])
-                yield doc
+        def encode(docs: list[dict]) -> list:
+            return [record["doc_vec"] for record in encoder.transform_iter(docs)]
 
-        docs = peekable(documents())
-        if not docs:
-            raise ValueError("the corpus is empty: nothing to index")
-        if index.verbose:
-            docs = pt.tqdm(docs, desc="indexing", unit="doc")
-        with atomic_build(index.index_path, overwrite) as staging:
-            staging.mkdir()
-            pairs = ((r["docno"], r["doc_vec"]) for r in encoder.transform_iter(docs))
-            if write_flex_files(staging, pairs) != len(docnos):
-                raise RuntimeError(f"{encoder!r} did not return one doc_vec per document")
+        progress = "indexing" if index.verbose else None
+        build_flex_index(iter, index.index_path, encode, text_field=encoder.text_field, overwrite=overwrite,
+                         progress=progress)  # fmt: skip
         index._meta = index._docnos = index._dvecs = None  # an overwritten index must be read afresh
         index._cache = {}
         return index
-
-
-def write_flex_files(folder: Path, encoded: Iterable[tuple[str, np.ndarray]]) -> int:
-    """A FlexIndex's files in ``folder`` from ``(docno, vector)`` pairs (``vecs.f4``, ``docnos.npids``,
-    ``pt_meta.json`` last, as pyterrier_dr reads them); returns the number of documents written."""
-    from pyterrier_dr import FlexIndex
-
-    docnos: list[str] = []
-    dim = None
-    with open(folder / "vecs.f4", "wb") as vecs:
-        for docno, vec in encoded:
-            vector = np.asarray(vec, dtype=np.float32)
-            if vector.ndim != 1 or vector.shape[0] != (dim or vector.shape[0]):
-                raise ValueError(f"doc_vec of docno {docno!r} has shape {vector.shape}, not ({dim},)")
-            dim = vector.shape[0]
-            vecs.write(vector.tobytes())
-            docnos.append(docno)
-    if not docnos:
-        raise ValueError("the corpus is empty: nothing to index")
-    write_docnos(folder / "docnos.npids", docnos)
-    meta = {"type": FlexIndex.ARTIFACT_TYPE, "format": FlexIndex.ARTIFACT_FORMAT, "vec_size": dim}
-    with open(folder / "pt_meta.json", "w") as f:
-        json.dump({**meta, "doc_count": len(docnos)}, f)
-    return len(docnos)
-
-
-def write_docnos(file, docnos: list[str]) -> None:
-    """A FlexIndex's ``docnos.npids``, written by npids. npids stores each block of ids without their common prefix,
-    so a block of one id (a 1-document corpus, or a last id whose form differs from the ids before it) gets
-    zero-width rows that it cannot read (``ZeroDivisionError``); such a store is written again as one block that
-    keeps the whole ids."""
-    from npids import Lookup
-
-    try:
-        Lookup.build(docnos, file, return_self=False)
-        return
-    except ZeroDivisionError:
-        os.remove(file)
-    from npids.builder import FwdLookupBuilder, InvLookupBuilder
-    from npids.codecs.fwd_fixedbytes import FwdFixedBytes
-
-    class WholeIds(FwdFixedBytes):
-        def seed(self, id) -> bool:
-            super().seed(id)
-            self.prefix = b""
-            return True
-
-    builder = FwdLookupBuilder(file, min_block=len(docnos) + 1)  # one block, written on close
-    builder.formats = builder.seeded_formats = {WholeIds.NAME: WholeIds()}
-    for docno in docnos:
-        builder.add(docno)
-    builder.close()
-    InvLookupBuilder.build(file)
 
 
 class _IndexesAtomically:

@@ -11,8 +11,8 @@ import os
 
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.pt.first_stage import cache_lock, trec_dl_bm25
-from pyterrier_tite.pt.model_keys import model_key, slug
+from pyterrier_tite.pt.first_stage import trec_dl_bm25
+from pyterrier_tite.store.cache import cache_lock, model_key, slug
 from pyterrier_tite.text import document_text, text_fields
 
 #: the TREC DL aliases whose mirrored passages are only the BM25 candidates: re-ranked, not retrieved

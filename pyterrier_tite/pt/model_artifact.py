@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_tite.models.checkpoint import Checkpoint
 from pyterrier_tite.models.model_card import CARD_FILE, is_ours, origin_info, render_card, update_card
+from pyterrier_tite.store.packages import package_saved
 
 
 def is_model_name(model: Any) -> bool:
@@ -90,13 +89,9 @@ class ModelArtifact(pta.Artifact):
             if self.path is self.NO_PATH:
                 raise ValueError(f"{self!r} was not loaded from a folder: pass build_package(package_path=...)")
             package_path = str(self.path).rstrip("/\\") + ".tar.lz4"
-        with tempfile.TemporaryDirectory(prefix="pyterrier-tite-package-") as tmp:
-            folder = os.path.join(tmp, "model")
-            self.save_pretrained(folder)
-            theirs = "" if self.path is self.NO_PATH else os.path.join(str(self.path), CARD_FILE)
-            if theirs and os.path.isfile(theirs) and not is_ours(theirs):
-                shutil.copyfile(theirs, os.path.join(folder, CARD_FILE))
-            return pta.Artifact(folder).build_package(package_path, **kwargs)
+        theirs = "" if self.path is self.NO_PATH else os.path.join(str(self.path), CARD_FILE)
+        card = theirs if theirs and os.path.isfile(theirs) and not is_ours(theirs) else None
+        return package_saved(self.save_pretrained, package_path, card, **kwargs)
 
     def _hf_readme(self, *, repo: str, branch: str | None = "main", pretty_name: str | None = None,
                    metadata: dict | None = None) -> str:  # fmt: skip

@@ -1,8 +1,8 @@
 """SPLADE as PyTerrier transformers: ``toks`` / ``query_toks`` encoders, a PISA indexer and retriever, a scorer.
 
 Weights leave the encoders as the model's floats, so ``sum_t query_toks[t] * toks[t]`` is exactly the model's
-score. Quantisation for PISA is decided here and only here (:data:`PISA_SCALE`): PISA stores ``int(w * scale)``
-per posting and repeats each query term ``int(w * toks_scale)`` times, so its score is
+score. Quantisation for PISA is decided in one place, the PISA writer (:data:`PISA_SCALE`): PISA stores
+``int(w * scale)`` per posting and repeats each query term ``int(w * toks_scale)`` times, so its score is
 ``sum_t int(100 q_t) * int(100 d_t)``; :class:`SpladePisaRetriever` divides by ``PISA_SCALE ** 2`` to give scores in
 model units and takes a rank cutoff (``retriever % 10`` asks PISA for 10 results).
 
@@ -10,7 +10,7 @@ Texts are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missi
 naming its qid / docno, ``bytes`` are decoded (UTF-8); NaN / inf term weights or scores are a ``ValueError`` naming
 the first qid / docno (:meth:`Splade.refuse_non_finite`) before PISA or ``add_ranks`` sees them; index builds are
 all or nothing and indexes are checked before PISA opens them
-(:mod:`pyterrier_tite.pt.index_build`).
+(:mod:`pyterrier_tite.store.pisa_build`, :mod:`pyterrier_tite.store.pisa_files`).
 """
 
 from __future__ import annotations
@@ -29,17 +29,15 @@ from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
 from pyterrier_tite.models.splade.load import load
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
-from pyterrier_tite.pt.index_build import build_pisa
 from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name
-from pyterrier_tite.pt.pisa_derived import open_pisa_retriever
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import checked_text, one_query_per_qid, refuse_non_finite, text_column
+from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
+from pyterrier_tite.store.pisa_build import PISA_SCALE, build_toks_index
+from pyterrier_tite.store.pisa_derived import open_pisa_retriever
+from pyterrier_tite.store.values import checked_text
 
 #: what ``pt_meta.json`` of a saved pair names: the sub-folder of each side
 PAIR_FOLDERS = {"query": "query", "doc": "doc"}
-
-#: the one quantisation factor, applied to document weights at indexing and to query weights at retrieval
-PISA_SCALE = 100.0
 
 
 def pisa_term(token: str) -> str:
@@ -251,7 +249,7 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
     def retriever(self, index, num_results: int = 1000, threads: int = 1, verbose: bool | None = None):
         """``query_encoder() >> SpladePisaRetriever``: PISA's quantised retrieval, scores in model units; ``% k``
         fuses into PISA. The index (a ``PisaIndex`` or its folder) is checked first: a damaged one raises
-        :class:`~pyterrier_tite.pt.index_build.CorruptIndexError` naming the file instead of aborting the process."""
+        :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` naming the file instead of aborting the process."""
         return self.query_encoder(verbose=verbose) >> SpladePisaRetriever(index, num_results, threads)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -416,16 +414,23 @@ class SpladeIndexer(pt.Indexer):
         return [["docno", self.model.text_field]]
 
     def index(self, iter_dict: Iterable[dict]):
-        from pyterrier_pisa import PisaIndex
-
-        def index(staging, docs) -> None:
-            toks = PisaIndex(str(staging), stemmer="none", threads=self.threads)
-            toks_indexer = toks.toks_indexer(scale=PISA_SCALE, threads=self.threads)
-            (self.model.doc_encoder(verbose=False) >> toks_indexer).index(docs)
-
+        """The PISA index (built by :func:`~pyterrier_tite.store.pisa_build.build_toks_index`, the one SPLADE -> PISA
+        writer) of the documents' ``toks`` from :meth:`Splade.doc_encoder`."""
         progress = "SPLADE indexing" if self.verbose else None
-        build_pisa(iter_dict, self.path, [self.model.text_field], index, progress, overwrite=self.overwrite)
-        return PisaIndex(self.path, stemmer="none", threads=self.threads)
+        return build_toks_index(iter_dict, self.path, doc_toks(self.model), text_field=self.model.text_field,
+                                threads=self.threads, overwrite=self.overwrite, progress=progress,
+                                chunk_size=8 * self.model.batch_size)  # fmt: skip
+
+
+def doc_toks(model: Splade, batch_size: int | None = None):
+    """``docs -> [toks]`` with ``model``'s doc encoder (texts checked, NaN / inf weights refused): what the PISA
+    writer calls for each chunk of documents."""
+    encoder = model.doc_encoder(verbose=False, batch_size=batch_size)
+
+    def encode(docs: list[dict]) -> list[dict[str, float]]:
+        return [record["toks"] for record in encoder.transform_iter(docs)]
+
+    return encode
 
 
 def pisa_document_frequencies(path: str) -> tuple[dict[str, int], int]:

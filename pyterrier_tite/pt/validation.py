@@ -7,11 +7,11 @@ one qid carrying two different query texts is refused (it would be scored agains
 
 Outputs are checked on the way out too (:func:`refuse_non_finite`): a NaN / inf score, vector or term weight is a
 ``ValueError`` saying which model produced it, for how many rows, the first qid / docno and the likely cause, before
-``add_ranks`` (which fails on NaN with a pandas error) or an index sees it."""
+``add_ranks`` (which fails on NaN with a pandas error) or an index sees it. The value rules themselves (ids, texts)
+live on the storage floor (:mod:`pyterrier_tite.store.values`): index builds and file readers check with them too."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -19,47 +19,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-#: the values a text column may hold as UTF-8 bytes
-BYTES = (bytes, bytearray, memoryview)
-
-
-def missing_value(value) -> bool:
-    """None and NaN (and pandas' NA) are missing values."""
-    if value is None or value is pd.NA:
-        return True
-    return isinstance(value, float) and math.isnan(value)
-
-
-def checked_id(value, column: str) -> str:
-    """An identifier as ``str``: integers are accepted; missing values, empty ids and ids with whitespace or NUL
-    (which would shift every later id in a line-based lexicon such as PISA's) are refused."""
-    if missing_value(value):
-        raise ValueError(f"missing {column} (None/NaN)")
-    text = str(value)
-    if not text or any(c.isspace() for c in text) or "\0" in text:
-        raise ValueError(f"{column} {text!r} is empty or contains whitespace / NUL; ids must be single tokens")
-    return text
-
-
-def checked_text(value, column: str, row_id: str) -> str:
-    """A text field as ``str``; None/NaN is an error naming the row, ``bytes`` are decoded as UTF-8 (``str(b"..")``
-    would give the text ``"b'..'"``). NUL bytes become spaces (engines cut at them)."""
-    if missing_value(value):
-        raise ValueError(f"missing {column} (None/NaN) for {row_id}")
-    if isinstance(value, BYTES):
-        value = decoded(value, column, row_id)
-    return str(value).replace("\0", " ")
-
-
-def decoded(value: bytes | bytearray | memoryview, column: str, row_id: str) -> str:
-    """UTF-8 ``bytes`` as ``str``; other bytes are a ``ValueError`` naming the column, the row and the bad byte."""
-    try:
-        return bytes(value).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"{column} for {row_id} is bytes that are not valid UTF-8 (byte {exc.object[exc.start]:#04x} at position "
-            f"{exc.start}): decode it to str with its encoding first"
-        ) from None
+from pyterrier_tite.store.values import BYTES, checked_id, checked_text
 
 
 def text_column(frame: pd.DataFrame, column: str, id_column: str) -> list[str]:

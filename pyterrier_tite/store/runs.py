@@ -4,14 +4,14 @@ ranks from 1 in descending score order, and the file appears complete or not at 
 
 from __future__ import annotations
 
-import errno
 import gzip
 import os
-from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_tite.pt.validation import checked_id
+from pyterrier_tite.store.atomic import write_file
+from pyterrier_tite.store.text_files import line_number, whitespace_table
+from pyterrier_tite.store.values import checked_id
 
 
 def normalised_run(results: pd.DataFrame) -> pd.DataFrame:
@@ -50,34 +50,28 @@ def write_trec_run(results: pd.DataFrame, path: str | os.PathLike, system: str =
     return run
 
 
-def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None:
-    """``data`` into ``path``, all or nothing: under ``path``'s write lock (:func:`~pyterrier_tite.pt.locks.write_lock`:
-    a second writer fails naming this process), written to a hidden sibling, flushed to the disk (``fsync``: a full
-    disk may only show there) and checked, then renamed into place. A failed write is a
-    :class:`~pyterrier_tite.pt.locks.WriteFailedError` naming the path and the cause (``No space left on device``,
-    ``File too large``); the previous file, if any, stays as it was."""
-    from pyterrier_tite.pt.index_build import remove_stale_builds
-    from pyterrier_tite.pt.locks import WriteFailedError, write_failure, write_lock
-
-    target = Path(path)
-    with write_lock(target):
-        remove_stale_builds(target, holding_lock=True)
-        staging = target.with_name(f".{target.name}.writing-{os.getpid()}")
-        try:
-            with open(staging, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-                written = os.fstat(f.fileno()).st_size
-            if written != len(data):
-                raise OSError(errno.EIO, f"only {written} of {len(data)} bytes reached the disk")
-            os.replace(staging, target)
-        except OSError as exc:
-            raise WriteFailedError(f"cannot write the {what} {target}: {write_failure(exc)}; nothing was written"
-                                   + (" (the previous file is unchanged)" if target.exists() else "")) from exc
-        finally:
-            if os.path.lexists(staging):
-                staging.unlink()
+def top_k(run: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Each (qid, docno) once (its best row) and the best ``k`` rows of each query: by score, as evaluation tools
+    order a run (a run whose ranks are all 1 is still cut by score), ties by rank (when every rank is positive:
+    inputs without scores), then by row order. A NaN score is an error naming qid and docno."""
+    run = run.assign(
+        qid=[checked_id(q, "qid") for q in run["qid"]], docno=[checked_id(d, "docno") for d in run["docno"]]
+    )
+    first_seen = {q: i for i, q in enumerate(dict.fromkeys(run["qid"]))}
+    keys = {"_q": run["qid"].map(first_seen).to_numpy()}
+    ascending = [True]
+    if "score" in run.columns:
+        scores = pd.to_numeric(run["score"], errors="raise")
+        if scores.isna().any():
+            bad = run.loc[scores.isna()].iloc[0]
+            raise ValueError(f"score NaN for qid {bad['qid']!r}, docno {bad['docno']!r}: candidates need scores")
+        keys["_score"], ascending = scores.to_numpy(), [*ascending, False]
+    ranks = pd.to_numeric(run["rank"], errors="coerce") if "rank" in run.columns else None
+    if ranks is not None and (ranks > 0).all():
+        keys["_rank"], ascending = ranks.to_numpy(), [*ascending, True]
+    run = run.assign(**keys).sort_values(list(keys), ascending=ascending, kind="stable")
+    run = run.drop_duplicates(["qid", "docno"], keep="first")
+    return run.groupby("qid", sort=False).head(k).drop(columns=list(keys)).reset_index(drop=True)
 
 
 def read_trec_run(path: str | os.PathLike, duplicates: str = "refuse") -> pd.DataFrame:
@@ -86,8 +80,6 @@ def read_trec_run(path: str | os.PathLike, duplicates: str = "refuse") -> pd.Dat
     a rank that is not an integer and an empty file are errors naming file and line. A (qid, docno) on two lines is
     refused (``duplicates="refuse"``: evaluation tools would count it once or twice, changing the metrics) or, with
     ``duplicates="warn"``, kept with a warning giving the count (re-ranking scores each pair once)."""
-    from pyterrier_tite.pt.inputs import line_number, whitespace_table
-
     if duplicates not in ("refuse", "warn"):
         raise ValueError(f"duplicates is 'refuse' or 'warn', got {duplicates!r}")
     hints = {5: " (is the Q0 column missing?)"}
@@ -110,8 +102,6 @@ def read_trec_run(path: str | os.PathLike, duplicates: str = "refuse") -> pd.Dat
 
 
 def _refuse_or_warn_duplicates(run: pd.DataFrame, path, duplicates: str) -> None:
-    from pyterrier_tite.pt.inputs import line_number
-
     qids, docnos = pd.factorize(run["qid"])[0], pd.factorize(run["docno"])[0]
     repeated = pd.Series(qids.astype("int64") * (int(docnos.max()) + 1) + docnos).duplicated(keep="first")
     if not repeated.any():

@@ -5,7 +5,7 @@ TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and coll
 ``original_*`` fields); full-rank inputs are ``documents.jsonl(.gz)`` or ``corpus.jsonl.gz`` (docno or doc_id; text or
 default_text) with ``queries.jsonl`` (qid, query) or ``queries.xml``. Ids may be JSON integers: they become strings.
 The output is ``run.txt`` (``qid Q0 docno rank score system``) and ``ir-metadata.yml`` (by tirex-tracker when
-installed, see :mod:`~pyterrier_tite.pt.ir_metadata`).
+installed, see :mod:`~pyterrier_tite.store.ir_metadata`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from pyterrier_tite.pt.inputs import field, iter_corpus, json_id, json_text, jsonl_records, load_topics
-from pyterrier_tite.pt.run_files import write_trec_run
+from pyterrier_tite.store.atomic import write_file
+from pyterrier_tite.store.corpus import iter_corpus
+from pyterrier_tite.store.ir_metadata import render
+from pyterrier_tite.store.locks import write_lock
+from pyterrier_tite.store.runs import write_trec_run
+from pyterrier_tite.store.text_files import field, json_id, json_text, jsonl_records
+from pyterrier_tite.store.topics import load_topics
 
 INPUT_VARIABLES = ("inputDataset", "TIRA_INPUT_DATASET")
 OUTPUT_VARIABLES = ("outputDir", "TIRA_OUTPUT_DIR")
@@ -85,7 +90,7 @@ def _number(record: dict, name: str, kind: type, where: str):
 
 def iter_documents(folder: str | os.PathLike) -> Iterator[dict]:
     """The full-rank corpus as ``{docno, text}`` dicts (for indexing), read by the corpus-file rules of
-    :func:`~pyterrier_tite.pt.inputs.iter_corpus`."""
+    :func:`~pyterrier_tite.store.corpus.iter_corpus`."""
     folder = Path(folder)
     file = _first_file(folder, ("documents.jsonl.gz", "documents.jsonl", "corpus.jsonl.gz", "corpus.jsonl"))
     if file is None:
@@ -105,15 +110,11 @@ def read_queries(folder: str | os.PathLike) -> pd.DataFrame:
 def write_tirex_output(
     results: pd.DataFrame, folder: str | os.PathLike, system: str, metadata: dict, tracked: dict | None = None
 ) -> Path:
-    """``run.txt`` (normalised, see :func:`~pyterrier_tite.pt.run_files.write_trec_run`) and ``ir-metadata.yml``
-    describing how it was made (``tracked``: what tirex-tracker measured, see :mod:`~pyterrier_tite.pt.ir_metadata`;
+    """``run.txt`` (normalised, see :func:`~pyterrier_tite.store.runs.write_trec_run`) and ``ir-metadata.yml``
+    describing how it was made (``tracked``: what tirex-tracker measured, see :mod:`~pyterrier_tite.store.ir_metadata`;
     else the short record); returns the run file. Both are written all or nothing under ``run.txt``'s write lock
     (a second writer of the folder fails naming this process); when the metadata cannot be written, the run is
     removed again, so the folder never holds one without the other."""
-    from pyterrier_tite.pt.ir_metadata import render
-    from pyterrier_tite.pt.locks import write_lock
-    from pyterrier_tite.pt.run_files import write_file
-
     folder = Path(folder)
     run_file = folder / "run.txt"
     with write_lock(run_file):

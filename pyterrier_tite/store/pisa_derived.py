@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from pyterrier_tite._native_output import native_output_silenced
-from pyterrier_tite.pt.index_build import check_pisa_index
+from pyterrier_tite.store.cache import cache_root
+from pyterrier_tite.store.locks import write_failure
+from pyterrier_tite.store.pisa_files import check_pisa_index, num_documents
 
 #: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``
 #: and the compressed index ``<that>.<encoding>``
@@ -54,7 +56,7 @@ class DerivedFilesError(OSError):
 def open_pisa_retriever(index, scorer: str = "bm25", num_results: int = 1000, threads: int = 1, **settings):
     """``index.<scorer>(num_results=..., threads=..., **settings)``, a ``PisaRetrieve`` (``index``: a ``PisaIndex``
     or its folder), opened without the faults PISA has (see the module docstring): the index is checked first
-    (:func:`~pyterrier_tite.pt.index_build.check_pisa_index`), ``num_results`` is cut to the number of documents, the
+    (:func:`~pyterrier_tite.store.pisa_files.check_pisa_index`), ``num_results`` is cut to the number of documents, the
     derived files are written by a helper process, and a read-only index is served from a per-user cache of them."""
     from pyterrier_pisa import PisaIndex
 
@@ -77,11 +79,6 @@ def open_pisa_retriever(index, scorer: str = "bm25", num_results: int = 1000, th
             derive(folder, [index.index_encoding.value, scorer, stemmer], native)
         with native_output_silenced():
             return getattr(index, scorer)(num_results=num_results, threads=threads, **settings)
-
-
-def num_documents(path: str | os.PathLike) -> int:
-    """The number of documents of a (checked) PISA index, from the header of ``inv.docs``."""
-    return int(np.fromfile(Path(path) / "inv.docs", dtype=np.uint32, count=2)[1])
 
 
 def derived_names(scorer: str, encoding: str, native: dict) -> list[str]:
@@ -129,8 +126,6 @@ def derive(folder: Path, args: list, kwargs: dict) -> None:
                           stdin=subprocess.DEVNULL, errors="replace")  # fmt: skip
     if done.returncode == 0:
         return
-    from pyterrier_tite.pt.locks import write_failure
-
     cause = write_failure(None, folder)
     if not cause:
         said = [line.split("what():", 1)[-1].strip() for line in done.stderr.splitlines() if "what():" in line]
@@ -208,8 +203,7 @@ def derived_cache(index: str | os.PathLike) -> Path:
     own = sorted(f for f in index.iterdir() if f.is_file() and not f.name.startswith(".")
                  and f.name != PISA_DERIVED_RECORD and not fnmatch.fnmatch(f.name, PISA_DERIVED))  # fmt: skip
     stamp = json.dumps([str(index.resolve()), [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in own]])
-    root = os.environ.get("PYTERRIER_TITE_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pyterrier_tite")
-    cache = Path(root) / "pisa-derived" / f"{index.name}.{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+    cache = Path(cache_root()) / "pisa-derived" / f"{index.name}.{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
     try:
         cache.mkdir(parents=True, exist_ok=True)
         for file in own:

@@ -1,0 +1,299 @@
+"""The work behind the batch commands (``index``, ``retrieve``, ``rerank``, ``tirex``): which kind of model a name is,
+building its index all or nothing with the one writer of its engine, opening an index for retrieval with the model
+that built it, and re-ranking runs query chunk by query chunk with document texts from a collection or a corpus file.
+
+An index built here is the engine's own folder (``pt_meta.json`` of a FlexIndex or a PISA index) plus
+:data:`~pyterrier_tite.store.index_info.INDEX_INFO`, a small JSON naming the model that built it (and its hub id), so
+retrieval needs no ``--model``; a model from a folder is kept inside the index (``model/``, see
+:mod:`~pyterrier_tite.store.index_info`), so the index folder, or its package downloaded elsewhere, needs nothing
+outside itself. The files and engines are the storage floor's (``store/``); this layer adds the models.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyterrier as pt
+
+from pyterrier_tite.pt.validation import one_query_per_qid
+from pyterrier_tite.store.cache import slug
+from pyterrier_tite.store.corpus import DocumentTexts
+from pyterrier_tite.store.index_info import BM25, INDEX_INFO, index_info, write_index_info
+from pyterrier_tite.store.sharding import SINGLE, Shard
+from pyterrier_tite.store.values import checked_id, checked_text
+
+#: kinds of model a name can resolve to
+KINDS = ("bm25", "dense", "splade", "reranker")
+
+
+def model_name_for_record(name: str) -> str:
+    """What to store as the model of an index: a folder as an absolute path, a hub id or keyword as given (``bm25``
+    also where a folder of that name is in the working directory)."""
+    return os.path.abspath(name) if os.path.isdir(name) and name.lower() != BM25 else name
+
+
+def load_model(
+    name: str,
+    device: str | None = None,
+    batch_size: int | None = None,
+    verbose: bool = False,
+    precision: str | None = None,
+):
+    """``(kind, transformer)`` for a model name: ``bm25`` -> ``("bm25", None)``; anything else through
+    :func:`pyterrier_tite.load` (shipped name, folder or hub id); ``precision`` (fp32 / bf16 / fp16) is its
+    ``dtype`` (default: the device's)."""
+    if name.lower() == BM25:
+        return BM25, None
+    from pyterrier_tite.pt.artifacts import load
+
+    kwargs = {"verbose": verbose}
+    if device:
+        kwargs["device"] = device
+    if batch_size:
+        kwargs["batch_size"] = batch_size
+    if precision:
+        kwargs["dtype"] = precision
+    try:
+        model = load(name, **kwargs)
+    except OSError as exc:  # hub id not cached offline, missing folder, ...
+        raise ValueError(f"cannot load the model {name!r}: {exc}") from exc
+    return model_kind(model), model
+
+
+def model_kind(model) -> str:
+    """``dense`` (a ``pyterrier_dr.BiEncoder``), ``splade`` or ``reranker``."""
+    import pyterrier_dr
+
+    from pyterrier_tite.pt.splade import Splade
+
+    if isinstance(model, pyterrier_dr.BiEncoder):
+        return "dense"
+    if isinstance(model, Splade):
+        return "splade"
+    return "reranker"
+
+
+class _Counted:
+    """Counts the documents that pass through (for :data:`INDEX_INFO`)."""
+
+    def __init__(self, docs: Iterable[dict]):
+        self.docs, self.count = docs, 0
+
+    def __iter__(self) -> Iterator[dict]:
+        for doc in self.docs:
+            self.count += 1
+            yield doc
+
+
+def build_index(
+    model_name: str,
+    corpus: Iterable[dict],
+    path: str | os.PathLike,
+    *,
+    corpus_name: str | None = None,
+    device: str | None = None,
+    batch_size: int | None = None,
+    precision: str | None = None,
+    threads: int = 1,
+    overwrite: bool = False,
+    verbose: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+    model=None,
+    package_model: bool = True,
+) -> str:
+    """Index ``corpus`` (``{docno, text}`` dicts) with a model into ``path``, all or nothing: dense models into a
+    FlexIndex, SPLADE and ``bm25`` into PISA. Returns the kind. With ``world_size > 1`` every rank calls this with
+    the same corpus, each encodes its share and rank 0 writes the index (BM25 is built by rank 0 alone). A model from
+    a folder is saved into the index (``model/``) unless ``package_model=False``."""
+    from pyterrier_tite.models.model_card import hub_id
+    from pyterrier_tite.store.flex import build_flex_index
+    from pyterrier_tite.store.pisa_build import build_pisa_index, build_toks_index
+
+    if model is None:
+        kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
+    else:
+        kind = BM25 if model_name.lower() == BM25 else model_kind(model)
+    recorded = model_name_for_record(model_name)
+    label = f"indexing with {os.path.basename(recorded.rstrip('/')) or recorded}" if verbose else None
+    if kind == "reranker":
+        raise ValueError(f"{model_name!r} is a re-ranker ({type(model).__name__}): it scores query-document pairs "
+                         "and cannot index; use `pyterrier-tite rerank --model ...` instead")  # fmt: skip
+    if rank != 0 and kind == BM25:
+        return kind
+    counted = _Counted(corpus)
+    packaged = model if package_model and kind != BM25 else None
+
+    def finalize(staging: Path) -> None:
+        write_index_info(staging, kind, recorded, corpus_name, counted.count, packaged,
+                         hub_id=None if kind == BM25 else hub_id(recorded))  # fmt: skip
+
+    if kind == BM25:
+        build_pisa_index(counted, path, ["text"], threads=threads, progress=label, overwrite=overwrite,
+                         finalize=finalize)  # fmt: skip
+        return kind
+    shard = torch_shard(rank, world_size)
+    batch_size = batch_size or model.batch_size
+    if kind == "dense":
+        build_flex_index(counted, path, dense_vectors(model, batch_size), overwrite=overwrite, shard=shard,
+                         progress=label, finalize=finalize, chunk_size=8 * batch_size)  # fmt: skip
+    else:
+        from pyterrier_tite.pt.splade import doc_toks
+
+        build_toks_index(counted, path, doc_toks(model, batch_size), threads=threads, overwrite=overwrite,
+                         progress=label, chunk_size=8 * batch_size, shard=shard, finalize=finalize)  # fmt: skip
+    return kind
+
+
+def torch_shard(rank: int, world_size: int) -> Shard:
+    """This process's :class:`~pyterrier_tite.store.sharding.Shard`: rank 0 receives the other ranks' encodings with
+    ``torch.distributed.gather_object`` (an initialised process group, as under ``torchrun``)."""
+    if world_size == 1:
+        return SINGLE
+
+    def gather(encoded: list) -> list[list] | None:
+        import torch.distributed as dist
+
+        gathered = [None] * world_size if rank == 0 else None
+        dist.gather_object(encoded, gathered, dst=0)
+        return gathered
+
+    return Shard(rank, world_size, gather)
+
+
+def dense_vectors(model, batch_size: int | None = None):
+    """``docs -> float32 [N, D]`` with a ``pyterrier_dr.BiEncoder``'s ``encode_docs`` (of the ``text`` field)."""
+    import numpy as np
+
+    def encode(docs: list[dict]) -> np.ndarray:
+        texts = [d["text"] for d in docs]
+        vectors = np.asarray(model.encode_docs(texts, batch_size=batch_size or model.batch_size), dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+            raise RuntimeError(f"{model!r}.encode_docs returned shape {vectors.shape} for {len(texts)} texts")
+        return vectors
+
+    return encode
+
+
+def index_retriever(
+    path: str | os.PathLike,
+    model_name: str | None = None,
+    k: int = 1000,
+    *,
+    device: str | None = None,
+    batch_size: int | None = None,
+    precision: str | None = None,
+    threads: int = 1,
+    model=None,
+) -> pt.Transformer:
+    """Queries (qid, query) -> top ``k`` of an index built by :func:`build_index` (or any FlexIndex / PISA index),
+    with the model the index holds or names unless ``model_name`` (or an already loaded ``model``) is given."""
+    from pyterrier_tite.store.index_info import model_for_index
+
+    info = index_info(path)
+    kind = info["kind"]
+    if not model_name and model is None and kind != BM25:
+        model_name = model_for_index(path, info)
+    model_name = model_name or info.get("model")
+    if kind == BM25:
+        if model_name and model_name.lower() != BM25:
+            raise ValueError(f"{path} is a BM25 index; --model {model_name} cannot query it")
+        from pyterrier_tite.store.pisa_derived import open_pisa_retriever
+
+        return open_pisa_retriever(path, "bm25", k, threads, k1=0.9, b=0.4)  # checked; k cut to the collection
+    if not model_name and model is None:
+        raise ValueError(f"{path} does not name the model that built it ({INDEX_INFO} is missing): pass --model")
+    if model is None:
+        loaded_kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
+    else:
+        loaded_kind = model_kind(model)
+    if loaded_kind != kind:
+        raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is a {loaded_kind} model")
+    if kind == "splade":
+        return model.retriever(str(path), num_results=k, threads=threads, verbose=False)  # checked; k cut
+    return dense_retriever(model, path, k)
+
+
+def dense_retriever(model, index, k: int = 1000) -> pt.Transformer:
+    """``model.query_encoder() >>`` the top ``k`` of a FlexIndex (``index``: one or its folder) on the model's device
+    (:func:`~pyterrier_tite.store.flex.open_flex_retriever`: ``k`` cut to the index size, scalar cells for ``k=1``)."""
+    from pyterrier_tite.store.flex import open_flex_retriever
+
+    return model.query_encoder(verbose=False) >> open_flex_retriever(index, k, str(model.device))
+
+
+def retrieve(retriever: pt.Transformer, topics: pd.DataFrame, chunk: int = 256, verbose: bool = True) -> pd.DataFrame:
+    """``retriever`` over the topics ``chunk`` queries at a time (one progress bar over queries)."""
+    topics = topics.assign(qid=[checked_id(q, "qid") for q in topics["qid"]])
+    topics = topics.drop_duplicates(["qid", "query"])
+    one_query_per_qid(topics)
+    if topics.empty:
+        raise ValueError("the topics are empty: nothing to retrieve")
+    bar = pt.tqdm(total=len(topics), desc="retrieving", unit="query", disable=not verbose)
+    frames = []
+    for start in range(0, len(topics), chunk):
+        batch = topics.iloc[start : start + chunk][["qid", "query"]]
+        frames.append(retriever.transform(batch))
+        bar.update(len(batch))
+    bar.close()
+    results = pd.concat(frames, ignore_index=True)
+    return results[[c for c in ("qid", "query", "docno", "score", "rank") if c in results.columns]]
+
+
+def scorer_of(model) -> pt.Transformer:
+    """The transformer that re-scores a result frame: a cross-encoder itself, a bi-encoder's / SPLADE's scorer."""
+    scorer = getattr(model, "scorer", None)
+    return scorer(verbose=False) if inspect.ismethod(scorer) else model
+
+
+def attach_queries(run: pd.DataFrame, topics: pd.DataFrame) -> pd.DataFrame:
+    """The run with each query's text; a run query missing from the topics is an error naming it."""
+    topics = topics.assign(qid=[checked_id(q, "qid") for q in topics["qid"]]).drop_duplicates(["qid", "query"])
+    one_query_per_qid(topics)
+    queries = dict(zip(topics["qid"], topics["query"], strict=True))
+    missing = [q for q in dict.fromkeys(run["qid"]) if q not in queries]
+    if missing:
+        raise ValueError(f"{len(missing)} queries of the run are not in the topics (first: qid {missing[0]!r})")
+    return run.drop(columns=[c for c in ("query",) if c in run.columns]).assign(
+        query=[checked_text(queries[q], "query", f"qid {q!r}") for q in run["qid"]]
+    )
+
+
+def rerank(
+    scorer: pt.Transformer,
+    candidates: pd.DataFrame,
+    texts: DocumentTexts | None = None,
+    chunk: int = 32,
+    verbose: bool = True,
+) -> pd.DataFrame:
+    """Re-score ``candidates`` (qid, query, docno[, text]) ``chunk`` queries at a time; texts are added per chunk
+    when ``texts`` is given. Returns ``qid, docno, score`` for every input row."""
+    if candidates.empty:
+        raise ValueError("nothing to re-rank: the run has no rows for the topics")
+    qids = list(dict.fromkeys(candidates["qid"]))
+    groups = candidates.groupby("qid", sort=False)
+    bar = pt.tqdm(total=len(candidates), desc="re-ranking", unit="pair", disable=not verbose)
+    frames = []
+    for start in range(0, len(qids), chunk):
+        batch = pd.concat([groups.get_group(q) for q in qids[start : start + chunk]], ignore_index=True)
+        if texts is not None:
+            batch = texts.add_text(batch)
+        for docno, text in zip(batch["docno"], batch["text"], strict=True):
+            checked_text(text, "text", f"docno {docno!r}")
+        scored = scorer.transform(batch.drop(columns=[c for c in ("score", "rank") if c in batch.columns]))
+        if len(scored) != len(batch):
+            raise RuntimeError(f"the re-ranker returned {len(scored)} rows for {len(batch)}")
+        frames.append(scored[["qid", "docno", "score"]])
+        bar.update(len(batch))
+    bar.close()
+    return pd.concat(frames, ignore_index=True)
+
+
+def system_name(model_name: str) -> str:
+    """A run's system tag (one token) from a model name: ``webis/tite-2-late`` -> ``pyterrier-tite.tite-2-late``."""
+    base = os.path.basename(os.path.normpath(model_name)) or model_name
+    return "pyterrier-tite." + (slug(base, "-").strip("-") or "model")

@@ -1,0 +1,147 @@
+"""Writes that are all or nothing: a folder (an index) is built in a hidden sibling renamed into place only when it is
+complete (:func:`atomic_build`), a file (a run, ``ir-metadata.yml``) is written beside its target, flushed, checked and
+renamed (:func:`write_file`); both under the target's write lock, and what dead writers left beside it is removed."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pyterrier_tite.store.locks import NO_ROOM, WriteFailedError, _alive, write_failure, write_lock
+
+#: what builds and writes leave beside a target while they run: ``.NAME.building-PID`` (a build), nested as
+#: ``..NAME.building-PID.building-PID`` (an engine building inside a build), ``.NAME.replaced-PID`` (the old copy
+#: while ``overwrite`` swaps it) and ``.NAME.writing-PID`` (a run file)
+_STAGING = r"(?:\.(?:building|replaced|writing)-(\d+))"
+
+
+def _staging_pids(name: str, target: str) -> list[int] | None:
+    """The pids in ``name`` when it is a staging name of ``target`` (see :data:`_STAGING`), else None."""
+    match = re.fullmatch(rf"\.+{re.escape(target)}((?:{_STAGING})+)", name)
+    return [int(pid) for pid in re.findall(_STAGING, match.group(1))] if match else None
+
+
+def remove_stale_builds(path: str | os.PathLike, holding_lock: bool = False) -> list[Path]:
+    """Remove what builds and writes of ``path`` left beside it when their process died (see :data:`_STAGING`, nested
+    staging folders included); returns what was removed. Those of running processes are left alone, unless the
+    caller holds ``path``'s write lock (``holding_lock``: then only this process's own are kept)."""
+    final = Path(path)
+    removed: list[Path] = []
+    if not final.parent.is_dir():
+        return removed
+    for sibling in final.parent.iterdir():
+        pids = _staging_pids(sibling.name, final.name)
+        if not pids or os.getpid() in pids or (not holding_lock and all(_alive(pid) for pid in pids)):
+            continue
+        _remove(sibling)
+        removed.append(sibling)
+    return removed
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _own_staging(path: Path) -> bool:
+    """``path`` is a staging folder of this process (an engine's all-or-nothing build inside one of ours)."""
+    return re.fullmatch(rf"\..+\.building-{os.getpid()}", path.name) is not None
+
+
+def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--overwrite") -> None:
+    """A clear error when ``path`` exists and may not be replaced."""
+    if os.path.lexists(path) and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass {flag} to replace it (or choose another path)")
+
+
+@contextmanager
+def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yields a fresh hidden sibling of ``path`` to build into; renames it to ``path`` when the block succeeds and
+    removes it when anything (an error, Ctrl-C) leaves the block, so ``path`` is either complete or absent.
+    ``overwrite=True`` replaces an existing ``path``, only once the new build is complete. The build holds ``path``'s
+    write lock (:func:`~pyterrier_tite.store.locks.write_lock`): a second build of the same path fails at once naming
+    this process, and what dead builds left beside ``path`` is removed. A write that fails for want of room (a full
+    disk, ``ulimit -f``) is a :class:`~pyterrier_tite.store.locks.WriteFailedError` naming ``path`` and the cause."""
+    final = Path(path)
+    nested = _own_staging(final)  # an engine's build inside ours: our lock covers it
+    with contextlib.nullcontext() if nested else write_lock(final):
+        if final.exists() and not overwrite:
+            raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_builds(final, holding_lock=not nested)
+        staging = final.with_name(f".{final.name}.building-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            yield staging
+            if not staging.exists():
+                raise RuntimeError(f"the build of {final} produced nothing")
+            _swap_into_place(staging, final, overwrite)
+        except OSError as exc:
+            reason = _want_of_room(exc, staging)
+            _remove(staging)
+            if reason is None:
+                raise
+            error = WriteFailedError(f"cannot build {final}: {reason}; nothing was written to {final}")
+            error.reason = reason  # the outermost build names its own target
+            raise error from exc
+        except BaseException:
+            _remove(staging)
+            raise
+
+
+def _want_of_room(exc: OSError, staging: Path) -> str | None:
+    """Why a build's write failed for want of room (``No space left on device`` / ``File too large``, naming the
+    file), None for other errors (they pass through unchanged)."""
+    if isinstance(exc, WriteFailedError):
+        return getattr(exc, "reason", None) or str(exc)
+    if exc.errno not in NO_ROOM:
+        return None
+    cause = write_failure(None, staging) or write_failure(exc)  # the file at the size limit, if one is
+    return f"{cause} ({exc.filename})" if exc.filename and str(exc.filename) not in cause else cause
+
+
+def _swap_into_place(staging: Path, final: Path, overwrite: bool) -> None:
+    if final.exists() and not overwrite:  # written meanwhile by a process that took no lock: keep theirs, say so
+        raise FileExistsError(f"{final} was created by another process during this build; this build was discarded")
+    if os.path.lexists(final):
+        replaced = final.with_name(f".{final.name}.replaced-{os.getpid()}")
+        os.rename(final, replaced)
+        os.rename(staging, final)
+        _remove(replaced)
+        return
+    os.rename(staging, final)
+
+
+def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None:
+    """``data`` into ``path``, all or nothing: under ``path``'s write lock (:func:`write_lock`: a second writer fails
+    naming this process), written to a hidden sibling, flushed to the disk (``fsync``: a full disk may only show
+    there) and checked, then renamed into place. A failed write is a :class:`WriteFailedError` naming the path and
+    the cause (``No space left on device``, ``File too large``); the previous file, if any, stays as it was."""
+    target = Path(path)
+    with write_lock(target):
+        remove_stale_builds(target, holding_lock=True)
+        staging = target.with_name(f".{target.name}.writing-{os.getpid()}")
+        try:
+            with open(staging, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+                written = os.fstat(f.fileno()).st_size
+            if written != len(data):
+                raise OSError(errno.EIO, f"only {written} of {len(data)} bytes reached the disk")
+            os.replace(staging, target)
+        except OSError as exc:
+            raise WriteFailedError(f"cannot write the {what} {target}: {write_failure(exc)}; nothing was written"
+                                   + (" (the previous file is unchanged)" if target.exists() else "")) from exc
+        finally:
+            if os.path.lexists(staging):
+                staging.unlink()

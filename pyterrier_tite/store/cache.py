@@ -1,0 +1,57 @@
+"""Where cached things live and what their folders are called: the cache root (``$PYTERRIER_TITE_HOME``, default
+``~/.cache/pyterrier_tite``), the one rule that turns a name into a path component (:func:`slug`), a lock around
+building a cached index once, and folder names for what is cached per model (dense indexes, re-ranker scores) that
+change whenever the checkpoint or a setting the model computes with changes, so nothing cached for an old checkpoint
+is ever read for a new one."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyterrier_tite.store.locks import write_lock
+
+
+def slug(text: str, joiner: str = "__") -> str:
+    """``text`` as one safe path component (or run tag): every run of characters other than letters, digits,
+    ``.``, ``_`` and ``-`` becomes ``joiner``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", joiner, text)
+
+
+def cache_root() -> str:
+    """``$PYTERRIER_TITE_HOME``, else ``~/.cache/pyterrier_tite``."""
+    return os.environ.get("PYTERRIER_TITE_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pyterrier_tite")
+
+
+def cache_dir(*parts: str) -> str:
+    """Where built artefacts (indexes) are cached: ``parts`` under :func:`cache_root`."""
+    return os.path.join(cache_root(), *parts)
+
+
+@contextmanager
+def cache_lock(path: str | os.PathLike) -> Iterator[bool]:
+    """Around the build of a cached index: yields whether ``path`` is still to be built. While it is, the block holds
+    its write lock, waiting for another process building the same cache (two recipes started together), which then
+    finds the index built."""
+    if os.path.exists(path):
+        yield False
+        return
+    with write_lock(path, wait=True):
+        yield not os.path.exists(path)
+
+
+def model_key(name: str, source: object, settings: object = None) -> str:
+    """``name`` + a hash of what a model was loaded from (``source``: its resolved folder, or any repr-able
+    description), the ``settings`` it computes with (repr-able; None: none beyond the folder) and, for a folder, its
+    weight files' modification times: the folder name of its cached indexes or scores, new whenever the checkpoint is
+    rewritten."""
+    import glob
+    import hashlib
+
+    stamp = repr(source) if settings is None else repr((source, settings))
+    if isinstance(source, str) and os.path.isdir(source):
+        weights = sorted(glob.glob(os.path.join(source, "*.safetensors")) + glob.glob(os.path.join(source, "*.bin")))
+        stamp += "".join(f"{w}:{os.path.getmtime(w)}" for w in weights)
+    return f"{slug(name)}-{hashlib.sha256(stamp.encode()).hexdigest()[:10]}"

@@ -1,0 +1,172 @@
+"""Corpora, read and checked by one rule: a corpus file (``.jsonl(.gz)``: docno or doc_id, text or default_text, else
+title + text; ``.tsv(.gz)``: ``docno<TAB>text``) or an ir_datasets collection as ``{docno, text}`` dicts
+(:func:`iter_corpus`), the documents of every index build checked once (:func:`checked_corpus`: single-token ``str``
+docnos, each once, text present), and the texts of a run's documents by docno (:class:`DocumentTexts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import pandas as pd
+
+from pyterrier_tite.store.text_files import (
+    is_file_argument,
+    json_id,
+    json_kind,
+    json_text,
+    jsonl_records,
+    text_lines,
+    without_gz,
+)
+from pyterrier_tite.store.values import checked_id, checked_text
+from pyterrier_tite.text import document_text, text_fields
+
+#: the text fields a JSONL corpus record may carry
+_TEXT_FIELDS = ("default_text", "title", "text")
+
+
+def _doc_text(record: dict, where: str, docno: str) -> str:
+    """``default_text`` as given, else title + text by the one document-text rule."""
+    for name in _TEXT_FIELDS:
+        if name in record and json_kind(record[name]):
+            json_text(record[name], name, where, f"docno {docno!r}")  # raises, naming the field
+    if "default_text" in record:
+        return json_text(record["default_text"], "default_text", where, f"docno {docno!r}")
+    if "text" in record:
+        text = None if record["text"] is None else document_text(record)
+        return json_text(text, "text", where, f"docno {docno!r}")
+    if "title" in record:
+        return json_text(record["title"], "title", where, f"docno {docno!r}")
+    raise ValueError(f"{where}: a document lacks text / default_text (it has {sorted(record)})")
+
+
+def iter_corpus(source: str) -> Iterator[dict]:
+    """``{docno, text}`` dicts from a corpus file, or an ir_datasets collection's documents (all its text fields)."""
+    if is_file_argument(source):
+        for _, docno, text in corpus_file_records(source):
+            yield {"docno": docno, "text": text}
+        return
+    from pyterrier_tite import datasets
+
+    dataset_id = datasets.irds_id(source)
+    fields = text_fields(dataset_id)
+    for doc in datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False):
+        yield {"docno": checked_id(doc["docno"], "docno"), "text": document_text(doc, fields)}
+
+
+def corpus_file_records(path: str) -> Iterator[tuple[int, str, str]]:
+    """``(line, docno, text)`` per document of a ``.jsonl`` or ``.tsv`` corpus file, checked."""
+    kind = without_gz(path).rsplit(".", 1)[-1]
+    if kind == "jsonl":
+        for number, record in jsonl_records(path):
+            where = f"{path}, line {number}"
+            docno = json_id(record, ("docno", "doc_id"), where)
+            yield number, docno, _doc_text(record, where, docno)
+    elif kind == "tsv":
+        for number, line in text_lines(path):
+            if line.strip():
+                raw_id, tab, text = line.partition("\t")
+                where = f"{path}, line {number}"
+                if not tab:
+                    raise ValueError(f"{where}: no tab; a corpus TSV line is `docno<TAB>text`")
+                try:
+                    yield number, checked_id(raw_id, "docno"), text
+                except ValueError as exc:
+                    raise ValueError(f"{where}: {exc}") from None
+    else:
+        raise ValueError(f"{path}: corpus files are .jsonl(.gz) or .tsv(.gz)")
+
+
+def checked_corpus(corpus: Iterable[dict], fields: Sequence[str]) -> Iterator[dict]:
+    """The documents of an index build, checked: ``docno`` as a single-token ``str`` (integers accepted), each docno
+    once, every field of ``fields`` present and not missing (None/NaN refused by docno; NUL bytes become spaces)."""
+    seen: set[str] = set()
+    for number, doc in enumerate(corpus, 1):
+        if not isinstance(doc, dict) or "docno" not in doc:
+            raise ValueError(f"document {number} of the corpus has no docno (missing docno)")
+        docno = checked_id(doc["docno"], "docno")
+        if docno in seen:
+            raise ValueError(f"duplicate docno {docno!r} in the corpus")
+        seen.add(docno)
+        absent = [f for f in fields if f not in doc]
+        if absent:
+            raise KeyError(f"document {docno!r} lacks fields {absent}; available: {sorted(doc)}")
+        yield {**doc, "docno": docno, **{f: checked_text(doc[f], f, f"docno {docno!r}") for f in fields}}
+
+
+class GuardedCorpus:
+    """A corpus iterator for an engine that consumes it in another thread: documents are validated (ids as ``str``,
+    unique, single tokens; text fields present and not missing), and the first exception is kept for
+    :meth:`raise_if_failed` instead of ending as a message printed by that thread."""
+
+    def __init__(self, corpus: Iterable[dict], fields: Sequence[str]):
+        self.corpus, self.fields = corpus, list(fields)
+        self.error: BaseException | None = None
+        self.count = 0
+
+    def __iter__(self) -> Iterator[dict]:
+        try:
+            for doc in checked_corpus(self.corpus, self.fields):
+                yield doc
+                self.count += 1
+        except BaseException as exc:  # noqa: B036 - kept and re-raised in the caller's thread
+            self.error = exc
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.count == 0:
+            raise ValueError("the corpus is empty: nothing to index")
+
+
+def _corpus_file_texts(path: str, wanted: set[str] | None) -> dict[str, str]:
+    """``{docno: text}`` of a corpus file (only ``wanted`` docnos); one of them twice is an error, as in ``index``."""
+    texts, lines = {}, {}
+    for line, docno, text in corpus_file_records(path):
+        if wanted is not None and docno not in wanted:
+            continue
+        if docno in lines:
+            raise ValueError(f"{path}, line {line}: docno {docno!r} appears twice (first at line {lines[docno]}); "
+                             "docnos must be unique in a corpus: remove or rename one")  # fmt: skip
+        texts[docno], lines[docno] = text, line
+    return texts
+
+
+class DocumentTexts:
+    """Texts of documents by docno, from an ir_datasets collection (its docstore, the collection's text fields by
+    the one text rule) or from a corpus file (read once, keeping only the docnos asked for; one of them twice in the
+    file is an error naming it)."""
+
+    def __init__(self, source: str, docnos: Iterable[str] | None = None):
+        self.source = source
+        self.texts: dict[str, str] | None = None
+        if is_file_argument(source):
+            self.texts = _corpus_file_texts(source, set(docnos) if docnos is not None else None)
+        else:
+            from pyterrier_tite import datasets
+
+            self.dataset = datasets.get_dataset(source)
+            self.fields = text_fields(datasets.irds_id(source))
+
+    def add_text(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with a ``text`` column; a docno the source lacks is an error naming it."""
+        if self.texts is not None:
+            missing = [d for d in frame["docno"] if d not in self.texts]
+            if missing:
+                raise ValueError(f"docno {missing[0]!r} of the run is not in the corpus {self.source}")
+            return frame.assign(text=[self.texts[d] for d in frame["docno"]])
+        import pyterrier as pt
+
+        from pyterrier_tite.text import join_text_columns
+
+        try:
+            with_text = pt.text.get_text(self.dataset, self.fields, verbose=False).transform(frame.drop(
+                columns=[c for c in ("text", "title") if c in frame.columns]))  # fmt: skip
+        except KeyError as exc:
+            raise ValueError(f"a docno of the run is not in {self.source}: {exc}") from exc
+        with_text = join_text_columns(with_text, self.fields)
+        bad = with_text["text"].isna() if "text" in with_text.columns else None
+        if bad is None or bad.any():
+            docno = with_text.loc[bad, "docno"].iloc[0] if bad is not None else frame["docno"].iloc[0]
+            raise ValueError(f"no text for docno {docno!r} in {self.source}")
+        return with_text

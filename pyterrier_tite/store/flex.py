@@ -1,0 +1,166 @@
+"""FlexIndex (pyterrier_dr) writing and opening: the one builder of a dense index (:func:`build_flex_index`, all or
+nothing, documents checked, optionally sharded over ``torchrun`` ranks; the encoder is passed in), its files written as
+pyterrier_dr reads them (:func:`write_flex_files`, with npids' one-id-block fault worked around), and retrieval from it
+with ``k`` cut to its size and scalar cells for ``k=1`` (:func:`open_flex_retriever`).
+
+pyterrier_dr's own indexer (0.8) writes straight into ``path``: a corpus or encoder error leaves a folder that
+``FlexIndex.built()`` calls built, duplicate docnos are stored twice, integer docnos fail inside npids
+(``AttributeError``), an empty corpus fails with ``struct.error`` and a single document with ``ZeroDivisionError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyterrier as pt
+from more_itertools import peekable
+
+from pyterrier_tite.store.atomic import atomic_build
+from pyterrier_tite.store.corpus import checked_corpus
+from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
+
+
+def build_flex_index(
+    corpus: Iterable[dict],
+    path: str | os.PathLike,
+    encode: Callable[[list[dict]], Sequence],
+    *,
+    text_field: str = "text",
+    overwrite: bool = False,
+    chunk_size: int = 1024,
+    shard: Shard = SINGLE,
+    progress: str | None = None,
+    finalize: Callable[[Path], None] | None = None,
+):
+    """Encode ``corpus`` into a FlexIndex at ``path``, all or nothing: the documents are checked
+    (:func:`~pyterrier_tite.store.corpus.checked_corpus`: single-token ``str`` docnos, each once, ``text_field``
+    present), an empty corpus is refused, ``encode(docs)`` turns each chunk of checked documents into one vector each,
+    and the files (``vecs.f4``, ``docnos.npids``, ``pt_meta.json`` last) are written in a hidden sibling of ``path``
+    renamed into place when complete (:func:`~pyterrier_tite.store.atomic.atomic_build`; ``overwrite`` replaces an
+    existing ``path`` only then). ``finalize(staging)`` adds files to the complete index before the rename. Sharded
+    when ``shard.world_size > 1``: every rank calls this with the same corpus; rank 0 writes the index and returns
+    it, the others return None. ``progress`` labels a progress bar over the documents (rank 0)."""
+    from pyterrier_dr import FlexIndex
+
+    docs = peekable(checked_corpus(corpus, [text_field]))
+    if not docs:
+        raise ValueError("the corpus is empty: nothing to index")
+    if shard.rank == 0 and progress:
+        docs = pt.tqdm(docs, desc=progress, unit="doc")
+    encoded = encode_in_order(docs, encode, chunk_size, shard)
+    if shard.rank != 0:
+        for _ in encoded:  # takes part in every gather
+            pass
+        return None
+    with atomic_build(path, overwrite) as staging:
+        staging.mkdir()
+        write_flex_files(staging, encoded)
+        if finalize is not None:
+            finalize(staging)
+    return FlexIndex(str(path), verbose=False)
+
+
+def write_flex_files(folder: Path, encoded: Iterable[tuple[str, np.ndarray]]) -> int:
+    """A FlexIndex's files in ``folder`` from ``(docno, vector)`` pairs (``vecs.f4``, ``docnos.npids``,
+    ``pt_meta.json`` last, as pyterrier_dr reads them); returns the number of documents written."""
+    from pyterrier_dr import FlexIndex
+
+    docnos: list[str] = []
+    dim = None
+    with open(folder / "vecs.f4", "wb") as vecs:
+        for docno, vec in encoded:
+            vector = np.asarray(vec, dtype=np.float32)
+            if vector.ndim != 1 or vector.shape[0] != (dim or vector.shape[0]):
+                raise ValueError(f"doc_vec of docno {docno!r} has shape {vector.shape}, not ({dim},)")
+            dim = vector.shape[0]
+            vecs.write(vector.tobytes())
+            docnos.append(docno)
+    if not docnos:
+        raise ValueError("the corpus is empty: nothing to index")
+    write_docnos(folder / "docnos.npids", docnos)
+    meta = {"type": FlexIndex.ARTIFACT_TYPE, "format": FlexIndex.ARTIFACT_FORMAT, "vec_size": dim}
+    with open(folder / "pt_meta.json", "w") as f:
+        json.dump({**meta, "doc_count": len(docnos)}, f)
+    return len(docnos)
+
+
+def write_docnos(file, docnos: list[str]) -> None:
+    """A FlexIndex's ``docnos.npids``, written by npids. npids stores each block of ids without their common prefix,
+    so a block of one id (a 1-document corpus, or a last id whose form differs from the ids before it) gets
+    zero-width rows that it cannot read (``ZeroDivisionError``); such a store is written again as one block that
+    keeps the whole ids."""
+    from npids import Lookup
+
+    try:
+        Lookup.build(docnos, file, return_self=False)
+        return
+    except ZeroDivisionError:
+        os.remove(file)
+    from npids.builder import FwdLookupBuilder, InvLookupBuilder
+    from npids.codecs.fwd_fixedbytes import FwdFixedBytes
+
+    class WholeIds(FwdFixedBytes):
+        def seed(self, id) -> bool:
+            super().seed(id)
+            self.prefix = b""
+            return True
+
+    builder = FwdLookupBuilder(file, min_block=len(docnos) + 1)  # one block, written on close
+    builder.formats = builder.seeded_formats = {WholeIds.NAME: WholeIds()}
+    for docno in docnos:
+        builder.add(docno)
+    builder.close()
+    InvLookupBuilder.build(file)
+
+
+def open_flex_retriever(index, k: int = 1000, device: str = "cpu") -> pt.Transformer:
+    """The top ``k`` of a FlexIndex (``index``: one or its folder) for ``query_vec`` s on ``device`` (pyterrier_dr's
+    torch retriever on a GPU, its numpy one else), ``k`` cut to the number of documents, with scalar cells also where
+    each query has a single result (:class:`ScalarResults`)."""
+    from pyterrier_dr import FlexIndex
+
+    if not isinstance(index, FlexIndex):
+        index = FlexIndex(str(index), verbose=False)
+    k = max(1, min(int(k), len(index)))
+    if str(device).startswith("cuda"):
+        return ScalarResults(index.torch_retriever(num_results=k, device=str(device)))
+    return ScalarResults(index.np_retriever(num_results=k))
+
+
+class ScalarResults(pt.Transformer):
+    """A pyterrier_dr retriever whose result cells are scalars also when each query has a single result (``k=1``, a
+    one-document index): its ``DataFrameBuilder`` keeps them as 1-element arrays then, which pandas can neither
+    compare nor hash (``Invalid object type``, ``unhashable type: 'numpy.ndarray'``). ``% k`` still fuses into it."""
+
+    COLUMNS = ("docno", "docid", "score", "rank")
+
+    def __init__(self, retriever: pt.Transformer):
+        self.retriever = retriever
+
+    def transform(self, inp):
+        out = self.retriever.transform(inp)
+        arrays = [c for c in self.COLUMNS if c in out.columns and len(out) and isinstance(out[c].iloc[0], np.ndarray)]
+        if not arrays:
+            return out
+        columns = {c: np.concatenate(out[c].to_list()) for c in arrays}
+        if any(len(values) != len(out) for values in columns.values()):
+            raise RuntimeError(f"{self.retriever!r} returned array cells of more than one value")
+        return out.assign(**columns)
+
+    def fuse_rank_cutoff(self, k: int):
+        fuse = getattr(self.retriever, "fuse_rank_cutoff", None)
+        fused = fuse(k) if fuse is not None else None
+        return None if fused is None else ScalarResults(fused)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.retriever == self.retriever
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.retriever))
+
+    def __repr__(self) -> str:
+        return f"ScalarResults({self.retriever!r})"

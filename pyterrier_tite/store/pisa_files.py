@@ -1,0 +1,109 @@
+"""PISA's index files, checked: PISA aborts or segfaults on an incomplete or truncated index (killing the Python
+process without a message) and writes without checking its writes, so an index is checked before PISA opens it
+(:func:`check_pisa_index`) and a fresh build before it is renamed into place (:func:`check_built_pisa`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from pyterrier_tite.store.locks import WriteFailedError, write_failure
+
+
+class CorruptIndexError(OSError):
+    """An index folder that is incomplete or damaged (names the file)."""
+
+
+#: files every PISA index of ours has, whatever built it (text or learned-sparse ``toks``)
+PISA_FILES = ("pt_meta.json", "fwd.documents", "fwd.doclex", "fwd.terms", "fwd.termlex", "inv.docs", "inv.freqs",
+              "inv.sizes")  # fmt: skip
+
+
+def check_pisa_index(path: str | os.PathLike) -> None:
+    """Raise :class:`CorruptIndexError` naming the file if a PISA index is incomplete or truncated (PISA itself
+    aborts or segfaults on such files, killing the Python process without a message)."""
+    folder = Path(path)
+    for name in PISA_FILES:
+        file = folder / name
+        if not file.is_file() or file.stat().st_size == 0:
+            raise CorruptIndexError(f"PISA index {folder}: {name} is missing or empty; rebuild the index")
+    header = np.fromfile(folder / "inv.docs", dtype=np.uint32, count=2)
+    if len(header) != 2 or header[0] != 1:
+        raise CorruptIndexError(f"PISA index {folder}: inv.docs does not start with a document-count header")
+    num_docs = int(header[1])
+    _expect_size(folder / "inv.sizes", 4 * (num_docs + 1))
+    _expect_size(folder / "inv.freqs", (folder / "inv.docs").stat().st_size - 8)
+    with open(folder / "fwd.documents", "rb") as f:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    if lines != num_docs:
+        raise CorruptIndexError(f"PISA index {folder}: fwd.documents lists {lines} docnos for {num_docs} documents")
+    _check_payload_vector(folder / "fwd.doclex", num_docs)
+    _check_payload_vector(folder / "fwd.termlex")
+
+
+def _check_payload_vector(file: Path, count: int | None = None) -> None:
+    """PISA's lexicon files (a payload vector: ``[n: u64][n + 1 offsets: u64][payloads]``, the last offset being the
+    payload size) are whole and, given ``count``, hold ``count`` entries (PISA aborts without a message otherwise)."""
+    size = file.stat().st_size
+    header = np.fromfile(file, dtype=np.uint64, count=1)
+    entries = int(header[0]) if len(header) else -1
+    offsets_end = 8 * (entries + 2)
+    last = np.fromfile(file, dtype=np.uint64, count=1, offset=offsets_end - 8) if 0 <= offsets_end <= size else []
+    if not len(last) or offsets_end + int(last[0]) != size or (count is not None and entries != count):
+        expected = "" if count is None else f" of {count} entries"
+        problem = f"{file.name} is not a whole lexicon{expected}"
+        raise CorruptIndexError(f"PISA index {file.parent}: {problem}; rebuild the index")
+
+
+def _expect_size(file: Path, size: int) -> None:
+    if file.stat().st_size != size:
+        actual = file.stat().st_size
+        raise CorruptIndexError(f"PISA index {file.parent}: {file.name} has {actual} bytes, expected {size}")
+
+
+def check_built_pisa(folder: str | os.PathLike, target: str | os.PathLike, count: int | None = None) -> None:
+    """A freshly built PISA index in ``folder`` (to become ``target``) is whole: :func:`check_pisa_index`, plus what
+    only a build can cut short unnoticed (PISA writes without checking: a full disk or ``ulimit -f`` leaves short
+    files and exit code 0): ``count`` documents, one term of ``fwd.terms`` per lexicon entry, one posting list per
+    term. Else a :class:`~pyterrier_tite.store.locks.WriteFailedError` naming the file and, where known, the cause."""
+    folder = Path(folder)
+    try:
+        check_pisa_index(folder)
+        terms = int(np.fromfile(folder / "fwd.termlex", dtype=np.uint64, count=1)[0])
+        with open(folder / "fwd.terms", "rb") as f:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        if lines != terms:
+            raise CorruptIndexError(f"PISA index {folder}: fwd.terms lists {lines} terms for {terms} in fwd.termlex")
+        lists = _posting_lists(folder / "inv.docs")
+        if lists != terms:
+            raise CorruptIndexError(f"PISA index {folder}: inv.docs holds {lists} posting lists for {terms} terms")
+        documents = int(np.fromfile(folder / "inv.docs", dtype=np.uint32, count=2)[1])
+        if count is not None and documents != count:
+            raise CorruptIndexError(f"PISA index {folder}: {documents} documents indexed of {count} given")
+    except (CorruptIndexError, OSError, IndexError) as exc:
+        cause = write_failure(None, folder) or "a file was cut short (a full disk or a file-size limit?)"
+        detail = str(exc).removeprefix(f"PISA index {folder}: ").removesuffix("; rebuild the index")
+        error = WriteFailedError(f"the PISA index built for {target} is incomplete: {cause}; {detail}")
+        error.reason = f"{cause}; the index PISA wrote is incomplete ({detail})"
+        raise error from exc
+
+
+def _posting_lists(file: Path) -> int:
+    """The number of posting lists (``[n][n doc ids]`` each, after the ``[1][documents]`` header) of ``inv.docs``;
+    a list cut short raises :class:`CorruptIndexError`."""
+    data = np.memmap(file, dtype=np.uint32, mode="r") if file.stat().st_size >= 8 else np.zeros(0, np.uint32)
+    position, lists, size = 2, 0, len(data)
+    while position < size:
+        position += int(data[position]) + 1
+        lists += 1
+    del data
+    if position != size:
+        raise CorruptIndexError(f"PISA index {file.parent}: inv.docs ends inside a posting list")
+    return lists
+
+
+def num_documents(path: str | os.PathLike) -> int:
+    """The number of documents of a (checked) PISA index, from the header of ``inv.docs``."""
+    return int(np.fromfile(Path(path) / "inv.docs", dtype=np.uint32, count=2)[1])

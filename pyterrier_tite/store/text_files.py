@@ -1,0 +1,154 @@
+"""Reading the text files users give (topics, qrels, corpora, runs, TIREx inputs) exactly: UTF-8 lines split at
+``\\n`` only, JSON records one a line, ids and texts of JSON records by the one value rule
+(:mod:`~pyterrier_tite.store.values`), whitespace tables read without quoting or NA values. Every problem is a
+``ValueError`` naming the file and the line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator
+
+import pandas as pd
+
+from pyterrier_tite.store.values import checked_id, checked_text
+
+
+def is_file_argument(value: str) -> bool:
+    """A path to an existing file (anything else is taken as an ir_datasets id or alias)."""
+    return os.path.isfile(value)
+
+
+def _open_text(path: str):
+    """Text lines split at ``\\n`` only (a ``\\r`` inside a query stays text; a CRLF ending is removed by
+    :func:`text_lines`)."""
+    path = os.fspath(path)
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
+    return open(path, encoding="utf-8", newline="\n")
+
+
+def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """``(line number, line without its line ending)`` of a UTF-8 text file (``.gz`` too)."""
+    number = 0
+    try:
+        with _open_text(path) as f:
+            for number, line in enumerate(f, 1):  # noqa: B007 (the number names a line that is not UTF-8)
+                yield number, line.rstrip("\n").removesuffix("\r")
+    except UnicodeDecodeError as exc:
+        message = f"{path}, line {number + 1}: not UTF-8 text ({exc.reason}); convert the file to UTF-8"
+        raise ValueError(message) from None
+
+
+def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """``(line number, record)`` of a ``.jsonl(.gz)`` file; a line that is not a JSON object names file and line."""
+    for number, line in text_lines(path):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}, line {number}: not JSON ({exc})") from exc
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}, line {number}: not a JSON object ({_short(record)}); one record a line")
+            yield number, record
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def field(record: dict, names: tuple[str, ...], where: str | os.PathLike) -> object:
+    """The first of ``names`` present in ``record`` (alternative spellings such as docno / doc_id)."""
+    return record[field_name(record, names, where)]
+
+
+def field_name(record: dict, names: tuple[str, ...], where) -> str:
+    for name in names:
+        if name in record:
+            return name
+    raise ValueError(f"{where}: a record lacks {' / '.join(names)} (it has {sorted(record)})")
+
+
+def json_kind(value) -> str | None:
+    """The JSON type of a value no id or text may have (None for strings, numbers and null)."""
+    if isinstance(value, bool):
+        return "boolean"
+    return "list" if isinstance(value, list) else "object" if isinstance(value, dict) else None
+
+
+def json_id(record: dict, names: tuple[str, ...], where: str) -> str:
+    """An id field of a JSON record as ``str``: strings and integers; null, floats, booleans, lists and objects are
+    refused naming ``where`` (file and line) and the field."""
+    name = field_name(record, names, where)
+    value = record[name]
+    kind = json_kind(value) or ("number with a fraction / exponent" if isinstance(value, float) else None)
+    if kind:
+        raise ValueError(f"{where}: {name} is a JSON {kind} ({_short(value)}); ids are strings or integers")
+    if value is None:
+        raise ValueError(f"{where}: {name} is null; every record needs an id")
+    try:
+        return checked_id(value, name)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def json_text(value, name: str, where: str, row_id: str) -> str:
+    """A text field of a JSON record as ``str`` (numbers too); null is a missing text, booleans, lists and objects
+    are refused, each naming ``where`` (file and line), the field and ``row_id``."""
+    kind = json_kind(value)
+    if kind:
+        raise ValueError(f"{where}: {name} is a JSON {kind} ({_short(value)}) for {row_id}; texts are strings")
+    try:
+        return checked_text(value, name, row_id)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def without_gz(path: str) -> str:
+    return path[: -len(".gz")] if path.endswith(".gz") else path
+
+
+def whitespace_table(
+    path: str | os.PathLike, width: int, what: str, layout: str, hints: dict[int, str] | None = None
+) -> pd.DataFrame:
+    """The non-blank lines of a whitespace-separated file as ``width`` string columns ``0..width-1`` (row ``i`` is
+    the ``i``-th non-blank line: :func:`line_number`), values exactly as written (no NA values, no quoting); a line
+    with another number of fields, or an empty file, is an error naming the file (and line) and ``layout`` (and
+    ``hints[n]`` for a line of ``n`` fields)."""
+    import csv
+
+    try:  # pandas' C reader (fast); anything unusual is read again line by line to name the line
+        table = pd.read_csv(
+            path, sep=r"\s+", header=None, dtype=object, na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8"
+        )
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        table = None
+    if table is None or table.shape[1] != width or (table[width - 1] == "").any():
+        table = _scanned_table(path, width, what, layout, hints or {})
+    return table
+
+
+def _scanned_table(path, width: int, what: str, layout: str, hints: dict[int, str]) -> pd.DataFrame:
+    rows = []
+    for number, line in text_lines(path):
+        fields = line.split()
+        if fields and len(fields) != width:
+            hint = hints.get(len(fields), "")
+            raise ValueError(f"{path}, line {number}: {len(fields)} fields; a {what} line is `{layout}`{hint}")
+        if fields:
+            rows.append(fields)
+    if not rows:
+        raise ValueError(f"{path}: empty (no {what} lines); a {what} line is `{layout}`")
+    return pd.DataFrame(rows, dtype=object)
+
+
+def line_number(path: str | os.PathLike, row: int) -> int:
+    """The line of the ``row``-th non-blank line of a file (for messages: reads the file up to it)."""
+    seen = -1
+    for number, line in text_lines(path):
+        seen += bool(line.split())
+        if seen == row:
+            return number
+    raise IndexError(f"{path} has no row {row}")

@@ -1,0 +1,51 @@
+"""The value rules of every id and text that enters an index, a run file or a transformer: ids become single-token
+``str`` (integers accepted), a missing value (None / NaN) is an error naming the column and row, ``bytes`` are UTF-8.
+The storage floor and the transformers (``pt/validation.py``) both check with these, so a rule is written once."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+#: the values a text column may hold as UTF-8 bytes
+BYTES = (bytes, bytearray, memoryview)
+
+
+def missing_value(value) -> bool:
+    """None and NaN (and pandas' NA) are missing values."""
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def checked_id(value, column: str) -> str:
+    """An identifier as ``str``: integers are accepted; missing values, empty ids and ids with whitespace or NUL
+    (which would shift every later id in a line-based lexicon such as PISA's) are refused."""
+    if missing_value(value):
+        raise ValueError(f"missing {column} (None/NaN)")
+    text = str(value)
+    if not text or any(c.isspace() for c in text) or "\0" in text:
+        raise ValueError(f"{column} {text!r} is empty or contains whitespace / NUL; ids must be single tokens")
+    return text
+
+
+def checked_text(value, column: str, row_id: str) -> str:
+    """A text field as ``str``; None/NaN is an error naming the row, ``bytes`` are decoded as UTF-8 (``str(b"..")``
+    would give the text ``"b'..'"``). NUL bytes become spaces (engines cut at them)."""
+    if missing_value(value):
+        raise ValueError(f"missing {column} (None/NaN) for {row_id}")
+    if isinstance(value, BYTES):
+        value = decoded(value, column, row_id)
+    return str(value).replace("\0", " ")
+
+
+def decoded(value: bytes | bytearray | memoryview, column: str, row_id: str) -> str:
+    """UTF-8 ``bytes`` as ``str``; other bytes are a ``ValueError`` naming the column, the row and the bad byte."""
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{column} for {row_id} is bytes that are not valid UTF-8 (byte {exc.object[exc.start]:#04x} at position "
+            f"{exc.start}): decode it to str with its encoding first"
+        ) from None
