@@ -31,6 +31,7 @@ import pyterrier_alpha as pta
 
 from pyterrier_tite.models.checkpoint import Checkpoint
 from pyterrier_tite.models.model_card import CARD_FILE, is_ours, origin_info, render_card, update_card
+from pyterrier_tite.pt.inspection import InitArguments
 from pyterrier_tite.store.packages import package_saved
 
 
@@ -51,7 +52,7 @@ class LoadsByName:
         return super().__new__(cls, *args, **kwargs)
 
 
-class ModelArtifact(pta.Artifact):
+class ModelArtifact(InitArguments, pta.Artifact):
     """A PyTerrier artifact whose folder is a model saved by ``save_pretrained`` (module docstring). Subclasses set
     ``ARTIFACT_FORMAT`` and implement ``save_pretrained`` / ``from_pretrained``."""
 
