@@ -19,106 +19,20 @@ and on the measured texts' lengths.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
-
-def sizes(width: int, layers: int) -> dict:
-    return {"hidden": width, "layers": layers, "heads": width // 32, "ffn": 4 * width}
-
-
-def tite_variants(layers: int, width: int) -> dict[str, dict]:
-    """Pooling (kernels / strides) and per-layer sizes of each variant; None = no pooling in that layer."""
-    from pyterrier_tite.models.tite.from_bert import pooling_layers
-
-    late = pooling_layers(layers, min(9, layers - 1), "late")
-    staggered = pooling_layers(layers, min(9, layers - 1), "staggered")
-    k3 = pooling_layers(layers, min(6, layers - 1), "late")
-    grow = [width] * layers
-    for i, p in enumerate(late):  # widen in the pooling layers up to twice the width (multiples of 64)
-        if p:
-            step = sum(late[: i + 1])
-            grow[i] = max(grow[i - 1], width + (width * step // sum(late)) // 64 * 64)
-    return {
-        "bert-ours": {"kernels": [None] * layers, "hidden": [width] * layers},
-        "tite-late": {"kernels": one_vector([2 if p else None for p in late]), "hidden": [width] * layers},
-        "tite-staggered": {"kernels": one_vector([2 if p else None for p in staggered]), "hidden": [width] * layers},
-        "tite-k3": {"kernels": one_vector([3 if p else None for p in k3]), "hidden": [width] * layers},
-        "tite-upscale": {"kernels": one_vector([2 if p else None for p in late]), "hidden": grow},
-    }
-
-
-def one_vector(kernels: list, max_len: int = 512) -> list:
-    """Shallow models cannot reach one vector with k = 2 / 3: the last layer then pools globally (as tite_from_bert)."""
-    from pyterrier_tite.models.tite.configuration import output_shapes
-
-    shapes = output_shapes(max_len, kernels, kernels)
-    if shapes[-1] > 1:
-        kernels = [*kernels[:-1], shapes[-2]]
-    return kernels
-
-
-def make_tite(variant: dict, vocab: int, max_len: int):
-    from pyterrier_tite.models import TiteConfig, TiteModel
-
-    hidden = variant["hidden"]
-    kernels = list(variant["kernels"])
-    config = TiteConfig(
-        vocab_size=vocab,
-        num_hidden_layers=len(hidden),
-        hidden_sizes=hidden,
-        num_attention_heads=[h // 32 for h in hidden],
-        intermediate_sizes=[4 * h for h in hidden],
-        kernel_sizes=kernels,
-        strides=kernels,
-        max_position_embeddings=max_len,
-        absolute_positional_embedding_type="learned",
-        relative_positional_embedding_type="none",
-        norm_location="post",
-        norm_type="layer",
-        hidden_act="gelu_pytorch_tanh",
-        pooling_location="intra",
-    )
-    return TiteModel(config).eval()
-
-
-def make_bert(width: int, layers: int, vocab: int, max_len: int):
-    from transformers import BertConfig, BertModel
-
-    s = sizes(width, layers)
-    config = BertConfig(
-        vocab_size=vocab,
-        hidden_size=s["hidden"],
-        num_hidden_layers=layers,
-        num_attention_heads=s["heads"],
-        intermediate_size=s["ffn"],
-        max_position_embeddings=max_len,
-        attn_implementation="sdpa",
-    )
-    return BertModel(config, add_pooling_layer=False).eval()
-
-
-def layer_flops(n_in: int, n_out: int, h_in: int, h: int, ffn: int) -> int:
-    """Matmul FLOPs of one intra-pooling layer: Q from n_out rows, K/V from n_in rows, attention, output, FFN."""
-    proj = 2 * n_out * h_in * h + 2 * 2 * n_in * h_in * h
-    attn = 2 * 2 * n_out * n_in * h
-    return proj + attn + 2 * n_out * h * h + 2 * 2 * n_out * h * ffn
-
-
-def model_flops(length: int, kernels, hidden, strides=None, ffn=None) -> int:
-    """Matmul FLOPs of one sequence of ``length`` tokens; per layer a kernel (None: no pooling), a width, a stride
-    (default: the kernel) and an FFN width (default: 4x the width)."""
-    from pyterrier_tite.models.tite.configuration import pooled_length
-
-    strides = kernels if strides is None else strides
-    ffn = [4 * h for h in hidden] if ffn is None else ffn
-    total, n, h_in = 0, length, hidden[0]
-    for k, s, h, f in zip(kernels, strides, hidden, ffn, strict=True):
-        n_out = pooled_length(n, k, s)
-        total += layer_flops(n, n_out, h_in, h, f)
-        n, h_in = n_out, h
-    return total
+from pyterrier_tite.benchmarking import (  # noqa: F401  (mixed_precision, profile_models import them from here)
+    batches,
+    layer_flops,
+    make_bert,
+    make_tite,
+    model_flops,
+    one_vector,
+    sizes,
+    time_pass,
+    tite_variants,
+)
 
 
 def load_texts(num_docs: int, num_queries: int, seed: int, path: str | None = None) -> tuple[list[str], list[str]]:
@@ -144,22 +58,8 @@ def load_texts(num_docs: int, num_queries: int, seed: int, path: str | None = No
     return docs, rng.sample(queries, min(num_queries, len(queries)))
 
 
-def batches(tokenizer, texts: list[str], max_length: int, batch_size: int) -> list[dict]:
-    texts = sorted(texts, key=lambda t: len(tokenizer(t, truncation=True, max_length=max_length)["input_ids"]))
-    out = []
-    for start in range(0, len(texts), batch_size):
-        chunk = texts[start : start + batch_size]
-        enc = tokenizer(list(chunk), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        out.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
-    return out
 
 
-def time_pass(model, data: list[dict]) -> float:
-    began = time.perf_counter()
-    with torch.inference_mode():
-        for batch in data:
-            model(**batch)
-    return time.perf_counter() - began
 
 
 def main(argv=None) -> int:

@@ -18,30 +18,10 @@ Run: ``python benchmarks/rerank_efficiency.py`` (see ``--help``).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from dataclasses import dataclass
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from window_attention import best_time, peak_bytes  # noqa: E402  (the kernel benchmark's measurements)
-
-from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig  # noqa: E402
-from pyterrier_tite.models.cross_encoder.tokenization import SparseCrossEncoderBatch  # noqa: E402
-from pyterrier_tite.models.sparse_ce.graphs import SparseCEGraphs, capture_graph  # noqa: E402
-
-MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
-
-
-@dataclass
-class Setting:
-    name: str
-    window: int | None  # None: full attention
-    symmetric: bool
-    baseline: bool = False
-
+from pyterrier_tite.benchmarking import MINILM, Setting, best_time, build, peak_bytes, runner  # noqa: F401
 
 SETTINGS = [
     Setting("BERT SDPA (baseline)", None, True, baseline=True),
@@ -76,68 +56,10 @@ def flops_per_doc(setting: Setting, query: int, doc: int, batch: int, hidden: in
     return layers * (tokens * linear + keys * attention)
 
 
-def build(setting: Setting, max_positions: int, baseline_attention: str = "sdpa") -> torch.nn.Module:
-    if setting.baseline:
-        config = BertConfig(
-            **MINILM, max_position_embeddings=max_positions, num_labels=1, attn_implementation=baseline_attention
-        )
-        return BertForSequenceClassification(config).eval()
-    config = SparseCrossEncoderConfig(
-        **MINILM,
-        max_position_embeddings=max_positions,
-        attention_window_size=setting.window,
-        query_cls_attention=setting.symmetric,
-        query_doc_attention=setting.symmetric,
-    )
-    return SparseCrossEncoder(config).eval()
 
 
-def graphed_baseline(model: torch.nn.Module, ids: torch.Tensor, types: torch.Tensor):
-    """The HF baseline replayed from one CUDA graph on its fixed inputs (no copies): its launch-free best case."""
-    with torch.no_grad():
-        graph, out = capture_graph(lambda: model(input_ids=ids, token_type_ids=types).logits, ids.device)
-
-    def run():
-        graph.replay()
-        return out
-
-    return run
 
 
-def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: torch.Tensor, graphs: bool = False):
-    """A no-grad forward pass over one query and its batch of docs (inputs built beforehand). ``graphs``: CUDA
-    graphs, SparseCE through the model's own graph runner (its host-side padding and input copies included)."""
-    if setting.baseline:
-        batch = docs.shape[0]
-        ids = torch.cat([torch.full((batch, 1), 101), query.expand(batch, -1), torch.full((batch, 1), 102), docs,
-                         torch.full((batch, 1), 102)], dim=1).to(model.device)  # fmt: skip
-        types = torch.cat([torch.zeros(batch, query.shape[1] + 2), torch.ones(batch, docs.shape[1] + 1)], 1).long()
-        types = types.to(model.device)
-
-        if graphs:
-            return graphed_baseline(model, ids, types)
-
-        def run():
-            with torch.no_grad():
-                return model(input_ids=ids, token_type_ids=types).logits
-
-        return run
-    if graphs:
-        replay = SparseCEGraphs(lambda batch: {"score": model(batch).logits}, model, model.config.pad_token_id)
-        cpu_batch = SparseCrossEncoderBatch.from_lists([query[0]], [list(docs)])
-
-        def run():
-            with torch.no_grad():
-                return replay(cpu_batch)["score"]
-
-        return run
-    batch_inputs = model.make_batch([query[0]], [list(docs)])
-
-    def run():
-        with torch.no_grad():
-            return model(batch_inputs).logits
-
-    return run
 
 
 def main() -> None:

@@ -14,59 +14,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 from pyterrier_tite import ops
-
-
-def peak_bytes(fn, device: torch.device | str = "cpu") -> int:
-    """Highest net allocation during ``fn()``: CUDA's peak-memory counter on a GPU, else the CPU profiler's memory
-    events (allocations held before the call, e.g. inputs and weights, are not counted)."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - before
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    # raw allocator records (op-level numbers are net per op and hide transients freed inside an op)
-    events = [(e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    current = peak = 0
-    for _, delta in sorted(events, key=lambda x: x[0]):
-        current += delta
-        peak = max(peak, current)
-    return peak
-
-
-def best_time(fn, repeats: int, min_seconds: float, device: torch.device | str = "cpu") -> float:
-    """Seconds per call after a warm-up, over at least ``repeats`` runs, repeated until ``min_seconds`` passed (at
-    most 100 runs). CPU: the best run (fast calls get many tries, which keeps the minimum stable on a shared
-    machine). GPU: the median, timed with CUDA events (kernels run asynchronously; the host clock would time the
-    launches)."""
-    cuda = torch.device(device).type == "cuda"
-    fn()  # warm-up (Triton compiles here)
-    if cuda:
-        torch.cuda.synchronize()
-    times: list[float] = []
-    while len(times) < repeats or (sum(times) < min_seconds and len(times) < 100):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] if cuda else min(times)
+from pyterrier_tite.benchmarking import best_time, peak_bytes  # noqa: F401  (also imported from here)
 
 
 def band_mask(length: int, window: int) -> torch.Tensor:

@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not os.environ.get("IR_DATASETS_HOME") and (HERE.parent.parent / "shared" / "ir_datasets").is_dir():
         os.environ["IR_DATASETS_HOME"] = str(HERE.parent.parent / "shared" / "ir_datasets")
+    if not os.environ.get("HF_HOME") and (HERE.parent.parent / "shared" / "hub" / "expected").is_dir():
+        os.environ["HF_HOME"] = str(HERE.parent.parent / "shared" / "hub")  # 06 reads the hub-layout fixtures
     sources = sorted(SOURCES.glob("[0-9][0-9]_*.py"))
     if args.names:
         sources = [s for s in sources if any(s.stem.startswith(n) for n in args.names)]

@@ -79,6 +79,8 @@ def test_notebook_runs_in_quick_mode(path, irds_home, tite_cache, monkeypatch):
             pytest.fail(f"hub fixtures not found at {HUB_FIXTURES}")
         pytest.skip(f"hub fixtures not found at {HUB_FIXTURES}")
     monkeypatch.setenv("PYTERRIER_TITE_QUICK", "1")
+    monkeypatch.setenv("HF_HOME", str(HUB_FIXTURES))  # 06 reads the hub-layout fixtures through the environment
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
@@ -89,3 +91,12 @@ def test_notebook_runs_in_quick_mode(path, irds_home, tite_cache, monkeypatch):
             assert not (output.get("output_type") == "stream" and output.get("name") == "stderr"), (
                 f"{path.name} code cell {number} writes to stderr: {_outputs_text(output)[:300]!r}"
             )
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem)
+def test_notebook_runs_on_the_installed_package(path):
+    """A notebook imports the package, not the checkout's folders, and takes data locations from the environment
+    (IR_DATASETS_HOME, HF_HOME), never a path beside this repository."""
+    source = path.read_text()
+    for pattern in ("sys.path.insert", "../benchmarks", "shared/hub", "shared/ir_datasets", 'os.environ["HF_HOME"]'):
+        assert pattern not in source, f"{path.name} depends on the checkout: {pattern}"

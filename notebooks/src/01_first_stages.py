@@ -6,7 +6,7 @@
 # short aliases, and the provided BM25 top-100 runs of TREC DL 2019 / 2020 (the local MS MARCO collection is partial,
 # so DL is always reranked). It ends with `pt.Experiment` and a paired significance test.
 #
-# Runs offline when `IR_DATASETS_HOME` points at a mirror (default: `../shared/ir_datasets` beside the checkout).
+# Runs offline when `IR_DATASETS_HOME` points at a mirror.
 # `PYTERRIER_TITE_QUICK=1` shrinks it to two collections.
 
 # %%
@@ -16,8 +16,6 @@ import warnings
 from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the committed outputs
-if "IR_DATASETS_HOME" not in os.environ and Path("../../shared/ir_datasets").is_dir():
-    os.environ["IR_DATASETS_HOME"] = str(Path("../../shared/ir_datasets").resolve())
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message="There are shared pipeline components")  # pt.Experiment's hint

@@ -18,8 +18,6 @@ import warnings
 from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the committed outputs
-if "IR_DATASETS_HOME" not in os.environ and Path("../../shared/ir_datasets").is_dir():
-    os.environ["IR_DATASETS_HOME"] = str(Path("../../shared/ir_datasets").resolve())
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message="There are shared pipeline components")  # pt.Experiment's hint
@@ -165,9 +163,8 @@ plt.show()
 # [docs/results.md](../docs/results.md#reranker-efficiency).
 
 # %%
-sys.path.insert(0, str(Path("../benchmarks").resolve()))
-import rerank_efficiency as bench  # noqa: E402
-from window_attention import best_time, peak_bytes  # noqa: E402
+import pyterrier_tite.benchmarking as bench  # noqa: E402  (what benchmarks/rerank_efficiency.py runs)
+from pyterrier_tite.benchmarking import best_time, peak_bytes  # noqa: E402
 
 
 

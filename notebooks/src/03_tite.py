@@ -18,8 +18,6 @@ import warnings
 from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the committed outputs
-if "IR_DATASETS_HOME" not in os.environ and Path("../../shared/ir_datasets").is_dir():
-    os.environ["IR_DATASETS_HOME"] = str(Path("../../shared/ir_datasets").resolve())
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message="There are shared pipeline components")  # pt.Experiment's hint
@@ -117,8 +115,7 @@ experiment[["name", "nDCG@10", "AP", "R@100", "nDCG@10 +", "nDCG@10 -", "nDCG@10
 # throughput benchmark (12 layers) and the MiniLM TITE above, for a 512-token input:
 
 # %%
-sys.path.insert(0, str(Path("../benchmarks").resolve()))
-import encode_throughput as bench  # noqa: E402
+import pyterrier_tite.benchmarking as bench  # noqa: E402  (what benchmarks/encode_throughput.py runs)
 
 
 def schedule(kernels, strides, length=512):

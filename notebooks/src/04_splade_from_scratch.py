@@ -24,8 +24,6 @@ from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the committed outputs
-if "IR_DATASETS_HOME" not in os.environ and Path("../../shared/ir_datasets").is_dir():
-    os.environ["IR_DATASETS_HOME"] = str(Path("../../shared/ir_datasets").resolve())
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message="There are shared pipeline components")  # pt.Experiment's hint

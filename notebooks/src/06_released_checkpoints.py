@@ -6,7 +6,7 @@
 # Aggretriever. `t.load('<hub id>')` returns the right transformer for any of them.
 #
 # > **These are tiny random stand-ins, not the real models.** This notebook runs offline against the hub-layout
-# > fixtures in `../shared/hub` (`HF_HOME` pointed there, `HF_HUB_OFFLINE=1`): checkpoints with the released file
+# > fixtures (`HF_HOME` pointed at them, `HF_HUB_OFFLINE=1`): checkpoints with the released file
 # > names, tensor names, configs and tokenizer formats, but random weights of hidden size 32 or less and a
 # > 187-word vocabulary. So every score below is meaningless as retrieval quality; what it shows is that each
 # > layout loads exactly and computes what the family's reference code computed from the same files (the
@@ -19,12 +19,13 @@ import shutil
 import warnings
 from pathlib import Path
 
-FIXTURES = Path("../../shared/hub")  # a Hugging Face cache (hub/models--ORG--NAME/...) of tiny released layouts
-if not (FIXTURES / "hub").is_dir():
-    raise FileNotFoundError("the hub-layout fixtures are not beside this checkout (../shared/hub)")
-os.environ["HF_HOME"] = str(FIXTURES.resolve())  # before transformers / huggingface_hub are imported
-os.environ.pop("HF_HUB_CACHE", None)
-os.environ["HF_HUB_OFFLINE"] = "1"
+# The Hugging Face cache is the environment's (HF_HOME); the fixtures keep the outputs each family's reference code
+# computed from the same files beside it (HF_HOME/expected), so run this notebook with HF_HOME pointing at them
+HF_HOME = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser()
+EXPECTED = HF_HOME / "expected"
+if not EXPECTED.is_dir():
+    raise FileNotFoundError("this notebook compares against the hub-layout fixtures: set HF_HOME to them")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / huggingface_hub are imported
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the committed outputs
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -46,7 +47,7 @@ import pyterrier_tite as t
 
 def reference(repo: str) -> tuple[dict, dict]:
     """The fixture's inputs and the outputs the family's reference code computed from the same files."""
-    folder = FIXTURES / "expected" / repo.replace("/", "--", 1)
+    folder = EXPECTED / repo.replace("/", "--", 1)
     with open(folder / "inputs.json") as f, open(folder / "outputs.json") as g:
         return json.load(f), json.load(g)
 
