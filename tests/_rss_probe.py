@@ -1,6 +1,7 @@
 """Run as a script: re-rank PAIRS pairs (30 per query, documents of 10-400 words) with a small random BERT-based
-re-ranker of KIND (monoce / sparsece) and print, as JSON, the resident size (MB) after 30% of the queries and at the
-end. A fresh process, so that what one test allocated does not hide another's growth.
+re-ranker of KIND (monoce / sparsece), or index PAIRS documents with TITE made from it into a FlexIndex (KIND
+tite-index), and print, as JSON, the resident size (MB) after 30% of the work and at the end. A fresh process, so
+that what one test allocated does not hide another's growth.
 
     python tests/_rss_probe.py KIND PAIRS FOLDER
 """
@@ -36,15 +37,40 @@ def main(kind: str, pairs: int, folder: str) -> None:
     keep_large_blocks()  # as the CLI does
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # the fresh score head
-    model = t.MonoCE(folder) if kind == "monoce" else t.SparseCE(folder, w=4)
     words = "the of retrieval neural index query document model attention sparse dense passage ranking".split()
     rng = random.Random(0)
+    if kind == "tite-index":
+        index_documents(t.TITE.from_bert(folder), pairs, words, rng, os.path.join(folder, "..", "index.flex"))
+        return
+    model = t.MonoCE(folder) if kind == "monoce" else t.SparseCE(folder, w=4)
     per_query, marks = 30, []
     for q in range(pairs // per_query):
         texts = [" ".join(rng.choices(words, k=rng.randint(10, 400))) for _ in range(per_query)]
         rows = [dict(qid=str(q), query="neural ranking", docno=f"d{i}", text=text) for i, text in enumerate(texts)]
         model(pd.DataFrame(rows))
         marks.append(rss_mb())
+    print(json.dumps(dict(at30=marks[int(0.3 * len(marks))], end=marks[-1], peak=max(marks))))
+
+
+def index_documents(tite, count: int, words: list[str], rng: random.Random, path: str) -> None:
+    """``tite >> FlexIndex`` over ``count`` documents of 10-400 words, the resident size read as documents are
+    drawn (the indexer pulls them in batches, so a mark is taken every 100 documents)."""
+    import shutil
+
+    import pyterrier_dr
+
+    shutil.rmtree(path, ignore_errors=True)  # a rerun of the probe on one folder
+    marks = []
+
+    def corpus():
+        for i in range(count):
+            if i % 100 == 0:
+                marks.append(rss_mb())
+            yield {"docno": f"d{i}", "text": " ".join(rng.choices(words, k=rng.randint(10, 400)))}
+
+    tite.verbose = False
+    (tite >> pyterrier_dr.FlexIndex(path).indexer()).index(corpus())
+    marks.append(rss_mb())
     print(json.dumps(dict(at30=marks[int(0.3 * len(marks))], end=marks[-1], peak=max(marks))))
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
-from pyterrier_tite.models.fused_linear import ConcatenatedLinears
+from pyterrier_tite.models.fused_linear import ConcatenatedLinears, linear_gelu
 from pyterrier_tite.models.packing import PackedLayout
 from pyterrier_tite.models.tite.configuration import TiteConfig
 from pyterrier_tite.models.tite.rope import apply_rope, interleave_heads, rope_rotation
@@ -262,7 +262,12 @@ class TiteMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm(x) if self.pre_norm else x
-        h = self.dropout(self.out_dense(self.intermediate_act_fn(self.intermediate_dense(h))))
+        if torch.is_grad_enabled():
+            inner = self.intermediate_act_fn(self.intermediate_dense(h))
+        else:  # inference: linear + exact GELU as one oneDNN kernel on a bounded set of row counts (a GELU called on
+            # every batch's token count makes oneDNN cache one primitive per count: memory grows with the corpus)
+            inner = linear_gelu(self.intermediate_dense, self.intermediate_act_fn, h)
+        h = self.dropout(self.out_dense(inner))
         return x + h if self.pre_norm else self.norm(x + h)
 
 
