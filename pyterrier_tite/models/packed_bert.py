@@ -12,8 +12,9 @@ computes the rest (query, attention, output projection, feed-forward) for the [C
 
 Used in inference (no grad) for BERT and ELECTRA backbones with absolute positions by
 :class:`~pyterrier_tite.models.cross_encoder.modeling.CrossEncoderScorer` (pairs) and by
-:class:`~pyterrier_tite.models.bert_biencoder.modeling.PooledEncoder` (single texts, from their right-padded batch);
-anything else runs the ``transformers`` forward.
+:class:`~pyterrier_tite.models.bert_biencoder.modeling.PooledEncoder` (single texts, from their right-padded batch),
+and for every token's states (:meth:`PackedEncoder.tokens`) by SPLADE and Aggretriever, whose MLM heads then run on
+real tokens only; anything else runs the ``transformers`` forward.
 """
 
 from __future__ import annotations
@@ -103,6 +104,14 @@ class PackedEncoder:
 
     def __call__(self, pairs: PackedPairs, cls_only: bool) -> torch.Tensor:
         """Last-layer states: ``[B, H]`` of the [CLS] rows when ``cls_only``, else ``[B, L, H]`` padded with zeros."""
+        return self._forward(pairs, cls_only) if cls_only else pairs.layout.pad(self._forward(pairs, False))
+
+    def tokens(self, pairs: PackedPairs) -> torch.Tensor:
+        """Last-layer states of every token, packed ``[T, H]`` (rows one after another, as in ``pairs``): what a head
+        that reads every token (an MLM's) runs on, with no padding."""
+        return self._forward(pairs, False)
+
+    def _forward(self, pairs: PackedPairs, cls_only: bool) -> torch.Tensor:
         base = self.backbone.base_model
         emb = base.embeddings
         layout = pairs.layout
@@ -116,7 +125,7 @@ class PackedEncoder:
             if cls_only and i == len(layers) - 1:
                 return self._cls_layer(layer, self.fused[i], x, layout, buffers)
             x = self._layer(layer, self.fused[i], x, layout, buffers)
-        return x[layout.cu_seqlens[:-1].long()] if cls_only else layout.pad(x)
+        return x[layout.cu_seqlens[:-1].long()] if cls_only else x
 
     @staticmethod
     def _layer(layer, fused, x, layout: PackedLayout, buffers) -> torch.Tensor:
@@ -144,3 +153,13 @@ class PackedEncoder:
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask, scale=scale)
         x = layer.attention.output(context.reshape(batch, heads * size), x)
         return layer.output(linear_gelu(layer.intermediate.dense, layer.intermediate.intermediate_act_fn, x), x)
+
+
+def packed_mlm_encoder(mlm: nn.Module, current: PackedEncoder | None = None) -> PackedEncoder | None:
+    """The packed encoder of a BERT masked LM whose head is ``mlm.cls`` (``current`` when it already wraps ``mlm``, so
+    its fused projections are kept); None where the packed forward does not apply (another architecture, training)."""
+    if mlm.training or getattr(mlm.config, "model_type", None) != "bert" or not hasattr(mlm, "cls"):
+        return None
+    if not supports_packed(mlm):
+        return None
+    return current if current is not None and current.backbone is mlm else PackedEncoder(mlm)

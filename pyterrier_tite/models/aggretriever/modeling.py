@@ -42,6 +42,7 @@ from pyterrier_tite.models.checkpoint import (
     open_checkpoint,
     read_state_dict,
 )
+from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, packed_mlm_encoder
 
 
 def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> torch.Tensor:
@@ -108,6 +109,10 @@ class AggretrieverOutput:
         return torch.cat([self.cls, self.agg], dim=-1)
 
 
+#: token rows per pass of the MLM head in the packed forward: ``[rows, V]`` probabilities at a time
+PACKED_HEAD_ROWS = 512
+
+
 class AggretrieverEncoder(nn.Module):
     """Any ``AutoModelForMaskedLM`` plus the two small heads of Aggretriever (term weight, [CLS] projection).
 
@@ -140,6 +145,8 @@ class AggretrieverEncoder(nn.Module):
             warnings.simplefilter("ignore", UserWarning)
             self.cls_projection = nn.Linear(hidden, cls_dim)
         self._takes_token_types = "token_type_ids" in inspect.signature(mlm.forward).parameters
+        self.packed = True  # CPU inference of a BERT MLM: the packed forward (no compute on padding)
+        self._packed_encoder: PackedEncoder | None = None
 
     @property
     def dim(self) -> int:
@@ -174,6 +181,9 @@ class AggretrieverEncoder(nn.Module):
         if self.agg_dim == 0:
             hidden = self._hidden(input_ids, attention_mask, token_type_ids)
             return AggretrieverOutput(cls=self.cls_projection(hidden[:, 0]), agg=hidden.new_zeros(len(hidden), 0))
+        packed = self._packed_parts(input_ids, attention_mask, token_type_ids)
+        if packed is not None:
+            return packed
         logits, hidden, weights = self._run(input_ids, attention_mask, token_type_ids)
         if torch.is_grad_enabled():
             probabilities = torch.softmax(logits, dim=-1)
@@ -183,6 +193,49 @@ class AggretrieverEncoder(nn.Module):
         lexical = lexical_representation(probabilities, weights, attention_mask)
         agg = agg_star(lexical, self.agg_dim, self.vocab_offset)
         return AggretrieverOutput(cls=self.cls_projection(hidden[:, 0]), agg=agg)
+
+    def _packed_parts(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
+    ) -> AggretrieverOutput | None:
+        """``forward`` on packed rows (CPU inference of a BERT MLM, a right-padded batch): every token's states with
+        no padding, then the MLM head, its softmax and the term weights one text at a time (``[L, V]``, never
+        ``[B, L, V]``); None where it does not apply."""
+        if torch.is_grad_enabled() or input_ids.device.type != "cpu" or not self.packed:
+            return None
+        self._packed_encoder = packed_mlm_encoder(self.mlm, self._packed_encoder)
+        types = token_type_ids if self._takes_token_types else None
+        pairs = None
+        if self._packed_encoder is not None:
+            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types}
+            pairs = PackedPairs.from_padded(batch)
+        if pairs is None:
+            return None
+        hidden = self._packed_encoder.tokens(pairs)  # [T, H]
+        starts = pairs.layout.cu_seqlens[:-1].long()
+        cls = self.cls_projection(hidden[starts])
+        not_cls = torch.ones(hidden.shape[0], dtype=torch.bool, device=hidden.device)
+        not_cls[starts] = False
+        lengths = (attention_mask.sum(dim=1) - 1).tolist()  # tokens after [CLS]
+        tokens = hidden[not_cls]
+        lexical = hidden.new_full((len(lengths), self.mlm.config.vocab_size), float("-inf"))
+        text, left = 0, lengths[0] if lengths else 0
+        for begin in range(0, tokens.shape[0], PACKED_HEAD_ROWS):  # the MLM head a block of rows at a time
+            block = tokens[begin : begin + PACKED_HEAD_ROWS]
+            logits = self.mlm.cls(block)  # [rows, V]
+            probabilities = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
+            probabilities.div_(probabilities.sum(dim=-1, keepdim=True))
+            weights = self.term_weight(block)
+            weighted = probabilities.mul_(torch.relu(weights) if self.term_weight_relu else weights)
+            row = 0
+            while row < weighted.shape[0]:
+                while left == 0:  # texts with no (more) rows
+                    text += 1
+                    left = lengths[text]
+                take = min(left, weighted.shape[0] - row)
+                torch.maximum(lexical[text], weighted[row : row + take].amax(dim=0), out=lexical[text])
+                row, left = row + take, left - take
+        lexical[lexical == float("-inf")] = 0.0  # a text with nothing after [CLS]: zeros, as the padded forward
+        return AggretrieverOutput(cls=cls, agg=agg_star(lexical, self.agg_dim, self.vocab_offset))
 
     def lexical(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None

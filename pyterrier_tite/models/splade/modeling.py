@@ -12,6 +12,7 @@ import os
 import torch
 from torch import nn
 
+from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, packed_mlm_encoder
 from pyterrier_tite.models.splade.tokenization import Role
 from pyterrier_tite.models.splade.vocab_max import head_states, max_over_tokens, projection_is_last
 
@@ -49,7 +50,20 @@ def splade_pool_projected(
     keep = attention_mask.bool()
     if not keep.any():  # no tokens at all: the zero vectors
         return hidden.new_zeros(hidden.shape[0], weight.shape[0])
-    best = max_over_tokens(hidden[keep], keep.sum(dim=1).tolist(), weight, block=block, vocab_tile=vocab_tile)
+    return splade_pool_tokens(hidden[keep], keep.sum(dim=1).tolist(), weight, bias, block, vocab_tile)
+
+
+def splade_pool_tokens(
+    tokens: torch.Tensor,
+    lengths: list[int],
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    block: int = 256,
+    vocab_tile: int = 2048,
+) -> torch.Tensor:
+    """:func:`splade_pool_projected` of texts given as their tokens' head states one after another ``[N, H]``
+    (``lengths`` of them each; at least one token in all): the packed encoder's output, no padding anywhere."""
+    best = max_over_tokens(tokens, lengths, weight, block=block, vocab_tile=vocab_tile)
     if bias is not None:
         best += bias.to(best.dtype)
     return best.relu_().log1p_()  # -inf (a text of no tokens) -> 0
@@ -68,6 +82,8 @@ class SpladeEncoder(nn.Module):
         self.mlm = mlm
         self._token_types = _accepts(mlm, "token_type_ids")
         self._projection_last = projection_is_last(mlm)
+        self.packed = True  # CPU inference of a BERT MLM: the packed forward (no compute on padding)
+        self._packed_encoder: PackedEncoder | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -89,11 +105,29 @@ class SpladeEncoder(nn.Module):
         """
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._token_types else {}
         if self._projection_last and not torch.is_grad_enabled() and input_ids.device.type == "cpu":
+            pairs = self._packed_rows(input_ids, attention_mask, kwargs.get("token_type_ids"))
+            if pairs is not None:  # every token's states with no padding, then the MLM head on real tokens only
+                with head_states(self.mlm) as projection:
+                    states = self.mlm.cls(self._packed_encoder.tokens(pairs))
+                lengths = attention_mask.sum(dim=1).tolist()
+                return splade_pool_tokens(states, lengths, projection.weight, projection.bias)
             with head_states(self.mlm) as projection:
                 hidden = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
             return splade_pool_projected(hidden, attention_mask, projection.weight, projection.bias)
         logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
         return splade_pool(logits, attention_mask, inplace=not torch.is_grad_enabled())
+
+    def _packed_rows(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
+    ) -> PackedPairs | None:
+        """The batch packed for :mod:`pyterrier_tite.models.packed_bert`, where it applies: a BERT MLM, inference, a
+        right-padded batch with no empty text."""
+        self._packed_encoder = packed_mlm_encoder(self.mlm, self._packed_encoder) if self.packed else None
+        if self._packed_encoder is None:
+            return None
+        return PackedPairs.from_padded(
+            {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        )
 
     @classmethod
     def from_pretrained(cls, path: str, new_head: bool = False, **kwargs) -> SpladeEncoder:
