@@ -11,7 +11,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
 def load_script(relative_path: str) -> ModuleType:
-    """``load_script("benchmarks/distilled_tite_speed.py")``; registered in ``sys.modules`` (dataclasses look it up)."""
+    """``load_script("benchmarks/passages.py")``; registered in ``sys.modules`` (dataclasses look it up)."""
     name = os.path.splitext(os.path.basename(relative_path))[0]
     spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, relative_path))
     module = importlib.util.module_from_spec(spec)

@@ -179,3 +179,11 @@ def test_a_family_imports_only_the_families_it_builds_on(family):
 def test_no_module_over_500_lines():
     lengths = {str(f.relative_to(PACKAGE)): len(f.read_text().splitlines()) for f in PACKAGE.rglob("*.py")}
     assert not {name: n for name, n in lengths.items() if n > 500}
+
+
+@pytest.mark.parametrize("folder", ["experiments", "benchmarks"])
+def test_no_study_or_benchmark_file_over_500_lines(folder):
+    """Studies stay studies: a script past 500 lines holds more than one question (split it by what it answers)."""
+    root = PACKAGE.parent / folder
+    lengths = {str(f.relative_to(PACKAGE.parent)): len(f.read_text().splitlines()) for f in root.rglob("*.py")}
+    assert lengths and not {name: n for name, n in lengths.items() if n > 500}

@@ -53,15 +53,3 @@ def test_the_switch_can_be_turned_off(monkeypatch):
     assert keep_large_blocks() is False
     monkeypatch.setenv("PYTERRIER_TITE_KEEP_HEAP", "1")
     assert keep_large_blocks() is True
-
-
-@needs_glibc
-def test_benchmark_runs_both_allocators_for_every_case(capsys):
-    """benchmarks/cpu_allocator.py (smoke): one row per case, each from two processes in which the switch was off and
-    on as asked (the script refuses to print a row otherwise)."""
-    from _scripts import load_script
-
-    bench = load_script("benchmarks/cpu_allocator.py")
-    assert bench.main(["--quick", "--repeats", "1", "--threads", "1"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "x |" in line]
-    assert len(rows) == len(bench.CASES) and all(float(r.split("|")[5].strip().rstrip("x")) > 0 for r in rows)

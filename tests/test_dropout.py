@@ -115,25 +115,3 @@ def test_one_op_can_be_sent_to_the_reference_by_environment(monkeypatch):
     native = torch.nn.functional.dropout(x, 0.2)
     torch.manual_seed(4)
     assert torch.equal(dropout(x, 0.2), native)
-
-
-def test_set_dropout_sets_every_dropout_module_and_records_it_in_a_saved_model(tmp_path):
-    """``set_dropout`` (training without dropout noise, e.g. against fixed target vectors): every dropout module of the
-    model at the new probability, the model's config records it, so the saved model says how it was trained."""
-    from pyterrier_tite.models import TiteConfig, TiteModel
-    from pyterrier_tite.ops.dropout import set_dropout
-
-    torch.manual_seed(0)
-    config = TiteConfig(vocab_size=50, num_hidden_layers=2, hidden_sizes=16, num_attention_heads=2,
-                        intermediate_sizes=32, kernel_sizes=[None, 8], strides=[None, 8], max_position_embeddings=8)
-    model = TiteModel(config)
-    ids, mask = torch.randint(0, 50, (2, 8)), torch.ones(2, 8, dtype=torch.long)
-    model.train()
-    assert not torch.equal(model(ids, mask).last_hidden_state, model(ids, mask).last_hidden_state)  # the default 0.1
-    assert set_dropout(model, 0.0) == sum(isinstance(m, nn.Dropout) for m in model.modules()) > 0
-    assert model.config.dropout_prob == 0.0
-    torch.testing.assert_close(model(ids, mask).last_hidden_state, model.eval()(ids, mask).last_hidden_state)
-    model.save_pretrained(str(tmp_path / "m"))
-    assert TiteModel.from_pretrained(str(tmp_path / "m")).config.dropout_prob == 0.0
-    with pytest.raises(ValueError, match="between 0 and 1"):
-        set_dropout(model, 1.5)

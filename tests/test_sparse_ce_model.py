@@ -4,11 +4,9 @@ plain BERT checkpoint, batching, empty inputs, save/load, gradients, window edge
 from __future__ import annotations
 
 import copy
-import itertools
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from pyterrier_tite.models import (
     SparseCrossEncoder,
@@ -17,7 +15,7 @@ from pyterrier_tite.models import (
 )
 from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
 from pyterrier_tite.models.sparse_ce.modeling import FLAGS
-from pyterrier_tite.ops import unwindow_matmul, window_attention_reference, window_matmul
+from pyterrier_tite.ops import window_attention_reference
 
 ATOL = 1e-5
 
@@ -319,18 +317,8 @@ def test_grouped_attention_matches_dense_masked_reference(window):
         torch.testing.assert_close(got, window_attention_reference(q, k, v, full, lengths, groups))
 
 
-def test_band_ops_match_definition_and_have_gradients():
+def test_grouped_attention_has_gradients():
     torch.manual_seed(0)
-    for length, window in itertools.product((1, 5, 33, 70), (0, 2, 7)):
-        q, k, v = torch.randn(3, 1, 2, length, 4, dtype=torch.float64).unbind(0)
-        idx = torch.arange(length)[:, None] + torch.arange(2 * window + 1) - window
-        inside = (idx >= 0) & (idx < length)
-        gathered_k = F.pad(k, (0, 0, window, window))[:, :, idx + window]  # [1, 2, L, 2w+1, d]
-        expected = (q[..., None, :] * gathered_k).sum(-1) * inside
-        torch.testing.assert_close(window_matmul(q, k, window, backend="torch"), expected)
-        p = torch.randn(1, 2, length, 2 * window + 1, dtype=torch.float64) * inside
-        gathered_v = F.pad(v, (0, 0, window, window))[:, :, idx + window]
-        torch.testing.assert_close(unwindow_matmul(p, v, window, backend="torch"), (p[..., None] * gathered_v).sum(-2))
     q, k, v = (torch.randn(1, 1, 9, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     lengths = torch.tensor([7])
     assert torch.autograd.gradcheck(lambda q, k, v: grouped_attention(q, k, v, 2, lengths), (q, k, v), fast_mode=True)

@@ -233,29 +233,6 @@ def test_left_padding_and_packed_entry_point_agree_with_right_padding():
     assert_float_close(packed.last_hidden_state, right[:, 0])
 
 
-@pytest.mark.parametrize("variant", ["pre-prenorm-rms-staggered-k3", "intra-post-layer-late-k2"])
-def test_a_forward_resumed_from_any_layers_states_equals_the_whole_forward(variant):
-    """What training with cached frozen layers relies on: stopping after layer k and continuing from there gives the
-    stage-k states of the whole forward and then its output, also where the lower layers pool."""
-    model = make_model(**VARIANTS[variant])
-    ids, mask = make_batch([16, 11, 5, 1])
-    with torch.no_grad():
-        whole = model(ids, mask, output_hidden_states=True)
-        lengths = mask.sum(1)
-        cu = torch.zeros(5, dtype=torch.int32)
-        cu[1:] = lengths.cumsum(0)
-        for k in range(len(model.encoder.layers) + 1):
-            states, states_cu = model.lower_states(ids[mask.bool()], cu, k)
-            assert_float_close(states, whole.hidden_states[k])
-            assert states_cu.tolist() == whole.hidden_cu_seqlens[k].tolist()
-            resumed = model.forward_from_layer(states, states_cu, k)
-            assert_float_close(resumed.last_hidden_state, whole.last_hidden_state[:, 0])
-        with pytest.raises(ValueError, match="cannot start at layer 7 of 6"):
-            model.forward_from_layer(states, states_cu, 7)
-        with pytest.raises(ValueError, match="cannot stop after 7 of 6 layers"):
-            model.lower_states(ids[mask.bool()], cu, 7)
-
-
 def test_hidden_states_are_packed_per_stage():
     model = make_model(**VARIANTS["intra-post-layer-late-k2"])
     ids, mask = make_batch([16, 11, 5, 1])

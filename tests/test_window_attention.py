@@ -1,4 +1,4 @@
-"""Banded matmuls and fused windowed attention: every backend against the dense definitions, gradients, edge cases."""
+"""Fused windowed attention: every backend against the dense definitions, gradients, edge cases."""
 
 from __future__ import annotations
 
@@ -8,38 +8,14 @@ import pytest
 import torch
 
 from pyterrier_tite import ops
-from pyterrier_tite.ops import (
-    KeyGroup,
-    unwindow_matmul,
-    unwindow_matmul_reference,
-    window_attention,
-    window_attention_reference,
-    window_matmul,
-    window_matmul_reference,
-)
+from pyterrier_tite.ops import KeyGroup, window_attention, window_attention_reference
 
 BACKENDS = [b for b in ("csrc-cpu", "torch") if b in ops.backends()["window_attention"]]
-MATMUL_BACKENDS = [b for b in ("csrc-cpu", "torch") if b in ops.backends()["window_matmul"]]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 2e-3, torch.bfloat16: 2e-2}
-# band entries are unnormalised dot products (|x| up to ~5 here): fp16 / bf16 round them at that magnitude
-MATMUL_TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
-# (L, w): L < w, w = 0, L = 1, empty, ordinary
-SHAPES = [(7, 2), (3, 5), (9, 0), (1, 0), (1, 3), (0, 2), (33, 4), (17, 16)]
 
 
 def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
-
-
-def naive_band(q: torch.Tensor, k: torch.Tensor, w: int) -> torch.Tensor:
-    """The band definition, one entry at a time, in float64."""
-    length = q.shape[-2]
-    out = torch.zeros(*q.shape[:-1], 2 * w + 1, dtype=torch.float64)
-    for i in range(length):
-        for j in range(2 * w + 1):
-            if 0 <= i + j - w < length:
-                out[..., i, j] = (q[..., i, :].double() * k[..., i + j - w, :].double()).sum(-1)
-    return out
 
 
 def naive_attention(q, k, v, w, lengths, groups, scale) -> torch.Tensor:
@@ -95,48 +71,6 @@ def random_case(seed: int, dtype=torch.float32, requires_grad=False, small=False
 
 def tensors_of(q, k, v, groups):
     return [q, k, v, *[t for g in groups for t in (g.k, g.v)]]
-
-
-# ------------------------------------------------------------------------------------------------------ band matmuls
-@pytest.mark.parametrize("length,w", SHAPES)
-def test_band_references_match_definition(length, w):
-    q, k, p = torch.randn(2, length, 3), torch.randn(2, length, 3), torch.randn(2, length, 2 * w + 1)
-    torch.testing.assert_close(window_matmul_reference(q, k, w).double(), naive_band(q, k, w), atol=1e-5, rtol=0)
-    # unwindow is the adjoint of window: <P, window(q, k)> = <unwindow(P, k), q>
-    lhs = (p.double() * naive_band(q, k, w)).sum()
-    rhs = (unwindow_matmul_reference(p, k, w).double() * q.double()).sum()
-    torch.testing.assert_close(lhs, rhs, atol=1e-4, rtol=1e-5)
-
-
-@pytest.mark.parametrize("backend", MATMUL_BACKENDS)
-@pytest.mark.parametrize("length,w", SHAPES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_band_matmuls_match_reference(backend, length, w, dtype):
-    q, k, v = (torch.randn(2, 3, length, 5).to(dtype) for _ in range(3))
-    p = torch.randn(2, 3, length, 2 * w + 1).to(dtype)
-    a = window_matmul(q, k, w, backend=backend)
-    assert a.shape == (2, 3, length, 2 * w + 1) and a.dtype == dtype
-    assert max_error(a, window_matmul_reference(q, k, w)) <= MATMUL_TOL[dtype]
-    out = unwindow_matmul(p, v, w, backend=backend)
-    assert out.shape == v.shape and out.dtype == dtype
-    assert max_error(out, unwindow_matmul_reference(p, v, w)) <= MATMUL_TOL[dtype]
-
-
-@pytest.mark.parametrize("backend", MATMUL_BACKENDS)
-@pytest.mark.parametrize("length,w", [(6, 2), (2, 3), (5, 0), (1, 1)])
-def test_band_matmuls_gradcheck(backend, length, w):
-    q, k, v = (torch.randn(2, length, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    p = torch.randn(2, length, 2 * w + 1, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b: window_matmul(a, b, w, backend=backend), (q, k))
-    assert torch.autograd.gradcheck(lambda a, b: unwindow_matmul(a, b, w, backend=backend), (p, v))
-
-
-def test_band_out_of_range_entries_are_zero_and_ignored():
-    q, k = torch.randn(4, 2), torch.randn(4, 2)
-    a = window_matmul(q, k, 3)
-    assert not a[~ops.band_mask(4, 3)].any()
-    p = torch.randn(4, 7).masked_fill(ops.band_mask(4, 3), 0.0)  # only out-of-range entries are non-zero
-    assert not unwindow_matmul(p, k, 3).any()
 
 
 # -------------------------------------------------------------------------------------------------- fused attention
@@ -256,7 +190,7 @@ def test_window_zero_sees_only_itself_and_groups(backend):
 
 def test_backends_list_cpu_kernels():
     names = ops.backends()
-    for op in ("window_matmul", "unwindow_matmul", "window_attention"):
+    for op in ("window_attention",):
         assert names[op][-1] == "torch"
         assert ("csrc-cpu" in names[op]) == (ops.extension() is not None)
 
@@ -266,8 +200,6 @@ def test_bad_window_raises(bad):
     q = torch.randn(1, 1, 3, 2)
     with pytest.raises(ValueError, match="window"):
         window_attention(q, q, q, bad)
-    with pytest.raises(ValueError, match="window"):
-        window_matmul(q, q, bad)
 
 
 def test_group_needs_index_when_rows_differ():

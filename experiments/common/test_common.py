@@ -1,20 +1,17 @@
-"""What the studies share (``experiments.common``): ``--config`` files, re-ranker scores kept between evaluations, the
-offline teacher (norm-sum of a dense and a SPLADE model, documents encoded once and cached) and its fusions, the
-seed-aggregated comparison table, the recipes' model folders and training time, cross-validated systems, and
-Markdown tables."""
+"""What the studies share (``experiments.common``): ``--config`` files, score fusions, the seed-aggregated comparison
+table, the recipes' model folders and training time, cross-validated systems, and Markdown tables (the offline
+teacher: ``test_offline_teacher.py``; re-ranker scores kept between evaluations: ``test_score_cache.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pytest
-import scipy.sparse as sp
 import torch
 from scipy import stats
 from transformers import BertConfig, BertTokenizerFast
@@ -24,10 +21,7 @@ from experiments.common.cross_validation import CrossValidated
 from experiments.common.fusion import min_max_per_query, normalised_sum
 from experiments.common.recipes import finished_steps, training_minutes
 from experiments.common.rerank_experiment import summarise
-from experiments.common.score_cache import cached_scores, scores_key
 from experiments.common.tables import markdown_table
-from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig
-from pyterrier_tite.pt.rerankers import SparseCE
 from pyterrier_tite.query_folds import assign_folds
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -111,118 +105,6 @@ def test_normalised_sum_counts_a_missing_document_as_zero():
     assert fused.loc["d3", "rank"] == 2
 
 
-# ------------------------------------------------------------------------------------------------------------ teacher
-TEXTS = [
-    "The Manhattan Project produced the first nuclear weapons during World War II.",
-    "Photosynthesis converts light energy into chemical energy in plants.",
-    "Nuclear fission releases energy by splitting heavy atomic nuclei.",
-    "The French Revolution began in 1789 with the storming of the Bastille.",
-]
-
-
-@pytest.fixture(scope="module")
-def teacher_models():
-    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
-    from pyterrier_tite.pt.splade import Splade
-    from pyterrier_tite.start_points import resolve
-
-    return BertBiEncoder.from_pretrained(resolve("minilm"), batch_size=8), Splade.from_pretrained(resolve("splade-2l"))
-
-
-def _frame() -> pd.DataFrame:
-    rows = [("q1", "atomic bomb history", i) for i in range(4)]
-    rows += [("q2", "how do plants make energy", i) for i in (1, 3)]
-    return pd.DataFrame(
-        {"qid": [r[0] for r in rows], "query": [r[1] for r in rows], "docno": [f"d{r[2]}" for r in rows],
-         "text": [TEXTS[r[2]] for r in rows]}
-    )  # fmt: skip
-
-
-def test_teacher_components_are_the_models_own_scores(teacher_models):
-    from experiments.common.offline_teacher import OfflineTeacher
-
-    dense, splade = teacher_models
-    frame = _frame()
-    dense_scores, sparse_scores = OfflineTeacher(dense, splade, verbose=False).components(frame)
-    expected_dense = dense.scorer()(frame).set_index(["qid", "docno"])["score"]
-    expected_sparse = splade.scorer()(frame).set_index(["qid", "docno"])["score"]
-    keys = list(zip(frame["qid"], frame["docno"], strict=True))
-    np.testing.assert_allclose(dense_scores, expected_dense.loc[keys].to_numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(sparse_scores, expected_sparse.loc[keys].to_numpy(), rtol=1e-4, atol=1e-4)
-
-
-def test_teacher_is_the_normalised_sum_and_ranks_the_relevant_text_first(teacher_models):
-    from experiments.common.offline_teacher import OfflineTeacher
-
-    dense, splade = teacher_models
-    frame = _frame()
-    teacher = OfflineTeacher(dense, splade, verbose=False)
-    scored = teacher(frame)
-    dense_scores, sparse_scores = teacher.components(frame)
-    expected = normalised_sum(frame.assign(score=dense_scores), frame.assign(score=sparse_scores))
-    merged = scored.merge(expected, on=["qid", "docno"], suffixes=("", "_expected"))
-    np.testing.assert_allclose(merged["score"], merged["score_expected"], atol=1e-12)
-    best = scored.sort_values("score", ascending=False).groupby("qid").head(1).set_index("qid")["docno"]
-    assert best["q1"] in ("d0", "d2") and best["q2"] == "d1"
-
-
-def test_teacher_keeps_an_empty_frame_empty_and_names_a_missing_column(teacher_models):
-    from experiments.common.offline_teacher import OfflineTeacher
-
-    teacher = OfflineTeacher(*teacher_models, verbose=False)
-    empty = teacher(_frame().iloc[:0])
-    assert len(empty) == 0 and {"score", "rank"} <= set(empty.columns)
-    with pytest.raises(Exception, match="text"):
-        teacher(_frame().drop(columns=["text"]))
-
-
-def test_teacher_encodes_each_document_once_and_reuses_its_cache(teacher_models, tmp_path, monkeypatch):
-    from experiments.common.offline_teacher import OfflineTeacher
-
-    dense, splade = teacher_models
-    frame = _frame()
-    encoded = []
-    original = dense.encode
-
-    def counting(texts, role, *args, **kwargs):
-        if role == "doc":
-            encoded.extend(texts)
-        return original(texts, role, *args, **kwargs)
-
-    monkeypatch.setattr(dense, "encode", counting)
-    first = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)(frame)
-    assert sorted(encoded) == sorted(TEXTS)  # 6 rows, 4 distinct documents
-    encoded.clear()
-    second = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)(frame)
-    assert encoded == []
-    pd.testing.assert_frame_equal(first, second)
-    meta = tmp_path / "models.json"
-    saved = json.loads(meta.read_text())
-    meta.write_text(json.dumps({**saved, "dense": "another model"}))
-    with pytest.raises(ValueError, match="other models"):
-        OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)
-
-
-@pytest.mark.parametrize("short", ["dense.npy", "sparse.npz"])
-def test_teacher_cache_cut_short_by_a_killed_save_keeps_its_consistent_prefix(teacher_models, tmp_path, short):
-    """A run killed between the replacements of the cache's files leaves them of different lengths; the teacher must
-    neither pair a document with another's vector nor crash, but re-encode what the shorter files lack."""
-    from experiments.common.offline_teacher import OfflineTeacher
-
-    dense, splade = teacher_models
-    frame = _frame()
-    expected = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)(frame)
-    if short == "dense.npy":
-        np.save(tmp_path / short, np.load(tmp_path / short)[:2])
-    else:
-        sp.save_npz(tmp_path / short, sp.load_npz(tmp_path / short).tocsr()[:2])
-    with pytest.warns(UserWarning, match="keeping the first 2 documents"):
-        teacher = OfflineTeacher(dense, splade, cache_dir=str(tmp_path), verbose=False)
-    assert len(teacher._keys) == 2
-    pd.testing.assert_frame_equal(teacher(frame), expected, check_exact=False, atol=1e-5)
-    assert len(np.load(tmp_path / "keys.npy")) == np.load(tmp_path / "dense.npy").shape[0] == 4
-
-
 # ------------------------------------------------------------------------------------------------------------ table
 def test_summarise_averages_seeds_and_tests_seed_averaged_queries():
     values = pd.DataFrame(
@@ -270,6 +152,8 @@ def test_training_minutes_average_the_seeds_and_refuse_a_partial_figure(tmp_path
 
 # ------------------------------------------------------------------------------------------------------------ folds
 QIDS = [str(q) for q in range(1, 94)]  # vaswani's 93 query ids
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
+TOKENIZER = BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDS)}, do_lower_case=True)
 
 
 def tagging(fold: int) -> pt.Transformer:
@@ -352,140 +236,6 @@ def test_evaluation_with_the_same_model_in_every_fold_equals_the_single_model_ro
     for key in ("ndcg@10", "R@100", "flops", "avg_query_terms", "avg_doc_terms"):
         assert folds[key] == pytest.approx(single[key], rel=1e-9), key
     assert single["ndcg@10"] > 0  # a random model still retrieves something
-
-
-# ------------------------------------------------------------------------------------------------------------ scores
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
-TOKENIZER = BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDS)}, do_lower_case=True)
-
-
-def tiny_sparse() -> SparseCrossEncoder:
-    config = SparseCrossEncoderConfig(
-        vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=64, initializer_range=0.3, cls_token_id=2, sep_token_id=3, attention_window_size=4,
-        query_cls_attention=False, query_doc_attention=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return SparseCrossEncoder(config).eval()
-
-
-def frame(n_queries=3, n_docs=5, seed=0) -> pd.DataFrame:
-    gen = torch.Generator().manual_seed(seed)
-    rows = []
-    for q in range(n_queries):
-        query = " ".join(f"w{int(i)}" for i in torch.randint(0, 59, (2 + q,), generator=gen))
-        for d in range(n_docs):
-            length = int(torch.randint(1, 20, (1,), generator=gen))
-            text = " ".join(f"w{int(i)}" for i in torch.randint(0, 59, (length,), generator=gen))
-            rows.append({"qid": f"q{q}", "query": query, "docno": f"d{q}-{d}", "text": text, "score": 0.0})
-    return pd.DataFrame(rows)
-
-
-def scores(out: pd.DataFrame) -> pd.Series:
-    return out.assign(qid=out["qid"].astype(str), docno=out["docno"].astype(str)).set_index(["qid", "docno"])["score"]
-
-
-def count_scored_docs(reranker) -> list[int]:
-    """Docs scored by the model, one entry per forward call."""
-    calls: list[int] = []
-    reranker.scorer.register_forward_hook(lambda module, args, out: calls.append(len(out)))
-    return calls
-
-
-@pytest.fixture()
-def folder(tmp_path) -> str:
-    path = tmp_path / "model"
-    SparseCE(tiny_sparse(), tokenizer=TOKENIZER).save_pretrained(path)
-    return str(path)
-
-
-def test_scores_are_read_back_equal_and_nothing_is_rescored(folder, tmp_path):
-    inp = frame()
-    expected = scores(SparseCE(folder, batch_size=4)(inp))
-    model = SparseCE(folder, batch_size=4)
-    calls = count_scored_docs(model)
-    root = str(tmp_path / "cache")
-    with cached_scores(model, root, "toy") as scorer:
-        first = scorer(inp)
-    assert sum(calls) == len(inp)
-    with cached_scores(model, root, "toy") as scorer:  # a later evaluation, cache opened again
-        again = scorer(inp)
-    assert sum(calls) == len(inp)
-    for got in (first, again):
-        assert len(got) == len(inp) and set(got.columns) >= {"qid", "docno", "score", "rank"}
-        np.testing.assert_allclose(scores(got).to_numpy(), expected.loc[scores(got).index].to_numpy(), atol=1e-6)
-        assert (got.groupby("qid")["rank"].min() == 0).all()
-    with cached_scores(model, root, "other") as scorer:  # docnos repeat across collections: scored for this one
-        scorer(inp)
-    assert sum(calls) == 2 * len(inp)
-
-
-def test_key_is_stable_for_the_same_checkpoint_and_settings(folder):
-    assert scores_key(SparseCE(folder)) == scores_key(SparseCE(folder)) is not None
-    assert scores_key(SparseCE(folder)) == scores_key(SparseCE(os.path.join(folder, ".")))  # one resolved path
-
-
-@pytest.mark.parametrize(
-    "settings",
-    [{"w": 2}, {"query_max_length": 5}, {"dtype": "bfloat16"}, {"batch_size": 3}, {"text_field": "body"}],
-    ids=lambda s: next(iter(s)),
-)
-def test_any_setting_that_moves_the_scores_gets_its_own_key(folder, settings):
-    assert scores_key(SparseCE(folder, **settings)) != scores_key(SparseCE(folder))
-
-
-def test_a_release_that_changes_the_scoring_code_gets_a_fresh_cache(folder, monkeypatch):
-    from experiments.common import score_cache
-
-    before = scores_key(SparseCE(folder))
-    monkeypatch.setattr(score_cache, "SCORING_REVISION", score_cache.SCORING_REVISION + 1)
-    assert scores_key(SparseCE(folder)) != before
-
-
-def test_a_rewritten_checkpoint_gets_a_fresh_cache(folder, tmp_path):
-    inp = frame()
-    root = str(tmp_path / "cache")
-    with cached_scores(SparseCE(folder), root, "toy") as scorer:
-        scorer(inp)
-    before = scores_key(SparseCE(folder))
-    SparseCE(tiny_sparse(), tokenizer=TOKENIZER).save_pretrained(folder)  # retrained: other weights, same folder
-    weights = os.path.join(folder, "model.safetensors")
-    os.utime(weights, ns=(os.stat(weights).st_atime_ns, os.stat(weights).st_mtime_ns + 10**9))
-    model = SparseCE(folder)
-    assert scores_key(model) != before
-    calls = count_scored_docs(model)
-    with cached_scores(model, root, "toy") as scorer:
-        got = scorer(inp)
-    assert sum(calls) == len(inp)  # nothing of the old checkpoint is read
-    np.testing.assert_allclose(scores(got).to_numpy(), scores(SparseCE(folder)(inp)).loc[scores(got).index], atol=1e-6)
-
-
-def test_weights_without_a_folder_are_scored_afresh(folder, tmp_path):
-    in_memory = SparseCE(tiny_sparse(), tokenizer=TOKENIZER)
-    own_tokenizer = SparseCE(folder, tokenizer=TOKENIZER)  # not the folder's tokenizer: no stable key either
-    for model in (in_memory, own_tokenizer):
-        assert scores_key(model) is None
-        with cached_scores(model, str(tmp_path / "cache"), "toy") as scorer:
-            assert scorer is model
-    with cached_scores(SparseCE(folder), None, "toy") as scorer:  # no cache folder given
-        assert isinstance(scorer, SparseCE)
-    assert not (tmp_path / "cache").exists()
-
-
-def test_the_model_sees_the_rows_in_input_order_so_bf16_batches_are_the_same(folder, tmp_path, monkeypatch):
-    """The cache groups its misses by query text; handed back in input order, every batch is what direct scoring
-    would build, so a bf16 model's scores (which move by an ulp with the batch composition) are the same too."""
-    inp = frame().sort_values("query", ascending=False, kind="stable").reset_index(drop=True)
-    assert inp["query"].nunique() > 1  # in descending query order: the cache's grouping would reverse the queries
-    model = SparseCE(folder, batch_size=4, dtype="bfloat16")
-    seen = []
-    transform = SparseCE.transform
-    monkeypatch.setattr(SparseCE, "transform", lambda self, f: seen.append(f["docno"].tolist()) or transform(self, f))
-    direct = model(inp)
-    with cached_scores(model, str(tmp_path / "cache"), "toy") as scorer:
-        cached = scorer(inp)
-    assert seen[1] == seen[0] == inp["docno"].tolist()
-    assert scores(cached).loc[scores(direct).index].tolist() == scores(direct).tolist()
 
 
 @pytest.mark.parametrize(

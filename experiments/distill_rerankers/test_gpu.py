@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from experiments.distill_rerankers import carry
 from experiments.distill_rerankers import gpu as script
 from experiments.distill_rerankers.recipe import build_variant
 from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
@@ -87,7 +88,7 @@ def tiny_bundle(folder, start: str, datasets: dict[str, pd.DataFrame]) -> str:
         }
         for name, frame in datasets.items()
     }  # fmt: skip
-    script.save_bundle(str(folder), {"sources": "tiny"}, list(texts), rows, evaluation, start)
+    carry.save_bundle(str(folder), {"sources": "tiny"}, list(texts), rows, evaluation, start)
     return str(folder)
 
 
@@ -117,7 +118,7 @@ def test_the_start_model_travels_in_fp16_and_trains_in_fp32(tiny_bert, tmp_path)
     from safetensors.torch import load_file
 
     original = load_file(f"{tiny_bert}/model.safetensors")
-    widened = load_file(f"{script.widen_start(f'{bundle}/start', str(tmp_path / 'wide'))}/model.safetensors")
+    widened = load_file(f"{carry.widen_start(f'{bundle}/start', str(tmp_path / 'wide'))}/model.safetensors")
     assert sorted(widened) == sorted(original)
     for name, tensor in original.items():
         assert widened[name].dtype == tensor.dtype
@@ -168,7 +169,7 @@ def test_a_kept_model_comes_back_in_parts_and_loads(dtype, tiny_bert, tmp_path, 
 
     from pyterrier_tite.pt.rerankers import CrossEncoderReranker
 
-    monkeypatch.setattr(script, "PART_BYTES", 2**14)  # several parts from a tiny model
+    monkeypatch.setattr(carry, "PART_BYTES", 2**14)  # several parts from a tiny model
     bundle = tiny_bundle(tmp_path / "bundle", tiny_bert, {"tiny": PAIRS.assign(score=[3.0, 2.0, 1.0, 2.0, 1.0])})
     out = tmp_path / "out"
     script.main(

@@ -9,6 +9,10 @@ all-MiniLM-L6-v2's own BERT, trained on unlabelled text to reproduce MiniLM's ve
   (``python -m experiments.distill_tite.gpu bundle|train``);
 - :mod:`~experiments.distill_tite.diagnostics`: the probes behind the study's explanations
   (``python -m experiments.distill_tite.diagnostics dense-paired|dense-sensitivity|seen-unseen|tite-start|log|...``);
+  the probes themselves in :mod:`~experiments.distill_tite.start_probes` (a TITE before training) and
+  :mod:`~experiments.distill_tite.ranking_probes` (a student's ranking against its teacher and other runs);
+- :mod:`~experiments.distill_tite.speed`: the distilled TITE's encoding speed against its teacher, in one run
+  (``python -m experiments.distill_tite.speed``);
 - :mod:`~experiments.distill_tite.tite_vs_pooling`: the first comparison, TITE vs CLS- and mean-pooling bi-encoders
   fine-tuned from the same start (``python -m experiments.distill_tite.tite_vs_pooling``).
 

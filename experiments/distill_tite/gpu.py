@@ -32,7 +32,8 @@ from functools import partial
 import numpy as np
 
 from experiments.common.recipes import names  # a comma list ('none': empty)
-from experiments.distill_rerankers import gpu as split  # the bundle format, model transfer and evaluation are shared
+from experiments.distill_rerankers import carry  # the bundle format and model transfer are shared
+from experiments.distill_rerankers import gpu as split  # and the budgeted runs, results and evaluation
 from experiments.distill_tite.recipe import (  # the recipe module imports no PyTerrier: its defaults are the device's
     DEFAULT_ANCHOR_WEIGHT,
     DEFAULT_POOLING_LAYERS,
@@ -54,12 +55,12 @@ def bundle(args: argparse.Namespace) -> None:
         max_docs=args.max_docs, max_queries=args.max_queries, seed=args.seed,
     )  # fmt: skip
     texts: dict[str, int] = {}
-    train = {"text": split.index_texts(texts, data.texts), "role": data.roles, "groups": data.groups}
-    evaluation = split.evaluation_candidates(texts, names(args.evaluate), args.eval_depth)
+    train = {"text": carry.index_texts(texts, data.texts), "role": data.roles, "groups": data.groups}
+    evaluation = carry.evaluation_candidates(texts, names(args.evaluate), args.eval_depth)
     recipe = {k: getattr(args, k) for k in ("collections", "queries", "max_docs", "max_queries", "eval_depth", "seed")}
     recipe["pseudo_queries"] = not args.no_pseudo_queries
     teacher = resolve(args.teacher)
-    split.save_bundle(args.out, recipe, list(texts), train, evaluation, teacher)
+    carry.save_bundle(args.out, recipe, list(texts), train, evaluation, teacher)
     print(f"{len(data)} texts ({data.roles.count('doc')} documents) in {len(data.groups)} groups -> {args.out}")
 
 
@@ -164,10 +165,10 @@ def train(args: argparse.Namespace) -> None:
 
     began = time.perf_counter()
     device = torch.device(args.device)
-    data = split.load_bundle(args.bundle)
+    data = carry.load_bundle(args.bundle)
     texts = data["texts"]
     train_data = first_groups(data["train"], texts, args.max_groups)
-    start = split.widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
+    start = carry.widen_start(os.path.join(args.bundle, "start"), os.path.join(args.workdir, "start"))
     evaluation = {k: split.first_queries(v, args.max_eval_queries) for k, v in data["eval"].items()}
     results = split.Results(args.out, {**data["recipe"], **recipe_of(args)})
 
@@ -218,7 +219,7 @@ def train(args: argparse.Namespace) -> None:
         if str(seed) in names(args.keep):
             folder = os.path.join(args.workdir, "keep", f"tite-seed-{seed}")
             save_tite(student, folder, queries_by)
-            split.pack_model(folder, args.out, f"tite-seed-{seed}", args.keep_dtype)
+            carry.pack_model(folder, args.out, f"tite-seed-{seed}", args.keep_dtype)
         losses = [h["loss"] for h in log]
         return {"seed": seed, "steps": len(log), "train_s": round(train_seconds, 1),
                 "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),

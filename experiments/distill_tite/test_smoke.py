@@ -16,8 +16,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from experiments.distill_rerankers import carry
 from experiments.distill_rerankers import gpu as split
-from experiments.distill_tite import diagnostics, gpu
+from experiments.distill_tite import diagnostics, gpu, ranking_probes, start_probes
 from experiments.distill_tite import vector_distillation as vd
 from experiments.distill_tite.recipe import main
 from experiments.distill_tite.texts import collect_distillation_texts
@@ -140,12 +141,12 @@ def check_diagnostics(tmp_path) -> None:
     assert summary == {"steps": 5, "first_2": {"loss": 9.0}, "last_3": {"loss": 4.0}, "loss_per_2": [9.0, 3.5, 5.0]}
     rng = np.random.default_rng(0)
     teacher = [rng.normal(size=100) for _ in range(5)]
-    copy = diagnostics.ranking_sensitivity([(t, t + 3.0) for t in teacher])  # a common shift changes no ranking
+    copy = ranking_probes.ranking_sensitivity([(t, t + 3.0) for t in teacher])  # a common shift changes no ranking
     assert copy["error"] == pytest.approx(0, abs=1e-9) and copy["top_kept"] == 1 and copy["queries"] == 5
-    noisy = diagnostics.ranking_sensitivity([(t, t + rng.normal(scale=0.5, size=100)) for t in teacher])
+    noisy = ranking_probes.ranking_sensitivity([(t, t + rng.normal(scale=0.5, size=100)) for t in teacher])
     assert 0.4 < noisy["error"] < 0.6 and noisy["top_kept"] < 1
     docs = {f"d{i}": f"text  number {i}" for i in range(10)}  # seen: whitespace-normalised as the recipe stores it
-    seen, unseen = diagnostics.split_seen(docs, {f"text number {i}" for i in range(3)}, count=5)
+    seen, unseen = ranking_probes.split_seen(docs, {f"text number {i}" for i in range(3)}, count=5)
     assert len(seen) == len(unseen) == 3 and not set(seen) & set(unseen)
     from pyterrier_tite.training.biencoder import Sample, save_samples
 
@@ -154,13 +155,13 @@ def check_diagnostics(tmp_path) -> None:
     assert diagnostics.teacher_margins(str(tmp_path / "samples.jsonl"))["mean_margin"] == round(2.0 / 3, 4)
     assert diagnostics.mean_pairwise_cosine(torch.tensor([[1.0, 0.0], [1.0, 1.0]])) == pytest.approx(2**-0.5)
     vectors, queries = torch.randn(30, 8), torch.randn(5, 8)
-    cosines, kept = diagnostics.group_fidelity(vectors, 2 * vectors, queries)
+    cosines, kept = ranking_probes.group_fidelity(vectors, 2 * vectors, queries)
     assert cosines == pytest.approx([1.0] * 30, abs=1e-6) and kept == [1.0] * 5
     # tite-start's per-layer targets: the teacher's states pooled through the student's windows
     states = [torch.randn(2, 5, 3) for _ in range(3)]  # embeddings + 2 layers; texts of 5 and 3 tokens
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
     cu = [torch.tensor(c, dtype=torch.int32) for c in ([0, 5, 8], [0, 5, 8], [0, 3, 5])]
-    layer1, layer2 = diagnostics.pooled_teacher_targets(states, mask, cu, kernels=[None, 2], strides=[None, 2])
+    layer1, layer2 = start_probes.pooled_teacher_targets(states, mask, cu, kernels=[None, 2], strides=[None, 2])
     a, b = states[2][0], states[2][1]
     torch.testing.assert_close(layer1, states[1][mask])
     torch.testing.assert_close(layer2, torch.stack([(a[0] + a[1]) / 2, (a[2] + a[3]) / 2, a[4], (b[0] + b[1]) / 2,
@@ -188,7 +189,7 @@ def run_gpu_split(teacher: str, tmp_path) -> None:
     split.main(["unpack", "--parts", str(out / "tite-seed-1"), "--out", str(tmp_path / "models")])
     tite = TITE.from_pretrained(str(tmp_path / "models" / "tite-seed-1"), device="cpu")
     assert tite.query_model is not None  # the teacher, kept beside it: the scores above took its query vectors
-    data = split.load_bundle(str(bundle))
+    data = carry.load_bundle(str(bundle))
     rows = data["eval"]["dl19"]
     q = tite.encode_queries([data["texts"][i] for i in rows["query"]])
     d = tite.encode_docs([data["texts"][i] for i in rows["text"]])
@@ -199,6 +200,7 @@ def run_gpu_split(teacher: str, tmp_path) -> None:
     assert set(table[table["vs"] == "teacher"]["name"]) == {"tite-start", "tite"}
 
 
+@pytest.mark.slow  # 80-90 s on a shared 2-core machine
 def test_the_study_runs_end_to_end_on_its_smoke_config(tmp_path, irds_home, tite_cache):
     from pyterrier_tite.pt.tite import TITE
 
@@ -208,7 +210,7 @@ def test_the_study_runs_end_to_end_on_its_smoke_config(tmp_path, irds_home, tite
     check_diagnostics(tmp_path)
     teacher = save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True)
     check_teacher_vectors(teacher, str(tmp_path / "vectors"))
-    start = diagnostics.tite_start(teacher, ["0:2:intra", "-/2/2/2/2/-:2:intra:mean"], docs=12, queries=4)
+    start = start_probes.tite_start(teacher, ["0:2:intra", "-/2/2/2/2/-:2:intra:mean"], docs=12, queries=4)
     unpooled, pooled = start["0:2:intra"], start["-/2/2/2/2/-:2:intra:mean"]
     assert unpooled["layer_cosine"] == [1.0] * 6 and unpooled["top10_overlap"] == 1.0  # the teacher's own states
     assert len(pooled["layer_cosine"]) == 6 and min(pooled["layer_cosine"]) > 0.9  # near them (random weights)
@@ -235,7 +237,7 @@ def test_the_study_runs_end_to_end_on_its_smoke_config(tmp_path, irds_home, tite
     # dense-paired reads the run's cached indexes and pairs it with a copy of the run (the same scores)
     shutil.copytree(out, tmp_path / "copy", ignore=shutil.ignore_patterns("eval"))
     indexes = sorted(os.listdir(out / "eval"))
-    paired = diagnostics.dense_paired([str(out), str(tmp_path / "copy")], ["cranfield-graded"])
+    paired = ranking_probes.dense_paired([str(out), str(tmp_path / "copy")], ["cranfield-graded"])
     assert sorted(os.listdir(out / "eval")) == indexes
     ndcg = {r["name"]: float(r["nDCG@10"]) for r in rows if r["dataset"] == "cranfield-graded"}
     assert paired[0]["mean"] == pytest.approx(ndcg["TITE, distilled"], abs=1e-4)

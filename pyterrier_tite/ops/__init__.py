@@ -9,14 +9,9 @@ from pyterrier_tite.ops.layer_norm import add_layer_norm
 from pyterrier_tite.ops.pooling import packed_mean_pool, packed_mean_pool_reference, pooled_cu_seqlens, pooled_lengths
 from pyterrier_tite.ops.window_attention import (
     KeyGroup,
-    band_mask,
     dense_attention_inputs,
-    unwindow_matmul,
-    unwindow_matmul_reference,
     window_attention,
     window_attention_reference,
-    window_matmul,
-    window_matmul_reference,
 )
 
 __all__ = [
@@ -24,7 +19,6 @@ __all__ = [
     "KeyGroup",
     "add_layer_norm",
     "backends",
-    "band_mask",
     "dense_attention_inputs",
     "dropout",
     "extension",
@@ -32,11 +26,7 @@ __all__ = [
     "packed_mean_pool_reference",
     "pooled_cu_seqlens",
     "pooled_lengths",
-    "unwindow_matmul",
     "use_fast_dropout",
-    "unwindow_matmul_reference",
     "window_attention",
     "window_attention_reference",
-    "window_matmul",
-    "window_matmul_reference",
 ]

@@ -74,20 +74,3 @@ def use_fast_dropout(model: nn.Module) -> int:
                 setattr(parent, name, fast)
                 swapped += 1
     return swapped
-
-
-def set_dropout(model: nn.Module, p: float) -> int:
-    """Set the probability of every dropout module inside ``model`` to ``p`` (returns how many) and record it in
-    ``model.config.dropout_prob`` where the config has that field, so a saved model says how it was trained. Used to
-    train without dropout where the targets are noise-free vectors (distillation)."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    changed = 0
-    for module in model.modules():
-        if isinstance(module, nn.Dropout):
-            module.p = p
-            changed += 1
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "dropout_prob"):
-        config.dropout_prob = p
-    return changed

@@ -1,9 +1,8 @@
-"""Windowed (banded) attention of the sparse cross-encoder: banded matmuls and a fused attention op.
+"""Windowed (banded) attention of the sparse cross-encoder: one fused attention op.
 
 Band storage (paper, section 3.3): for a window ``w >= 0`` the band has ``2w + 1`` columns and
 ``A[..., i, j] = q_i . k_{i + j - w}``. Entries whose key ``i + j - w`` lies outside ``[0, L)`` are *out of range*:
-``window_matmul`` writes 0 there and ``unwindow_matmul`` ignores them (their gradient is 0), exactly like the paper's
-zero padding. A caller that softmaxes a band must mask them itself (``band_mask`` gives the valid entries).
+the pure-torch band products write 0 there and ignore them, exactly like the paper's zero padding.
 
 ``window_attention`` fuses the whole layer-level pattern: every row of a padded segment attends, with ONE softmax,
 to full key groups (e.g. its [CLS], its query) and to its own keys within ``+-w``; the band is never materialised as
@@ -33,8 +32,6 @@ def _has_op(name: str) -> bool:
     return True
 
 
-register_backends("window_matmul", [("csrc-cpu", lambda: _has_op("window_matmul")), ("torch", lambda: True)])
-register_backends("unwindow_matmul", [("csrc-cpu", lambda: _has_op("unwindow_matmul")), ("torch", lambda: True)])
 register_backends(
     "window_attention",
     [("triton", has_triton), ("csrc-cpu", lambda: _has_op("window_attention")), ("torch", lambda: True)],
@@ -56,60 +53,6 @@ class KeyGroup:
 
 
 # ----------------------------------------------------------------------------------------------------------- band ops
-def band_mask(length: int, window: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Bool [L, 2w+1]: True where the key ``i + j - w`` of band entry (i, j) lies inside the sequence."""
-    _check_window(window)
-    keys = torch.arange(length, device=device)[:, None] + torch.arange(2 * window + 1, device=device)[None, :] - window
-    return (keys >= 0) & (keys < length)
-
-
-def window_matmul(q: torch.Tensor, k: torch.Tensor, window: int, backend: str | None = None) -> torch.Tensor:
-    """``A[..., i, j] = q_i . k_{i+j-w}`` for q, k [..., L, d] -> [..., L, 2w+1]; out-of-range entries are 0."""
-    _check_pair(q, k, window, "window_matmul")
-    if choose_backend("window_matmul", q.device, backend) == "torch":
-        return _window_matmul_torch(q, k, window)
-    lead, (length, dim) = q.shape[:-2], q.shape[-2:]
-    n = math.prod(lead)
-    out = _CsrcWindowMatmul.apply(q.reshape(n, length, dim), k.reshape(n, length, dim), window)
-    return out.reshape(*lead, length, 2 * window + 1)
-
-
-def unwindow_matmul(p: torch.Tensor, v: torch.Tensor, window: int, backend: str | None = None) -> torch.Tensor:
-    """``out_i = sum_j P[..., i, j] v_{i+j-w}`` for P [..., L, 2w+1], v [..., L, d]; out-of-range entries ignored."""
-    _check_window(window)
-    if p.shape[:-1] != v.shape[:-1] or p.shape[-1] != 2 * window + 1:
-        raise ValueError(f"unwindow_matmul: P {tuple(p.shape)} and v {tuple(v.shape)} do not fit window {window}")
-    if choose_backend("unwindow_matmul", v.device, backend) == "torch":
-        return _unwindow_matmul_torch(p, v, window)
-    lead, (length, dim) = v.shape[:-2], v.shape[-2:]
-    n = math.prod(lead)
-    out = _CsrcUnwindowMatmul.apply(p.reshape(n, length, 2 * window + 1), v.reshape(n, length, dim), window)
-    return out.reshape(*lead, length, dim)
-
-
-def window_matmul_reference(q: torch.Tensor, k: torch.Tensor, window: int) -> torch.Tensor:
-    """Dense definition of ``window_matmul``: the full ``q k^T``, read along the band (fp32 or better)."""
-    _check_pair(q, k, window, "window_matmul")
-    acc = torch.promote_types(q.dtype, torch.float32)
-    full = q.to(acc) @ k.to(acc).transpose(-1, -2)
-    length = q.shape[-2]
-    keys = torch.arange(length, device=q.device)[:, None] + torch.arange(2 * window + 1, device=q.device) - window
-    valid = band_mask(length, window, q.device)
-    picked = torch.gather(full, -1, keys.clamp(0, max(length - 1, 0)).expand(*full.shape[:-1], -1))
-    return torch.where(valid, picked, torch.zeros((), dtype=acc, device=q.device)).to(q.dtype)
-
-
-def unwindow_matmul_reference(p: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
-    """Dense definition of ``unwindow_matmul``: scatter the band into an L x L matrix, then multiply."""
-    acc = torch.promote_types(v.dtype, torch.float32)
-    length = v.shape[-2]
-    keys = torch.arange(length, device=v.device)[:, None] + torch.arange(2 * window + 1, device=v.device) - window
-    valid = band_mask(length, window, v.device)
-    dense = p.new_zeros(*p.shape[:-1], length + 1, dtype=acc)  # column L collects the out-of-range entries
-    dense = dense.scatter(-1, torch.where(valid, keys, length).expand(*p.shape[:-1], -1), p.to(acc))
-    return (dense[..., :length] @ v.to(acc)).to(v.dtype)
-
-
 #: rows per block of the pure-torch band products: a block's keys span BLOCK + 2w (measured fastest on CPU for w=4)
 BLOCK = 32
 
@@ -153,38 +96,6 @@ def _unwindow_matmul_torch(p: torch.Tensor, v: torch.Tensor, window: int, block:
     dense = padded[..., : block * (block + width - 1)].view(pf.shape[0], n_blocks, block, block + width - 1)
     out = (dense @ _key_blocks(vf, window, block)).reshape(pf.shape[0], n_blocks * block, dim)[:, :length]
     return out.reshape(*lead, length, dim).to(v.dtype)
-
-
-class _CsrcWindowMatmul(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, window):
-        ctx.save_for_backward(q, k)
-        ctx.window = window
-        return torch.ops.tite.window_matmul(q, k, window)
-
-    @staticmethod
-    def backward(ctx, grad):
-        q, k = ctx.saved_tensors
-        grad = grad.contiguous()
-        dq = torch.ops.tite.unwindow_matmul(grad, k, ctx.window) if ctx.needs_input_grad[0] else None
-        dk = torch.ops.tite.unwindow_matmul_t(grad, q, ctx.window) if ctx.needs_input_grad[1] else None
-        return dq, dk, None
-
-
-class _CsrcUnwindowMatmul(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, p, v, window):
-        ctx.save_for_backward(p, v)
-        ctx.window = window
-        return torch.ops.tite.unwindow_matmul(p, v, window)
-
-    @staticmethod
-    def backward(ctx, grad):
-        p, v = ctx.saved_tensors
-        grad = grad.contiguous()
-        dp = torch.ops.tite.window_matmul(grad, v, ctx.window) if ctx.needs_input_grad[0] else None
-        dv = torch.ops.tite.unwindow_matmul_t(p, grad, ctx.window) if ctx.needs_input_grad[1] else None
-        return dp, dv, None
 
 
 # --------------------------------------------------------------------------------------------------- fused attention
@@ -327,12 +238,6 @@ class _CsrcWindowAttention(torch.autograd.Function):
 def _check_window(window: int) -> None:
     if not isinstance(window, int) or window < 0:
         raise ValueError(f"window must be an int >= 0 (w = 0: each row sees only itself), got {window!r}")
-
-
-def _check_pair(q: torch.Tensor, k: torch.Tensor, window: int, name: str) -> None:
-    _check_window(window)
-    if q.shape != k.shape or q.dim() < 2:
-        raise ValueError(f"{name}: q {tuple(q.shape)} and k {tuple(k.shape)} must both be [..., L, d]")
 
 
 def _normalise(q, k, v, window, lengths, groups, scale) -> tuple[torch.Tensor, list[KeyGroup], float]:

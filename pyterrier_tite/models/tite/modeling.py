@@ -126,14 +126,10 @@ class TiteModel(TitePreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
-    def plan_layouts(
-        self, lengths: torch.Tensor, device: torch.device | str, first_layer: int = 0
-    ) -> list[PackedLayout]:
-        """Layout of every stage (input, then after each layer); a layer that does not pool reuses its input's.
-        With ``first_layer``, ``lengths`` are those entering that layer and the list starts there."""
+    def plan_layouts(self, lengths: torch.Tensor, device: torch.device | str) -> list[PackedLayout]:
+        """Layout of every stage (input, then after each layer); a layer that does not pool reuses its input's."""
         layouts = [PackedLayout.from_lengths(lengths, device)]
-        pooling = list(zip(self.config.kernel_sizes, self.config.strides, strict=True))[first_layer:]
-        for k, s in pooling:
+        for k, s in zip(self.config.kernel_sizes, self.config.strides, strict=True):
             current = layouts[-1]
             if k is None or current.max_len <= 1:
                 layouts.append(current)
@@ -151,27 +147,7 @@ class TiteModel(TitePreTrainedModel):
         """Encode packed token ids ``[T]`` with offsets ``cu_seqlens [B+1]``; positions default to 0..n-1."""
         layouts = self.plan_layouts(_lengths(cu_seqlens), input_ids.device)
         x = self._embed(input_ids, layouts[0], positions)
-        return self._run_layers(x, layouts, 0, output_hidden_states)
-
-    def lower_states(
-        self, input_ids: torch.Tensor, cu_seqlens: torch.Tensor, layers: int, positions: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The packed states after the embeddings and the first ``layers`` layers (no final norm), with their
-        ``cu_seqlens``: what :meth:`forward_from_layer` continues from. Lets training compute frozen lower layers once
-        per text instead of once per step."""
-        if not 0 <= layers <= len(self.encoder.layers):
-            raise ValueError(f"cannot stop after {layers} of {len(self.encoder.layers)} layers")
-        layouts = self.plan_layouts(_lengths(cu_seqlens), input_ids.device)[: layers + 1]
-        x = self._embed(input_ids, layouts[0], positions)
-        return self._apply_layers(x, 0, layouts, None), layouts[-1].cu_seqlens
-
-    def forward_from_layer(self, states: torch.Tensor, cu_seqlens: torch.Tensor, first_layer: int) -> TitePackedOutput:
-        """Continue from packed ``states`` that the first ``first_layer`` layers produced (:meth:`lower_states`):
-        the result equals :meth:`forward_packed` on the original tokens (up to floating-point rounding)."""
-        if not 0 <= first_layer <= len(self.encoder.layers):
-            raise ValueError(f"cannot start at layer {first_layer} of {len(self.encoder.layers)}")
-        layouts = self.plan_layouts(_lengths(cu_seqlens), states.device, first_layer)
-        return self._run_layers(states, layouts, first_layer, False)
+        return self._run_layers(x, layouts, output_hidden_states)
 
     def _embed(self, input_ids: torch.Tensor, layout: PackedLayout, positions: torch.Tensor | None) -> torch.Tensor:
         if positions is None:
@@ -183,13 +159,10 @@ class TiteModel(TitePreTrainedModel):
             )
         return self.embeddings(input_ids, positions)
 
-    def _run_layers(
-        self, x: torch.Tensor, layouts: list[PackedLayout], first: int, output_hidden_states: bool
-    ) -> TitePackedOutput:
-        """Layers ``first + 1 .. N`` over packed ``x`` (``layouts``: its stage's layout and every later one), then
-        the final norm."""
+    def _run_layers(self, x: torch.Tensor, layouts: list[PackedLayout], output_hidden_states: bool) -> TitePackedOutput:
+        """Every layer over packed ``x`` (``layouts``: the input's layout and every later one), then the final norm."""
         states = [x] if output_hidden_states else None
-        x = self.encoder.norm(self._apply_layers(x, first, layouts, states))
+        x = self.encoder.norm(self._apply_layers(x, layouts, states))
         return TitePackedOutput(
             last_hidden_state=x,
             cu_seqlens=layouts[-1].cu_seqlens,
@@ -198,12 +171,12 @@ class TiteModel(TitePreTrainedModel):
         )
 
     def _apply_layers(
-        self, x: torch.Tensor, first: int, layouts: list[PackedLayout], states: list[torch.Tensor] | None
+        self, x: torch.Tensor, layouts: list[PackedLayout], states: list[torch.Tensor] | None
     ) -> torch.Tensor:
-        """Layers ``first + 1 ..`` (one per layout after the first) over packed ``x``; appends each output to
-        ``states`` when given."""
+        """The layers (one per layout after the first) over packed ``x``; appends each output to ``states`` when
+        given."""
         rope = RopeCache()
-        stages = zip(self.encoder.layers[first:], layouts[:-1], layouts[1:], strict=False)
+        stages = zip(self.encoder.layers, layouts[:-1], layouts[1:], strict=False)
         for layer, layout_in, layout_out in stages:
             if layout_in.total:
                 x = layer(x, layout_in, layout_out, rope)

@@ -6,7 +6,7 @@ them (bf16 autocast where the CPU computes bf16 natively, else fp32).
 The two arms alternate repeat by repeat in one process (``PYTERRIER_TITE_BACKEND_DROPOUT=torch`` sends the same
 modules to ``F.dropout``), so drift in the machine's load hits both; the table gives the median of each arm.
 
-Run: ``python benchmarks/dropout.py`` (``--threads``, ``--repeats``; ``--quick`` for a smoke run).
+Run: ``python -m experiments.efficiency.dropout`` (``--threads``, ``--repeats``; ``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 from rerank_efficiency import SETTINGS, build  # noqa: E402
 
 from pyterrier_tite.devices import cpu_has_native_bf16  # noqa: E402

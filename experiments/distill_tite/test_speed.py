@@ -1,13 +1,14 @@
-"""benchmarks/distilled_tite_speed.py: its --structures list is parsed strictly, and refused beside --student."""
+"""The speed study (``experiments/distill_tite/speed.py``): its --structures list is parsed strictly, and refused
+beside --student."""
 
 from __future__ import annotations
 
 import pytest
-from _scripts import load_script
+
+from experiments.distill_tite import speed as bench
 
 
 def test_structures_parse_to_the_students_flags():
-    bench = load_script("benchmarks/distilled_tite_speed.py")
     assert bench.parse_structures("4:2, 5:3,0/2/0/2/2/g") == {
         "4:2": {"structure": None, "pooling_layers": 4, "kernel": 2},
         "5:3": {"structure": None, "pooling_layers": 5, "kernel": 3},
@@ -18,7 +19,6 @@ def test_structures_parse_to_the_students_flags():
 def test_without_structures_one_student_the_recipes_default_unless_the_late_flags_are_given():
     import argparse
 
-    bench = load_script("benchmarks/distilled_tite_speed.py")
     flags = argparse.Namespace(pooling_layers=None, kernel=None, arrangement=None)
     assert bench.one_structure(flags) == {"default": {"structure": None, "pooling_layers": None, "kernel": None}}
     flags.arrangement = "staggered"  # the late flags' defaults, staggered: not the default structure
@@ -35,13 +35,11 @@ def test_without_structures_one_student_the_recipes_default_unless_the_late_flag
      ("", "POOLING_LAYERS:KERNEL"), ("0/1/g", "'1'"), ("0/2/x", "'x'")],
 )  # fmt: skip
 def test_a_malformed_structure_names_itself(spec, message):
-    bench = load_script("benchmarks/distilled_tite_speed.py")
     with pytest.raises(ValueError, match=message):
         bench.parse_structures(spec)
 
 
 def test_structures_beside_a_trained_student_are_refused(capsys):
-    bench = load_script("benchmarks/distilled_tite_speed.py")
     with pytest.raises(SystemExit):
         bench.main(["--student", "some/folder", "--structures", "4:2"])
     assert "pick one" in capsys.readouterr().err
@@ -52,15 +50,13 @@ def test_a_student_with_a_query_model_is_timed_with_it_for_queries(tmp_path, ird
     queries row times the query model, not TITE's own query path."""
     import argparse
 
-    from _tiny_bert import save_tiny_bert
-
     from experiments.distill_tite.recipe import build_student, build_teacher
+    from tests._tiny_bert import save_tiny_bert
 
     teacher_folder = save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True)
     flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=4,
                                query_encoder="teacher")  # fmt: skip
     build_student(flags, build_teacher(flags, device="cpu"), device="cpu").save_pretrained(str(tmp_path / "student"))
-    bench = load_script("benchmarks/distilled_tite_speed.py")
     argv = ["--teacher", teacher_folder, "--student", str(tmp_path / "student"), "--docs", "4", "--queries", "4",
             "--rounds", "1", "--threads", "1"]  # fmt: skip
     assert bench.main(argv) == 0
@@ -73,13 +69,11 @@ def test_the_pipeline_path_times_the_bi_encoders_own_encoding(tmp_path):
     precision); ``--path torch`` keeps the torch-side encoders of the earlier measurements."""
     import argparse
 
-    from _tiny_bert import save_tiny_bert
-
     from experiments.distill_tite.recipe import build_teacher
+    from tests._tiny_bert import save_tiny_bert
 
     flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=2, sentence_transformers=True))
     teacher = build_teacher(flags, device="cpu")
-    bench = load_script("benchmarks/distilled_tite_speed.py")
     docs, queries = bench.encoders(teacher, "pipeline", "bf16")
     assert (docs, queries) == (teacher.encode_docs, teacher.encode_queries) and teacher.precision == "bf16"
     docs, queries = bench.encoders(teacher, "torch", "fp32")
@@ -92,14 +86,12 @@ def test_the_flop_ratio_follows_where_pooling_starts(tmp_path, irds_home):
     and a longer document saves more."""
     import argparse
 
-    from _tiny_bert import save_tiny_bert
-
     from experiments.distill_tite.recipe import build_student, build_teacher
+    from tests._tiny_bert import save_tiny_bert
 
     flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True),
                                kernel=2, arrangement="late", query_encoder="tite")  # fmt: skip
     teacher = build_teacher(flags, device="cpu")
-    bench = load_script("benchmarks/distilled_tite_speed.py")
 
     def ratio(pooling_layers: int | str, docs: list[str]) -> float:
         chosen = {"pooling_layers": pooling_layers}

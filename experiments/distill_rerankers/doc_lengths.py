@@ -1,7 +1,8 @@
 """Document lengths in a model's word pieces, per collection: what a training or scoring batch pads to. Prints the
 mean, median, 90th percentile and the share of documents longer than each cap, e.g.::
 
-    python benchmarks/doc_lengths.py --collections msmarco-passage/trec-dl-2019/judged,cranfield,cisi,cacm,vaswani
+    python -m experiments.distill_rerankers.doc_lengths \
+        --collections msmarco-passage/trec-dl-2019/judged,cranfield,cisi,cacm,vaswani
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ comparable with each other: between runs the teacher's own speed moves by up to 
 column is the teacher's matmul FLOPs over the student's on the same documents: the speed-up the structure allows if
 both ran their products at one rate, so a measured ratio far below it points at overhead, one near it at the structure.
 
-    python benchmarks/distilled_tite_speed.py --threads 2 --docs 512 --queries 512 --dtype bfloat16
-    python benchmarks/distilled_tite_speed.py --structures 4:2,4:3,5:2     # pooling layers:kernel, one run
-    python benchmarks/distilled_tite_speed.py --structures 4:2,0/2/0/2/2/g  # or pooling placed per layer
+    python -m experiments.distill_tite.speed --threads 2 --docs 512 --queries 512 --dtype bfloat16
+    python -m experiments.distill_tite.speed --structures 4:2,4:3,5:2     # pooling layers:kernel, one run
+    python -m experiments.distill_tite.speed --structures 4:2,0/2/0/2/2/g  # or pooling placed per layer
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root: experiments/
+# the texts and FLOP counts of benchmarks/encode_throughput.py (a folder of scripts, not a package)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 
 
 def cpu_flags() -> str:

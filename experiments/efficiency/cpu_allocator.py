@@ -6,7 +6,7 @@ Cases: an Aggretriever step on the shipped 2-layer SPLADE's BERT (30,522-term vo
 vocabulary]`` distributions of ~0.5 GB per step), and a SparseCE w=4 step at MiniLM size. bf16 autocast where the CPU
 computes bf16 natively, else fp32 (the training commands' default here).
 
-Run: ``python benchmarks/cpu_allocator.py`` (``--threads``, ``--repeats``; ``--quick`` for a smoke run).
+Run: ``python -m experiments.efficiency.cpu_allocator`` (``--threads``, ``--repeats``; ``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def aggretriever_step(quick: bool):
 
 
 def sparse_ce_step(quick: bool):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
     from mixed_precision import training_case
 
     name, run = training_case(32 if quick else 164, 8 if quick else 32)

@@ -5,7 +5,8 @@ nDCG@10 and to the time.
 Re-ranks BM25's top-``depth`` of a collection (TREC DL: the provided top-100) with a model loaded from a folder, hub id
 or start point, once per precision, e.g.::
 
-    python benchmarks/score_ties.py runs/rerankers/minilm-distilled-lr2e-4/sparse-w4/seed-43 --collection dl20
+    python -m experiments.efficiency.score_ties \
+        runs/rerankers/minilm-distilled-lr2e-4/sparse-w4/seed-43 --collection dl20
 
 Writes each run's scores to ``--out DIR/<precision>.csv`` when given (to compare two code versions' scores).
 """
