@@ -243,6 +243,29 @@ def model_flops(length: int, kernels, hidden, strides=None, ffn=None) -> int:
     return total
 
 
+def load_texts(num_docs: int, num_queries: int, seed: int, path: str | None = None) -> tuple[list[str], list[str]]:
+    """Half scifact documents, half DL passages, and scifact / DL queries, sampled with ``seed``; from ``path`` (a
+    JSON file {"docs": [...], "queries": [...]} written by ``--dump-texts``) on a machine without the collections."""
+    import json
+    import random
+
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        return saved["docs"][:num_docs], saved["queries"][:num_queries]
+    from pyterrier_tite import datasets
+
+    rng = random.Random(seed)
+    docs, queries = [], []
+    scifact = datasets.get_dataset("scifact")
+    sci_docs = [f"{d['title']} {d['text']}" for d in scifact.get_corpus_iter(verbose=False)]
+    dl_docs = [d["text"] for d in datasets.get_dataset("dl19").get_corpus_iter(verbose=False)]
+    docs = rng.sample(sci_docs, num_docs // 2) + rng.sample(dl_docs, num_docs - num_docs // 2)
+    for name in ("scifact", "dl19", "dl20"):
+        queries += list(datasets.get_dataset(name).get_topics()["query"])
+    return docs, rng.sample(queries, min(num_queries, len(queries)))
+
+
 def batches(tokenizer, texts: list[str], max_length: int, batch_size: int) -> list[dict]:
     texts = sorted(texts, key=lambda t: len(tokenizer(t, truncation=True, max_length=max_length)["input_ids"]))
     out = []

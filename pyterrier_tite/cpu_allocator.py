@@ -5,7 +5,8 @@ back with ``munmap`` when freed. A CPU training step allocates and frees many su
 gradients, an MLM's ``[batch, length, vocabulary]`` distributions), so each step pays the kernel for zeroing those pages
 again: on the 2-core machine of docs/results.md that was half the wall time of an Aggretriever step. Raising the mmap
 threshold (and the trim threshold with it) makes freed blocks stay in the heap for the next step; the price is a
-resident size that stays near the step's peak while the process lives. ``experiments/efficiency/cpu_allocator.py`` measures it.
+resident size that stays near the step's peak while the process lives. ``experiments/efficiency/cpu_allocator.py``
+measures it.
 
 The ``pyterrier-tite`` command and the training loop on the CPU apply this (:func:`keep_large_blocks`);
 ``PYTERRIER_TITE_KEEP_HEAP=0`` turns it off.

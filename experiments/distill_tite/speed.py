@@ -22,14 +22,9 @@ both ran their products at one rate, so a measured ratio far below it points at 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
-
-# the texts and FLOP counts of benchmarks/encode_throughput.py (a folder of scripts, not a package)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 
 
 def cpu_flags() -> str:
@@ -76,7 +71,7 @@ def one_structure(args: argparse.Namespace) -> dict[str, dict]:
 def doc_flop_ratio(teacher, student, docs: list[str]) -> float:
     """The teacher's matmul FLOPs over the student's on these documents (each model's own tokens and length limit):
     the documents/s ratio the structure allows if both ran their products at one rate, with no padding or overhead."""
-    from encode_throughput import model_flops
+    from pyterrier_tite.benchmarking import model_flops
 
     def lengths(model) -> list[int]:
         ids = model.tokenizer(docs, truncation=True, max_length=model.doc_max_length)["input_ids"]
@@ -108,9 +103,8 @@ def encoders(model, path: str, precision: str):
 
 
 def main(argv=None) -> int:
-    from encode_throughput import load_texts
-
     from experiments.distill_tite.recipe import build_student, build_teacher
+    from pyterrier_tite.benchmarking import load_texts
     from pyterrier_tite.devices import autocast, resolve_precision
     from pyterrier_tite.pt.tite import TITE
 

@@ -20,12 +20,10 @@ from collections.abc import Callable
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-from rerank_efficiency import SETTINGS, build  # noqa: E402
-
-from pyterrier_tite.devices import cpu_has_native_bf16  # noqa: E402
-from pyterrier_tite.ops import dropout, use_fast_dropout  # noqa: E402
-from pyterrier_tite.ops.dropout import _has_op  # noqa: E402
+from pyterrier_tite.benchmarking import Setting, build
+from pyterrier_tite.devices import cpu_has_native_bf16
+from pyterrier_tite.ops import dropout, use_fast_dropout
+from pyterrier_tite.ops.dropout import _has_op
 
 NATIVE = {"PYTERRIER_TITE_BACKEND_DROPOUT": "torch"}
 
@@ -49,7 +47,7 @@ def step(model: torch.nn.Module, forward: Callable[[], torch.Tensor]) -> Callabl
 
 
 def sparse_ce_case(queries: int, length: int) -> tuple[str, Callable]:
-    setting = next(s for s in SETTINGS if s.name == "SparseCE w=4 asym")
+    setting = Setting("SparseCE w=4 asym", 4, False)
     model = build(setting, max_positions=512).train()
     use_fast_dropout(model)
     gen = torch.Generator().manual_seed(0)
