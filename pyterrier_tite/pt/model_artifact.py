@@ -30,9 +30,39 @@ from typing import Any
 import pyterrier_alpha as pta
 
 from pyterrier_tite.models.checkpoint import Checkpoint
-from pyterrier_tite.models.model_card import CARD_FILE, is_ours, origin_info, render_card, update_card
+from pyterrier_tite.models.model_card import CARD_FILE, hub_id, is_ours, origin_info, render_card, update_card
 from pyterrier_tite.pt.inspection import InitArguments
 from pyterrier_tite.store.packages import package_saved
+
+#: characters PyTerrier refuses in a system name when ``pt.Experiment(..., save_dir=)`` writes files named after it
+#: (``pyterrier.io.ok_filename``); ``str(model)`` replaces them (``/`` of a hub id by ``--``, as the hub cache does)
+UNSAFE_IN_FILENAMES = ':"%<>^|?\\'
+
+
+def shown_name(name: Any) -> str | None:
+    """How a model's name shows in its repr: a hub id as it is (a folder of the hub cache or a shipped start point as
+    the hub id it holds), any other folder by its last component, never an absolute path; a SPLADE pair or a TITE
+    made from a BERT shows each name so. None for no name."""
+    if name is None:
+        return None
+    name = getattr(name, "name", name)  # an opened Checkpoint: the name it was opened by
+    name = os.fspath(name) if isinstance(name, os.PathLike) else str(name)
+    pair = re.fullmatch(r"query=(.+), doc=(.+)", name)
+    if pair:
+        return f"query={shown_name(pair.group(1))}, doc={shown_name(pair.group(2))}"
+    from_bert = re.fullmatch(r"tite_from_bert\('(.+)'\)", name)
+    if from_bert:
+        return f"tite_from_bert({shown_name(from_bert.group(1))!r})"
+    repo = hub_id(name)
+    if repo is not None:
+        return repo
+    return os.path.basename(name.rstrip("/\\")) or name
+
+
+def filename_safe(text: str) -> str:
+    """``text`` with what PyTerrier's ``save_dir`` refuses replaced: ``/`` by ``--``, the others by ``_``."""
+    text = text.replace("/", "--").replace(os.sep, "--")
+    return "".join("_" if c in UNSAFE_IN_FILENAMES else c for c in text)
 
 
 def is_model_name(model: Any) -> bool:
@@ -64,6 +94,9 @@ class ModelArtifact(InitArguments, pta.Artifact):
     path: Path | Any = pta.Artifact.NO_PATH
     #: what the card of the folder it was loaded from as an artifact said (training, evaluation, base, license)
     card: dict | None = None
+    #: which weights started fresh (random) when it was loaded (e.g. "score head"); the card of a save then warns
+    #: until a training command records its run (``write_model_card``)
+    fresh_weights: str | None = None
 
     def __init__(self, *args, **kwargs):
         """The transformers construct themselves; an artifact path is set by the loaders, never by a constructor."""
@@ -103,8 +136,25 @@ class ModelArtifact(InitArguments, pta.Artifact):
     # -- the card -----------------------------------------------------------------------------------------------
     def card_info(self) -> dict:
         """What the card of a save says besides the settings: base model and license of what the model was loaded
-        from (hub id, hub cache folder or a folder we saved), overridden by the card it was loaded with."""
-        return {**origin_info(origin_names(self)), **(self.card or {})}
+        from (hub id, hub cache folder or a folder we saved), overridden by the card it was loaded with; settings
+        that live in the weights' config (:meth:`card_settings`) and fresh weights, when there are some."""
+        info = {**origin_info(origin_names(self)), **(self.card if isinstance(self.card, dict) else {})}
+        settings = self.card_settings()
+        if settings:
+            info["settings"] = settings
+        if self.fresh_weights:
+            info["fresh_weights"] = self.fresh_weights
+        return info
+
+    def card_settings(self) -> dict:
+        """Settings the card shows that ``pt_meta.json`` does not hold (they live in ``config.json``)."""
+        return {}
+
+    def __str__(self) -> str:
+        """The repr, safe as a file name: ``pt.Experiment`` names systems by ``str`` and, with ``save_dir``, refuses
+        names holding ``/`` and other characters (:data:`UNSAFE_IN_FILENAMES`); pipelines join the ``str`` of their
+        stages, so they are safe too."""
+        return filename_safe(repr(self))
 
     def _write_card(self, path: str | os.PathLike) -> None:
         """Completes the card ``save_pretrained`` wrote at ``path`` with :meth:`card_info`."""

@@ -29,7 +29,7 @@ from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
 from pyterrier_tite.models.splade.load import load
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
-from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name
+from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name, shown_name
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.pisa_build import PISA_SCALE, build_toks_index
@@ -160,7 +160,7 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
         self._write_card(path)
 
     def __repr__(self) -> str:
-        return f"Splade({getattr(self, 'model_name', '')!r})"
+        return f"Splade({shown_name(getattr(self, 'model_name', None)) or ''!r})"
 
     def eq_key(self) -> tuple:
         """What determines this model's outputs: the checkpoint it was loaded from (the encoder object itself when
