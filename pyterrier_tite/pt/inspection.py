@@ -16,76 +16,154 @@ from typing import Any
 
 import pyterrier as pt
 
-#: where the recorded call lives on an instance
+#: where the recorded call lives on an instance: ``(entry, args, kwargs)``, entry "__init__" or "from_pretrained"
 _CALL = "_init_arguments"
+#: parameters of ``__init__`` that ``from_pretrained`` fills from the checkpoint itself (never attributes of a model
+#: loaded by name)
+_FROM_CHECKPOINT = ("tokenizer", "query_tokenizer")
 
 
 class InitArguments:
-    """Mixin: records ``(args, kwargs)`` of the first ``__init__`` call on an instance (a subclass's ``__init__``
-    calling its base's records nothing more) and implements PyTerrier's ``HasAttributes`` / ``HasApplyAttributes``
-    protocols from it, and ``HasSubtransformers`` as none (a wrapped query model is part of the model, not a stage)."""
+    """Mixin: records how an instance was built and implements PyTerrier's ``HasAttributes`` /
+    ``HasApplyAttributes`` protocols from it, and ``HasSubtransformers`` as none (a wrapped query model is part of
+    the model, not a stage).
+
+    What is recorded: the outermost ``from_pretrained`` call that returned the instance (``Cls(name, ...)`` is one,
+    through ``LoadsByName``), else the first ``__init__`` call (a subclass's ``__init__`` calling its base's records
+    nothing more). Attributes are that call's parameters, and where it takes ``**kwargs``, the keyword parameters of
+    the constructors they reach (``batch_size`` of the bi-encoder base), valued as given or, when not given, as the
+    instance has them. :meth:`apply_attributes` makes the same call again with some replaced: a model loaded by name
+    is loaded again by that name (``model_name``, the repr and equality stay)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
-        if init is None or getattr(init, "_records_arguments", False):
-            return
+        if init is not None and not getattr(init, "_records_arguments", False):
 
-        @functools.wraps(init)
-        def recording_init(self, *args, **kw):
-            if _CALL not in self.__dict__:
-                self.__dict__[_CALL] = (args, dict(kw))
-            return init(self, *args, **kw)
+            @functools.wraps(init)
+            def recording_init(self, *args, **kw):
+                if _CALL not in self.__dict__:
+                    self.__dict__[_CALL] = ("__init__", args, dict(kw))
+                return init(self, *args, **kw)
 
-        recording_init._records_arguments = True
-        cls.__init__ = recording_init
+            recording_init._records_arguments = True
+            cls.__init__ = recording_init
+        loader = cls.__dict__.get("from_pretrained")
+        if isinstance(loader, classmethod) and not getattr(loader.__func__, "_records_arguments", False):
+            function = loader.__func__
 
-    def _bound_arguments(self) -> inspect.BoundArguments:
-        args, kwargs = self.__dict__.get(_CALL, ((), {}))
-        signature = inspect.signature(type(self).__init__)
-        return signature.bind(self, *args, **kwargs)
+            @functools.wraps(function)
+            def recording_from_pretrained(klass, *args, **kw):
+                model = function(klass, *args, **kw)
+                if isinstance(model, InitArguments):  # the outermost call returns last, so its record stays
+                    model.__dict__[_CALL] = ("from_pretrained", args, dict(kw))
+                return model
 
-    def attributes(self) -> list[pt.inspect.TransformerAttribute]:
-        """The constructor's parameters with the values this transformer was built with (defaults where not given);
-        the entries of a ``**flags`` parameter as keyword attributes."""
-        bound = self._bound_arguments()
-        result = []
-        for name, parameter in list(bound.signature.parameters.items())[1:]:
+            recording_from_pretrained._records_arguments = True
+            cls.from_pretrained = classmethod(recording_from_pretrained)
+
+    # -- what was called -----------------------------------------------------------------------------------------
+    def _recorded(self) -> tuple[str, tuple, dict]:
+        return self.__dict__.get(_CALL, ("__init__", (), {}))
+
+    def _entry_parameters(self, entry: str) -> list[inspect.Parameter]:
+        """The parameters of the recorded entry point (without ``self`` / ``cls``)."""
+        if entry == "from_pretrained":
+            return list(inspect.signature(type(self).from_pretrained).parameters.values())
+        return list(inspect.signature(type(self).__init__).parameters.values())[1:]
+
+    def _reached_parameters(self, entry: str, named: set[str]) -> list[inspect.Parameter]:
+        """Keyword parameters that ``**kwargs`` of the entry reaches: the constructors down the MRO, each passing its
+        own ``**kwargs`` on, without their first parameter (the module) and names already taken."""
+        inits = [k.__dict__["__init__"] for k in type(self).__mro__ if "__init__" in k.__dict__ and k is not object]
+        if entry == "__init__":
+            inits = inits[1:]
+        reached: list[inspect.Parameter] = []
+        taken = set(named) | (set(_FROM_CHECKPOINT) if entry == "from_pretrained" else set())
+        for init in inits:
+            parameters = list(inspect.signature(init).parameters.values())[2:]  # self and the module
+            for parameter in parameters:
+                plain = parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+                if plain and parameter.name not in taken:
+                    taken.add(parameter.name)
+                    reached.append(parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+                break
+        return reached
+
+    def _given(self) -> tuple[str, list[inspect.Parameter], dict[str, Any], dict[str, Any]]:
+        """(entry, its parameters plus those reached through ``**kwargs``, named arguments given, ``**kwargs``
+        entries given)."""
+        entry, args, kwargs = self._recorded()
+        parameters = self._entry_parameters(entry)
+        bound = inspect.Signature(parameters).bind_partial(*args, **kwargs).arguments
+        given, flags = {}, {}
+        for parameter in parameters:
             if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                for key, value in bound.arguments.get(name, {}).items():
-                    result.append(_attribute(key, value, inspect.Parameter.empty, inspect.Parameter.KEYWORD_ONLY))
-            elif parameter.kind is not inspect.Parameter.VAR_POSITIONAL:
-                value = bound.arguments.get(name, parameter.default)
-                result.append(_attribute(name, value, parameter.default, parameter.kind))
+                flags = dict(bound.get(parameter.name, {}))
+            elif parameter.name in bound:
+                given[parameter.name] = bound[parameter.name]
+        variadic = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+        plain = [p for p in parameters if p.kind not in variadic]
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            reached = self._reached_parameters(entry, {p.name for p in plain})
+            extra = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in flags if k not in
+                     {p.name for p in reached}]  # fmt: skip
+            plain += reached + extra
+        return entry, plain, given, flags
+
+    # -- the protocols ------------------------------------------------------------------------------------------
+    def attributes(self) -> list[pt.inspect.TransformerAttribute]:
+        """The recorded call's parameters with the values this transformer was built with (as the instance has them
+        where not given, else the default)."""
+        _entry, parameters, given, flags = self._given()
+        result = []
+        for parameter in parameters:
+            if parameter.name in given or parameter.name in flags:
+                value = given.get(parameter.name, flags.get(parameter.name))
+            else:
+                value = _current(self, parameter.name, parameter.default)
+            result.append(_attribute(parameter.name, value, parameter.default, parameter.kind))
         return result
 
     def apply_attributes(self, **changes: Any) -> pt.Transformer:
-        """A new transformer built with this one's arguments, ``changes`` replacing some (a name reloads the
-        checkpoint; a module is shared)."""
-        known = {attribute.name for attribute in self.attributes()}
+        """A new transformer made by the recorded call with ``changes`` replacing some arguments (a name loads the
+        checkpoint again; a module is shared)."""
+        entry, parameters, given, flags = self._given()
+        known = {p.name for p in parameters}
         unknown = sorted(set(changes) - known)
         if unknown:
             raise pt.inspect.InspectError(
                 f"{type(self).__name__} has no attribute(s) {unknown}; it has {sorted(known)}"
             )
-        bound = self._bound_arguments()
-        args, kwargs = [], {}
-        for name, parameter in list(bound.signature.parameters.items())[1:]:
-            if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                flags = dict(bound.arguments.get(name, {}))
-                kwargs.update({key: changes.get(key, value) for key, value in flags.items()})
-            elif parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-                args.extend(bound.arguments.get(name, ()))
-            elif name in changes or name in bound.arguments:
-                value = changes.get(name, bound.arguments.get(name))
-                if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
-                    args.append(value)
-                else:
-                    kwargs[name] = value
+        values = {**given, **flags, **changes}
+        args, kwargs, positional = [], {}, True
+        for parameter in parameters:
+            if parameter.name not in values:
+                positional = positional and parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD
+                continue
+            value = values[parameter.name]
+            if parameter.kind is inspect.Parameter.POSITIONAL_ONLY or (
+                parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and positional
+            ):
+                args.append(value)  # a model name stays positional: ``Cls(name)`` is ``from_pretrained(name)``
+            else:
+                positional = False
+                kwargs[parameter.name] = value
+        if entry == "from_pretrained":
+            return type(self).from_pretrained(*args, **kwargs)
         return type(self)(*args, **kwargs)
 
     def subtransformers(self) -> dict:
         return {}
+
+
+def _current(model: Any, name: str, default: Any) -> Any:
+    """The instance's own value of a setting not given (a property may not exist on every family)."""
+    try:
+        return getattr(model, name, default)
+    except Exception:  # a property that cannot answer for this instance
+        return default
 
 
 def _attribute(name: str, value: Any, default: Any, kind) -> pt.inspect.TransformerAttribute:
