@@ -115,3 +115,41 @@ def test_bm25_is_a_small_transformer_with_a_short_repr(irds_home):
     cut = (bm25 % 10)(topics)
     columns = ["qid", "docno", "rank"]
     assert result[columns].reset_index(drop=True).equals(cut[columns].reset_index(drop=True))
+
+
+# ------------------------------------------------------------------------------------------ t.load of an index (72.7)
+DOCS = [{"docno": "d1", "text": "sparse retrieval with an inverted index"}, {"docno": "d2", "text": "a zebra"},
+        {"docno": "d3", "text": "neural ranking models for documents"}]  # fmt: skip
+
+
+def test_t_load_of_an_index_folder_is_its_retriever(tmp_path):
+    """An index records its model (``pyterrier_tite_index.json``): ``t.load(index)`` (a folder, or the artifact that
+    ``pt.Artifact.from_url`` returns) is that model's query encoder >> the index, retrieving as composed by hand."""
+    import pyterrier_dr
+
+    from pyterrier_tite.store.index_info import write_index_info
+
+    require_fixtures()
+    tite = t.TITE("webis/tite-2-late-msmarco")
+    folder = tmp_path / "docs.flex"
+    (tite >> pyterrier_dr.FlexIndex(str(folder))).index(DOCS)
+    queries = pd.DataFrame({"qid": ["1"], "query": ["inverted index"]})
+    by_hand = (tite.query_encoder() >> pyterrier_dr.FlexIndex(str(folder)).np_retriever())(queries)
+    with pytest.raises(ValueError, match="does not record the model.*query_encoder"):
+        t.load(str(folder))
+    write_index_info(folder, "dense", "webis/tite-2-late-msmarco", None, len(DOCS), hub_id="webis/tite-2-late-msmarco")
+    for given in (str(folder), pyterrier_dr.FlexIndex(str(folder))):
+        retriever = t.load(given)
+        got = retriever(queries)
+        assert list(got["docno"]) == list(by_hand["docno"]) and "TITE" in repr(retriever)
+        assert got["score"].to_numpy() == pytest.approx(by_hand["score"].to_numpy(), rel=1e-5)
+
+
+def test_t_load_of_a_folder_that_is_no_model_says_what_it_is(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither a model folder nor an index"):
+        t.load(str(tmp_path / "empty"))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "pt_meta.json").write_text('{"type": "sparse_run", "format": "trec"}')
+    with pytest.raises(ValueError, match="type 'sparse_run'.*pt.Artifact.load"):
+        t.load(str(tmp_path / "other"))
