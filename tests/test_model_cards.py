@@ -6,8 +6,10 @@ from a start model, a license inherited from the base, and the evaluation as ``m
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -164,3 +166,65 @@ def test_the_evaluation_is_a_model_index_that_huggingface_hub_reads(tmp_path):
     results = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
     assert results == {("vaswani", "nDCG@10"): 0.41234, ("vaswani", "R@100"): 0.8}
     assert card.data.library_name == "pyterrier-tite" and "| vaswani | 0.4123 | 0.8000 |" in card.text
+
+
+# ------------------------------------------------------------------------------------ the two hub shapes (72.6)
+def test_push_to_hub_uploads_a_model_repo_that_t_load_reads(tmp_path, monkeypatch):
+    """``push_to_hub`` creates a *model* repo and uploads the saved folder, whose card says ``t.load(repo)``; served
+    from a local hub cache, ``t.load(repo)`` loads it back scoring as the model pushed."""
+    import huggingface_hub
+    from huggingface_hub import HfApi
+
+    require_fixtures()
+    hub = tmp_path / "hub"
+    calls: list[tuple] = []
+
+    def create_repo(self, repo_id, repo_type=None, private=None, exist_ok=False, **kw):
+        calls.append(("create_repo", repo_id, repo_type, exist_ok))
+
+    def upload_folder(self, repo_id, folder_path, repo_type=None, revision=None, commit_message=None, **kw):
+        calls.append(("upload_folder", repo_id, repo_type))
+        repo = hub / f"models--{repo_id.replace('/', '--')}"
+        shutil.copytree(folder_path, repo / "snapshots" / "0123456789abcdef")
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text("0123456789abcdef")
+        return f"https://huggingface.co/{repo_id}/commit/0123456789abcdef"
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    model = t.SparseCE("webis/sparse-cross-encoder-4-4096", query_max_length=12)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))  # the local "hub" t.load reads
+    url = model.push_to_hub("me/my-sce")
+    assert url.endswith("/commit/0123456789abcdef")
+    assert calls == [("create_repo", "me/my-sce", "model", True), ("upload_folder", "me/my-sce", "model")]
+    snapshot = hub / "models--me--my-sce" / "snapshots" / "0123456789abcdef"
+    readme = (snapshot / CARD_FILE).read_text()
+    assert "model = t.load('me/my-sce')" in readme and "# me/my-sce" in readme
+    assert "model = pt.Artifact.from_hf(" not in readme
+    loaded = t.load("me/my-sce")
+    assert type(loaded) is t.SparseCE and loaded.query_max_length == 12 and repr(loaded).startswith("SparseCE('me/")
+    frame = pd.DataFrame({"qid": ["1", "1"], "query": ["sparse retrieval"] * 2, "docno": ["a", "b"],
+                          "text": ["sparse retrieval with an index", "a zebra"]})  # fmt: skip
+    assert loaded(frame)["score"].tolist() == pytest.approx(model(frame)["score"].tolist(), abs=1e-5)
+
+
+def test_to_hf_uploads_a_dataset_repo_whose_card_says_from_hf(monkeypatch):
+    """``to_hf`` keeps uploading the PyTerrier package to a *dataset* repo; its card's usage line is
+    ``pt.Artifact.from_hf(repo)``, not ``t.load(repo)`` (that needs the model repo ``push_to_hub`` makes)."""
+    import huggingface_hub
+
+    require_fixtures()
+    uploaded: dict = {}
+
+    def upload_folder(repo_id, folder_path, repo_type, revision):
+        uploaded.update(kind=repo_type, readme=(Path(folder_path) / CARD_FILE).read_text(),
+                        files=sorted(os.listdir(folder_path)))  # fmt: skip
+        return "done"
+
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda *a, **k: None)
+    monkeypatch.setattr(huggingface_hub, "create_branch", lambda *a, **k: None)
+    monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
+    t.TITE("webis/tite-2-late-msmarco").to_hf("me/my-package")
+    assert uploaded["kind"] == "dataset" and "artifact.tar.lz4" in uploaded["files"]
+    assert "model = pt.Artifact.from_hf('me/my-package')" in uploaded["readme"]
+    assert "t.load('me/my-package')" not in uploaded["readme"]

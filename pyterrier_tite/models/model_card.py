@@ -397,16 +397,17 @@ def _number(value) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- writing
-def write_card(folder: str | os.PathLike, meta: dict | None = None) -> bool:
+def write_card(folder: str | os.PathLike, meta: dict | None = None, repo: str | None = None) -> bool:
     """Writes ``README.md`` of a model folder from its ``pt_meta.json`` (or ``meta``); False, writing nothing, when
-    the folder has a README.md that is not ours (:data:`MARKER`) or its format has no card."""
+    the folder has a README.md that is not ours (:data:`MARKER`) or its format has no card. ``repo``: the model repo
+    it is uploaded to (``push_to_hub``), named by the usage lines."""
     folder = os.fspath(folder)
     meta = read_meta(folder) if meta is None else meta
     readme = os.path.join(folder, CARD_FILE)
     if os.path.isfile(readme) and not is_ours(readme):
         return False
     try:
-        text = render_card(meta)
+        text = render_card(meta, repo=repo)
     except ValueError:  # not a model format of ours: no card
         return False
     with open(readme, "w", encoding="utf-8") as f:

@@ -127,6 +127,30 @@ class ModelArtifact(InitArguments, pta.Artifact):
         card = theirs if theirs and os.path.isfile(theirs) and not is_ours(theirs) else None
         return package_saved(self.save_pretrained, package_path, card, **kwargs)
 
+    def push_to_hub(self, repo_id: str, *, private: bool | None = None, branch: str | None = None,
+                    commit_message: str | None = None, token: str | None = None) -> str:  # fmt: skip
+        """Uploads the model as a Hugging Face **model** repo: a fresh ``save_pretrained`` (weights, tokenizer,
+        ``pt_meta.json``) whose card says ``t.load(repo_id)``, which is what ``t.load`` and ``from_pretrained`` read.
+        (``to_hf`` uploads a PyTerrier artifact *package* into a *dataset* repo instead, read by
+        ``pt.Artifact.from_hf``.) Creates the repo if needed (``exist_ok``); returns the commit URL."""
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        from pyterrier_tite.models.model_card import write_card
+
+        api = HfApi(token=token)
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder)
+            theirs = "" if self.path is self.NO_PATH else os.path.join(str(self.path), CARD_FILE)
+            if not (theirs and os.path.isfile(theirs) and not is_ours(theirs)):
+                write_card(folder, repo=repo_id)  # the usage line names the repo it lands in
+            api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+            if branch not in (None, "main"):
+                api.create_branch(repo_id, repo_type="model", branch=branch, exist_ok=True)
+            return str(api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model", revision=branch,
+                                         commit_message=commit_message or f"Upload {type(self).__name__}"))  # fmt: skip
+
     def _hf_readme(self, *, repo: str, branch: str | None = "main", pretty_name: str | None = None,
                    metadata: dict | None = None) -> str:  # fmt: skip
         """The README of ``to_hf``'s dataset repo: the model card, with ``pt.Artifact.from_hf(repo)`` as its usage."""
