@@ -91,7 +91,7 @@ USAGE = {
     "(model >> index).index(t.datasets.get_dataset('vaswani').get_corpus_iter())\n"
     "retriever = model.query_encoder() >> index.np_retriever()",
     "splade": "model.indexer('vaswani.splade').index(t.datasets.get_dataset('vaswani').get_corpus_iter())\n"
-    "retriever = model.retriever('vaswani.splade') % 10",
+    "retriever = (model.retriever('vaswani.splade') % 10).compile()  # .compile(): PISA returns only 10",
     "rerank": "dataset = t.datasets.get_dataset('vaswani')\n"
     "pipeline = t.bm25('vaswani') % 100 >> dataset.text_loader() >> model",
 }
