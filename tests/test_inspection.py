@@ -135,7 +135,7 @@ def test_t_load_of_an_index_folder_is_its_retriever(tmp_path):
     (tite >> pyterrier_dr.FlexIndex(str(folder))).index(DOCS)
     queries = pd.DataFrame({"qid": ["1"], "query": ["inverted index"]})
     by_hand = (tite.query_encoder() >> pyterrier_dr.FlexIndex(str(folder)).np_retriever())(queries)
-    with pytest.raises(ValueError, match="does not record the model.*query_encoder"):
+    with pytest.raises(ValueError, match="does not record the model.*query_encoder"):  # a bare FlexIndex
         t.load(str(folder))
     write_index_info(folder, "dense", "webis/tite-2-late-msmarco", None, len(DOCS), hub_id="webis/tite-2-late-msmarco")
     for given in (str(folder), pyterrier_dr.FlexIndex(str(folder))):

@@ -28,9 +28,16 @@ def model_format(folder: str | os.PathLike | Checkpoint) -> str:
         if meta.get("format") in FORMATS:
             return meta["format"]
         meta_file = os.path.join(folder, "pt_meta.json")
+        what = f"a PyTerrier artifact of type {meta.get('type')!r}, format {meta.get('format')!r}"
+        if str(meta.get("type", "")).endswith("_index"):  # an index pyterrier-tite did not build (no INDEX_INFO)
+            raise ValueError(
+                f"{meta_file}: {what}, an index that does not record the model that built it, not a model of "
+                "pyterrier-tite: open it with pt.Artifact.load(folder) and compose it with its model, e.g. "
+                "t.load(model).query_encoder() >> pyterrier_dr.FlexIndex(folder).np_retriever()"
+            )
         raise ValueError(
-            f"{meta_file}: a PyTerrier artifact of type {meta.get('type')!r}, format {meta.get('format')!r}, not a "
-            "model of pyterrier-tite; open it with pt.Artifact.load(folder), or pass a model folder or hub id"
+            f"{meta_file}: {what}, not a model of pyterrier-tite; open it with pt.Artifact.load(folder), or pass a "
+            "model folder or hub id"
         )
     if not config:
         raise FileNotFoundError(
@@ -56,20 +63,11 @@ def model_format(folder: str | os.PathLike | Checkpoint) -> str:
 
 
 def is_index_folder(folder: str | os.PathLike) -> bool:
-    """Whether a folder is an index (built by pyterrier-tite: :data:`~pyterrier_tite.store.index_info.INDEX_INFO`;
-    or any FlexIndex / PISA index: its ``pt_meta.json``), not a model."""
-    from pyterrier_tite.models.meta_files import read_meta
+    """Whether a folder is an index built by pyterrier-tite (it holds
+    :data:`~pyterrier_tite.store.index_info.INDEX_INFO`, which names its model), not a model."""
     from pyterrier_tite.store.index_info import INDEX_INFO
 
-    if not os.path.isdir(folder):
-        return False
-    if os.path.isfile(os.path.join(folder, INDEX_INFO)):
-        return True
-    try:
-        meta = read_meta(os.fspath(folder))
-    except ValueError:
-        return False
-    return meta.get("type") in ("dense_index", "sparse_index") or meta.get("format") in ("flex", "pisa")
+    return os.path.isdir(folder) and os.path.isfile(os.path.join(folder, INDEX_INFO))
 
 
 def index_retriever(folder: str | os.PathLike, num_results: int = 1000, **kwargs) -> pt.Transformer:
