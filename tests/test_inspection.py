@@ -77,6 +77,11 @@ def test_reprs_name_the_model_never_an_absolute_path(tmp_path):
     for model in (folder, t.TITE("webis/tite-2-late-msmarco"), t.Splade("naver/splade-cocondenser-ensembledistil")):
         assert str(tmp_path) not in repr(model) and "/snapshots/" not in repr(model)
     assert str(sce) == "SparseCE('webis--sparse-cross-encoder-4-4096', w=4, head='cls')"  # save_dir-safe
+    from pyterrier.io import ok_filename
+
+    stages = [t.TITE("webis/tite-2-late-msmarco").query_encoder(), t.Splade("naver/splade-cocondenser-ensembledistil")
+              .query_encoder(), sce]  # fmt: skip
+    assert all(ok_filename(str(stage)) for stage in stages)
 
 
 def test_two_checkpoints_of_one_family_are_told_apart_by_pt_experiment(tmp_path):

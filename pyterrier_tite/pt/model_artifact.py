@@ -32,11 +32,8 @@ import pyterrier_alpha as pta
 from pyterrier_tite.models.checkpoint import Checkpoint
 from pyterrier_tite.models.model_card import CARD_FILE, hub_id, is_ours, origin_info, render_card, update_card
 from pyterrier_tite.pt.inspection import InitArguments
+from pyterrier_tite.pt.schematic import filename_safe
 from pyterrier_tite.store.packages import package_saved
-
-#: characters PyTerrier refuses in a system name when ``pt.Experiment(..., save_dir=)`` writes files named after it
-#: (``pyterrier.io.ok_filename``); ``str(model)`` replaces them (``/`` of a hub id by ``--``, as the hub cache does)
-UNSAFE_IN_FILENAMES = ':"%<>^|?\\'
 
 
 def shown_name(name: Any) -> str | None:
@@ -57,12 +54,6 @@ def shown_name(name: Any) -> str | None:
     if repo is not None:
         return repo
     return os.path.basename(name.rstrip("/\\")) or name
-
-
-def filename_safe(text: str) -> str:
-    """``text`` with what PyTerrier's ``save_dir`` refuses replaced: ``/`` by ``--``, the others by ``_``."""
-    text = text.replace("/", "--").replace(os.sep, "--")
-    return "".join("_" if c in UNSAFE_IN_FILENAMES else c for c in text)
 
 
 def is_model_name(model: Any) -> bool:
@@ -175,9 +166,8 @@ class ModelArtifact(InitArguments, pta.Artifact):
         return {}
 
     def __str__(self) -> str:
-        """The repr, safe as a file name: ``pt.Experiment`` names systems by ``str`` and, with ``save_dir``, refuses
-        names holding ``/`` and other characters (:data:`UNSAFE_IN_FILENAMES`); pipelines join the ``str`` of their
-        stages, so they are safe too."""
+        """The repr, safe as a file name (``pt.Experiment(..., save_dir=)``; see :class:`~.schematic.NamedSchematic`,
+        which Splade does not have)."""
         return filename_safe(repr(self))
 
     def _write_card(self, path: str | os.PathLike) -> None:
