@@ -12,6 +12,7 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 from _hub import require_fixtures
+from _tiny_bert import save_tiny_bert
 
 import pyterrier_tite as t
 
@@ -45,10 +46,12 @@ def tite_from_module():
     return t.TITE(base.model, base.tokenizer, normalize=True)
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "BertBiEncoder", "TITE(module)"])
-def test_apply_attributes_changes_only_the_batch_size(family):
+@pytest.mark.parametrize("family", [*FAMILIES, "BertBiEncoder", "TITE(module)", "TITE.from_bert"])
+def test_apply_attributes_changes_only_the_batch_size(family, tmp_path):
     require_fixtures()
-    make = {"BertBiEncoder": minilm_bi_encoder, "TITE(module)": tite_from_module}.get(family) or FAMILIES[family]
+    others = {"BertBiEncoder": minilm_bi_encoder, "TITE(module)": tite_from_module,
+              "TITE.from_bert": lambda: t.TITE.from_bert(save_tiny_bert(tmp_path / "bert"))}  # fmt: skip
+    make = others.get(family) or FAMILIES[family]
     model = make()
     attributes = {a.name: a.value for a in pt.inspect.transformer_attributes(model)}
     assert "batch_size" in attributes and attributes["batch_size"] == model.batch_size

@@ -16,8 +16,10 @@ from typing import Any
 
 import pyterrier as pt
 
-#: where the recorded call lives on an instance: ``(entry, args, kwargs)``, entry "__init__" or "from_pretrained"
+#: where the recorded call lives on an instance: ``(entry, args, kwargs)``, entry "__init__" or one of :data:`LOADERS`
 _CALL = "_init_arguments"
+#: the class methods that build a model from a name; the outermost one called is what an instance records
+LOADERS = ("from_pretrained", "from_bert")
 #: parameters of ``__init__`` that ``from_pretrained`` fills from the checkpoint itself (never attributes of a model
 #: loaded by name)
 _FROM_CHECKPOINT = ("tokenizer", "query_tokenizer")
@@ -48,19 +50,10 @@ class InitArguments:
 
             recording_init._records_arguments = True
             cls.__init__ = recording_init
-        loader = cls.__dict__.get("from_pretrained")
-        if isinstance(loader, classmethod) and not getattr(loader.__func__, "_records_arguments", False):
-            function = loader.__func__
-
-            @functools.wraps(function)
-            def recording_from_pretrained(klass, *args, **kw):
-                model = function(klass, *args, **kw)
-                if isinstance(model, InitArguments):  # the outermost call returns last, so its record stays
-                    model.__dict__[_CALL] = ("from_pretrained", args, dict(kw))
-                return model
-
-            recording_from_pretrained._records_arguments = True
-            cls.from_pretrained = classmethod(recording_from_pretrained)
+        for entry in LOADERS:
+            loader = cls.__dict__.get(entry)
+            if isinstance(loader, classmethod) and not getattr(loader.__func__, "_records_arguments", False):
+                setattr(cls, entry, classmethod(_recording_loader(entry, loader.__func__)))
 
     # -- what was called -----------------------------------------------------------------------------------------
     def _recorded(self) -> tuple[str, tuple, dict]:
@@ -68,8 +61,8 @@ class InitArguments:
 
     def _entry_parameters(self, entry: str) -> list[inspect.Parameter]:
         """The parameters of the recorded entry point (without ``self`` / ``cls``)."""
-        if entry == "from_pretrained":
-            return list(inspect.signature(type(self).from_pretrained).parameters.values())
+        if entry != "__init__":
+            return list(inspect.signature(getattr(type(self), entry)).parameters.values())
         return list(inspect.signature(type(self).__init__).parameters.values())[1:]
 
     def _reached_parameters(self, entry: str, named: set[str]) -> list[inspect.Parameter]:
@@ -79,7 +72,7 @@ class InitArguments:
         if entry == "__init__":
             inits = inits[1:]
         reached: list[inspect.Parameter] = []
-        taken = set(named) | (set(_FROM_CHECKPOINT) if entry == "from_pretrained" else set())
+        taken = set(named) | (set(_FROM_CHECKPOINT) if entry != "__init__" else set())
         for init in inits:
             parameters = list(inspect.signature(init).parameters.values())[2:]  # self and the module
             for parameter in parameters:
@@ -150,12 +143,26 @@ class InitArguments:
             else:
                 positional = False
                 kwargs[parameter.name] = value
-        if entry == "from_pretrained":
-            return type(self).from_pretrained(*args, **kwargs)
+        if entry != "__init__":
+            return getattr(type(self), entry)(*args, **kwargs)
         return type(self)(*args, **kwargs)
 
     def subtransformers(self) -> dict:
         return {}
+
+
+def _recording_loader(entry: str, function):
+    """``function`` (a class method's function) recording its call on the model it returns."""
+
+    @functools.wraps(function)
+    def recording(klass, *args, **kw):
+        model = function(klass, *args, **kw)
+        if isinstance(model, InitArguments):  # the outermost call returns last, so its record stays
+            model.__dict__[_CALL] = (entry, args, dict(kw))
+        return model
+
+    recording._records_arguments = True
+    return recording
 
 
 def _current(model: Any, name: str, default: Any) -> Any:
