@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 
 from pyterrier_tite.models.cross_encoder.convert import save_scorer
-from pyterrier_tite.models.model_card import update_card
 from pyterrier_tite.models.cross_encoder.tokenization import CrossEncoderInputs
+from pyterrier_tite.models.model_card import update_card
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import margin_mse
 
