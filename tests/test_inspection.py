@@ -62,6 +62,25 @@ def test_apply_attributes_changes_only_the_batch_size(family, tmp_path):
     assert getattr(changed, "model_name", None) == name
 
 
+def test_a_change_the_constructor_takes_shares_the_module_and_keeps_weights_changed_in_memory():
+    """``batch_size`` needs no reload: the new model wraps the very module (weights trained in memory stay), keeps the
+    name, and a second change still works; a loader-only change (``new_head``) loads by name again."""
+    import torch
+
+    require_fixtures()
+    model = t.TITE("webis/tite-2-late-msmarco")
+    with torch.no_grad():
+        next(model.model.parameters()).add_(1.0)  # "trained" in memory
+    changed = pt.inspect.transformer_apply_attributes(model, batch_size=7)
+    assert changed.model is model.model and changed == model and repr(changed) == repr(model)
+    again = pt.inspect.transformer_apply_attributes(changed, doc_max_length=64)
+    assert again.batch_size == 7 and again.doc_max_length == 64 and again.model is model.model
+    assert {a.name: a.value for a in pt.inspect.transformer_attributes(again)}["batch_size"] == 7
+    splade = t.Splade("naver/splade-cocondenser-ensembledistil")
+    reloaded = pt.inspect.transformer_apply_attributes(splade, new_head=True)
+    assert reloaded.encoder is not splade.encoder and reloaded == splade
+
+
 def test_unknown_attributes_are_named():
     require_fixtures()
     model = FAMILIES["Splade"]()

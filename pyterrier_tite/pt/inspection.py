@@ -15,9 +15,14 @@ import inspect
 from typing import Any
 
 import pyterrier as pt
+import torch
 
 #: where the recorded call lives on an instance: ``(entry, args, kwargs)``, entry "__init__" or one of :data:`LOADERS`
 _CALL = "_init_arguments"
+#: where the first ``__init__`` call is kept (for a model loaded by name: the module the loader built)
+_INIT = "_first_init_arguments"
+#: what a model loaded by name knows of where it came from (repr, equality, card), kept when a change shares its module
+IDENTITY = ("model_name", "source", "path", "card", "fresh_weights")
 #: the class methods that build a model from a name; the outermost one called is what an instance records
 LOADERS = ("from_pretrained", "from_bert")
 #: parameters of ``__init__`` that ``from_pretrained`` fills from the checkpoint itself (never attributes of a model
@@ -34,8 +39,9 @@ class InitArguments:
     through ``LoadsByName``), else the first ``__init__`` call (a subclass's ``__init__`` calling its base's records
     nothing more). Attributes are that call's parameters, and where it takes ``**kwargs``, the keyword parameters of
     the constructors they reach (``batch_size`` of the bi-encoder base), valued as given or, when not given, as the
-    instance has them. :meth:`apply_attributes` makes the same call again with some replaced: a model loaded by name
-    is loaded again by that name (``model_name``, the repr and equality stay)."""
+    instance has them. :meth:`apply_attributes` builds the model again with some replaced: where the constructor takes
+    every change, around the very module the loader built (nothing is read again, weights changed in memory stay; the
+    name, repr and equality are kept), else by the recorded call (a name loads the checkpoint again)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -46,6 +52,7 @@ class InitArguments:
             def recording_init(self, *args, **kw):
                 if _CALL not in self.__dict__:
                     self.__dict__[_CALL] = ("__init__", args, dict(kw))
+                    self.__dict__[_INIT] = (args, dict(kw))
                 return init(self, *args, **kw)
 
             recording_init._records_arguments = True
@@ -84,10 +91,10 @@ class InitArguments:
                 break
         return reached
 
-    def _given(self) -> tuple[str, list[inspect.Parameter], dict[str, Any], dict[str, Any]]:
+    def _given(self, record: tuple | None = None) -> tuple[str, list[inspect.Parameter], dict, dict]:
         """(entry, its parameters plus those reached through ``**kwargs``, named arguments given, ``**kwargs``
-        entries given)."""
-        entry, args, kwargs = self._recorded()
+        entries given) of the recorded call (or ``record``)."""
+        entry, args, kwargs = record or self._recorded()
         parameters = self._entry_parameters(entry)
         bound = inspect.Signature(parameters).bind_partial(*args, **kwargs).arguments
         given, flags = {}, {}
@@ -129,7 +136,39 @@ class InitArguments:
             raise pt.inspect.InspectError(
                 f"{type(self).__name__} has no attribute(s) {unknown}; it has {sorted(known)}"
             )
-        values = {**given, **flags, **changes}
+        if entry != "__init__":
+            shared = self._around_the_same_module(changes)
+            if shared is not None:
+                return shared
+        return self._call(entry, parameters, {**given, **flags, **changes})
+
+    def _around_the_same_module(self, changes: dict[str, Any]) -> pt.Transformer | None:
+        """The model built by the first ``__init__`` (the loader's module and settings) with ``changes``, keeping
+        :data:`IDENTITY` and the loader's record; None where that call took a name or does not take every change."""
+        init = self.__dict__.get(_INIT)
+        if init is None or not init[0] or not isinstance(init[0][0], torch.nn.Module):
+            return None
+        record = ("__init__", *init)
+        _entry, parameters, given, flags = self._given(record)
+        if not set(changes) <= {p.name for p in parameters}:
+            return None
+        model = self._call("__init__", parameters, {**given, **flags, **changes})
+        for name in IDENTITY:
+            if name in self.__dict__:
+                model.__dict__[name] = self.__dict__[name]
+        entry, args, kwargs = self._recorded()
+        bound = inspect.signature(getattr(type(self), entry)).bind_partial(*args, **kwargs)
+        for name, value in changes.items():
+            if name in bound.signature.parameters and bound.signature.parameters[name].kind not in _VARIADIC:
+                bound.arguments[name] = value
+            else:
+                var = next(p.name for p in bound.signature.parameters.values() if p.kind is _VAR_KEYWORD)
+                bound.arguments[var] = {**bound.arguments.get(var, {}), name: value}
+        model.__dict__[_CALL] = (entry, bound.args, bound.kwargs)
+        return model
+
+    def _call(self, entry: str, parameters: list[inspect.Parameter], values: dict[str, Any]) -> pt.Transformer:
+        """``entry`` called with ``values`` (a model name stays positional: ``Cls(name)`` is ``from_pretrained``)."""
         args, kwargs, positional = [], {}, True
         for parameter in parameters:
             if parameter.name not in values:
@@ -139,7 +178,7 @@ class InitArguments:
             if parameter.kind is inspect.Parameter.POSITIONAL_ONLY or (
                 parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and positional
             ):
-                args.append(value)  # a model name stays positional: ``Cls(name)`` is ``from_pretrained(name)``
+                args.append(value)
             else:
                 positional = False
                 kwargs[parameter.name] = value
@@ -149,6 +188,10 @@ class InitArguments:
 
     def subtransformers(self) -> dict:
         return {}
+
+
+_VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
+_VARIADIC = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
 
 
 def _recording_loader(entry: str, function):
