@@ -76,5 +76,5 @@ def test_bm25_queries_are_checked_and_the_cut_still_fuses(irds_home, tite_cache)
         retriever(pd.DataFrame({"qid": ["3"]}))
     assert retriever(pd.DataFrame({"qid": [], "query": []})).empty
     cut = (retriever % 10).compile()  # the cut reaches PISA: it asks for 10 results, not 1000 then cuts
-    assert "10," in repr(cut) and "1000" not in repr(cut)
+    assert "10," in repr(cut.retriever) and "1000" not in repr(cut.retriever) and cut.num_results == 10
     assert len(cut.search("plasma")) == 10

@@ -5,6 +5,8 @@ query texts) while integer ids work."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pyterrier as pt
@@ -56,13 +58,17 @@ def test_equal_when_the_same_folder_and_settings_determine_the_scores(folder):
 
 
 def test_repr_tells_attention_patterns_apart(folder):
-    """Two sparse models that score differently must not print alike in a log or an experiment table."""
-    assert repr(SparseCE(folder)) == "SparseCE(w=4, head='cls')"
-    assert repr(SparseCE(folder, symmetric=True)) == "SparseCE(w=4, symmetric=True, head='cls')"
+    """Two sparse models that score differently must not print alike in a log or an experiment table; the model's
+    name shows first (a folder by its last component)."""
+    name = repr(os.path.basename(str(folder).rstrip("/")))
+    assert repr(SparseCE(folder)) == f"SparseCE({name}, w=4, head='cls')"
+    assert repr(SparseCE(folder, symmetric=True)) == f"SparseCE({name}, w=4, symmetric=True, head='cls')"
     assert repr(SparseCE(folder, w=None, doc_cls_attention=False)) == (
-        "SparseCE(w=inf, doc_cls_attention=False, head='cls')"
+        f"SparseCE({name}, w=inf, doc_cls_attention=False, head='cls')"
     )
-    assert repr(SparseCE(folder, query_cls_attention=True)) == "SparseCE(w=4, query_cls_attention=True, head='cls')"
+    assert repr(SparseCE(folder, query_cls_attention=True)) == (
+        f"SparseCE({name}, w=4, query_cls_attention=True, head='cls')"
+    )
     assert repr(MonoCE(tiny_bert(), tokenizer=TOKENIZER)) == "MonoCE(w=inf, head='cls')"
 
 
@@ -122,7 +128,7 @@ def test_inspection_names_inputs_and_outputs(folder):
 def test_verbose_shows_a_progress_bar_over_scoring_batches(folder, capsys):
     SparseCE(folder, batch_size=4, verbose=True)(frame())
     err = capsys.readouterr().err
-    assert "SparseCE(w=4" in err and "batch" in err
+    assert "SparseCE(" in err and "w=4" in err and "batch" in err
     SparseCE(folder, batch_size=4)(frame())
     assert capsys.readouterr().err == ""
 

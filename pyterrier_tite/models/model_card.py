@@ -91,7 +91,7 @@ USAGE = {
     "(model >> index).index(t.datasets.get_dataset('vaswani').get_corpus_iter())\n"
     "retriever = model.query_encoder() >> index.np_retriever()",
     "splade": "model.indexer('vaswani.splade').index(t.datasets.get_dataset('vaswani').get_corpus_iter())\n"
-    "retriever = model.retriever('vaswani.splade') % 10",
+    "retriever = (model.retriever('vaswani.splade') % 10).compile()  # .compile(): PISA returns only 10",
     "rerank": "dataset = t.datasets.get_dataset('vaswani')\n"
     "pipeline = t.bm25('vaswani') % 100 >> dataset.text_loader() >> model",
 }
@@ -139,44 +139,93 @@ def known_license(repo: str | None) -> str | None:
     return next((value for key, value in KNOWN_LICENSES.items() if repo and repo.startswith(key)), None)
 
 
+#: the most front matter read from a card we did not write (a larger one gives no facts)
+MAX_FRONT_MATTER = 64 * 1024
+#: a license we pass on: a short SPDX-like id (``apache-2.0``, ``cc-by-nc-sa-4.0``, ``other``), never an object
+LICENSE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}")
+#: a hub id we pass on as ``base_model``
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+def _no_alias_loader():
+    """A ``yaml.SafeLoader`` that refuses aliases: a card is someone else's file, and a kilobyte of nested aliases
+    expands to gigabytes (the "billion laughs"). Anchors alone are harmless; merge keys need aliases, so go too."""
+    import yaml
+
+    class NoAliasSafeLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, "YAML aliases are refused in cards", event.start_mark)
+            return super().compose_node(parent, index)
+
+    return NoAliasSafeLoader
+
+
 def front_matter(text: str) -> dict:
-    """The YAML front matter of a card (``{}`` when there is none or it does not parse)."""
-    match = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", text, re.S)
-    if not match:
+    """The YAML front matter of a card (``{}`` when there is none, it is larger than :data:`MAX_FRONT_MATTER`, uses
+    aliases or does not parse): parsed as data only, never expanded."""
+    match = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|$)", text[: MAX_FRONT_MATTER + 16], re.S)
+    if not match or len(match.group(1)) > MAX_FRONT_MATTER:
         return {}
     try:
         import yaml
 
-        value = yaml.safe_load(match.group(1))
-    except Exception:  # a malformed card of someone else's: no facts from it
+        value = yaml.load(match.group(1), Loader=_no_alias_loader())  # noqa: S506 - a SafeLoader without aliases
+    except Exception:  # a malformed or hostile card of someone else's: no facts from it
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def read_front_matter(readme: str | os.PathLike) -> dict:
+    """:func:`front_matter` of a README file, reading at most :data:`MAX_FRONT_MATTER` (and a little) of it."""
+    with open(readme, encoding="utf-8", errors="replace") as f:
+        return front_matter(f.read(MAX_FRONT_MATTER + 16))
+
+
+def license_id(value) -> str | None:
+    """``value`` when it is a short license id (:data:`LICENSE_ID`), else None: a card's ``license`` may be any YAML
+    object, and only an id is passed on."""
+    return value if isinstance(value, str) and LICENSE_ID.fullmatch(value) else None
+
+
+def base_models(value) -> list[str]:
+    """The hub ids of a card's ``base_model`` (a string or a list of up to 8); anything else gives none."""
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values[:8] if isinstance(v, str) and HUB_ID.fullmatch(v)]
 
 
 def origin_info(names: Iterable[str | os.PathLike | None]) -> dict:
     """``base_model`` and ``license`` of a model started from ``names`` (hub ids or folders, first known wins): a
     hub id is the base; a folder saved by us passes on its card's base and license; any folder's README front matter
-    gives its license."""
+    gives its license. Only a short license id and hub-id bases are taken from a folder (:func:`license_id`,
+    :func:`base_models`); ``license_from`` names the base the license is inherited from."""
     bases: list[str] = []
-    license_ = None
+    license_ = license_from = None
     for name in names:
         if name is None:
             continue
         repo = hub_id(name)
         folder = os.fspath(name) if os.path.isdir(os.fspath(name)) else None
         card = (read_meta(folder).get("card") or {}) if folder else {}
+        card = card if isinstance(card, dict) else {}
         readme = os.path.join(folder, CARD_FILE) if folder else None
-        theirs = front_matter(open(readme, encoding="utf-8").read()) if readme and os.path.isfile(readme) else {}
-        base = repo or card.get("base_model")
-        for b in base if isinstance(base, list) else [base]:
-            if b and b not in bases:
+        theirs = read_front_matter(readme) if readme and os.path.isfile(readme) else {}
+        found = [repo] if repo else base_models(card.get("base_model"))
+        for b in found:
+            if b not in bases:
                 bases.append(b)
-        license_ = license_ or known_license(repo) or card.get("license") or theirs.get("license")
+        if license_ is None:
+            license_ = known_license(repo) or license_id(card.get("license")) or license_id(theirs.get("license"))
+            if license_:
+                license_from = repo or (found[0] if found else None)
     info: dict = {}
     if bases:
         info["base_model"] = bases[0] if len(bases) == 1 else bases
     if license_:
         info["license"] = license_
+        if license_from:
+            info["license_from"] = license_from
     return info
 
 
@@ -184,58 +233,109 @@ def origin_info(names: Iterable[str | os.PathLike | None]) -> dict:
 def is_ours(readme: str | os.PathLike) -> bool:
     """Whether a README.md is a card this package wrote (carries :data:`MARKER`)."""
     with open(readme, encoding="utf-8", errors="replace") as f:
-        return MARKER in f.read()
+        return MARKER in f.read(4 * MAX_FRONT_MATTER)  # ours is at the top; a huge README is read no further
 
 
 # -------------------------------------------------------------------------------------------------- rendering
 def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, pretty_name: str | None = None) -> str:
     """The card of a model from its ``pt_meta.json`` (``meta``). ``repo``: where it is shared (``org/name``; a
     placeholder otherwise). ``dataset``: the card of a PyTerrier artifact package (``model.to_hf(repo)`` uploads a
-    dataset repo loaded by ``pt.Artifact.from_hf``) rather than of a model repo (the folder, loaded by ``t.load``)."""
+    dataset repo loaded by ``pt.Artifact.from_hf``) rather than of a model repo (the folder: ``model.push_to_hub(repo)``
+    uploads it, ``t.load`` reads it).
+
+    Front matter is written by ``huggingface_hub`` (``ModelCardData`` / ``DatasetCardData``; an evaluation also as
+    ``model-index``). The card may carry facts of a folder someone else made, so every value is checked or escaped:
+    license and base models only as ids, text in code spans and fences longer than any backtick run inside it."""
+    from huggingface_hub import DatasetCardData, ModelCardData
+
     tag, cls, description, pipeline_tag = family(meta)
-    card = meta.get("card") or {}
+    card = meta.get("card") if isinstance(meta.get("card"), dict) else {}
     fmt = meta["format"]
     where = repo or "<org>/<name>"
-    matter: dict = {}
-    if dataset and (pretty_name or repo):
-        matter["pretty_name"] = pretty_name or repo.split("/")[-1].split("@")[0]
-    if card.get("license"):
-        matter["license"] = card["license"]
-    if not dataset:
-        matter.update({"library_name": "pyterrier-tite", "pipeline_tag": pipeline_tag})
-        if card.get("base_model"):
-            matter["base_model"] = card["base_model"]
-    matter["tags"] = ["pyterrier", "pyterrier-artifact", "pyterrier-artifact.model", f"pyterrier-artifact.model.{fmt}",
-                      tag]  # fmt: skip
-    if dataset:
-        matter.update({"task_categories": ["text-retrieval"], "viewer": False})
-    lines = ["---", *_yaml(matter), "---", *([] if dataset else [MARKER]), "", f"# {pretty_name or repo or cls}", ""]
-    lines.append(f"A `{cls}` of [pyterrier-tite]({PYPI}) for PyTerrier: {description}.")
-    bases = card.get("base_model")
-    if bases:
-        links = ", ".join(f"[{b}](https://huggingface.co/{b})" for b in (bases if isinstance(bases, list) else [bases]))
-        lines.append(f"Started from {links}.")
-    lines += ["", "## Usage", "", "```python", "import pyterrier as pt"]
+    license_ = license_id(card.get("license"))
+    bases = base_models(card.get("base_model"))
     kind = kind_of(fmt)
+    title = _one_line(pretty_name or repo or cls)
+    evaluation = _evaluation_rows(card.get("evaluation"))
+    tags = ["pyterrier", "pyterrier-artifact", "pyterrier-artifact.model", f"pyterrier-artifact.model.{fmt}", tag]
+    if card.get("fresh_weights"):
+        tags.append("untrained")
+    if dataset:
+        pretty = pretty_name or (repo.split("/")[-1].split("@")[0] if repo else None)
+        data = DatasetCardData(pretty_name=_one_line(pretty) if pretty else None, license=license_, tags=tags,
+                               task_categories=["text-retrieval"], viewer=False)  # fmt: skip
+    else:
+        results = _eval_results(evaluation, "text-ranking" if kind == "rerank" else "text-retrieval")
+        data = ModelCardData(license=license_, library_name="pyterrier-tite", pipeline_tag=pipeline_tag,
+                             base_model=(bases[0] if len(bases) == 1 else bases) or None, tags=tags,
+                             model_name=title if results else None, eval_results=results or None)  # fmt: skip
+    lines = ["---", data.to_yaml(), "---", *([] if dataset else [MARKER]), "", f"# {title}", ""]
+    lines.append(f"A `{cls}` of [pyterrier-tite]({PYPI}) for PyTerrier: {description}.")
+    if bases:
+        lines.append("Started from " + ", ".join(f"[{b}](https://huggingface.co/{b})" for b in bases) + ".")
+    inherited = base_models(card.get("license_from"))
+    if license_ and inherited:
+        lines.append(f"License `{license_}`: inherited from the base model [{inherited[0]}]"
+                     f"(https://huggingface.co/{inherited[0]}); its terms apply to this model too.")  # fmt: skip
+    if card.get("fresh_weights"):
+        fresh = _code(card["fresh_weights"])
+        lines += ["", f"> **Warning: not trained.** Some weights of this model are new (random init: {fresh});"
+                  " its scores mean nothing until it is trained."]  # fmt: skip
+    lines += ["", "## Usage", "", "```python", "import pyterrier as pt"]
     if kind == "dense":
         lines.append("import pyterrier_dr")
     lines.append("import pyterrier_tite as t  # pip install pyterrier-tite")
     lines.append("")
-    from_hf = f"model = pt.Artifact.from_hf({where!r})  # the package model.to_hf({where!r}) uploads"
-    from_repo = f"model = t.load({where!r})  # this folder as a Hugging Face model repo (or a local folder)"
-    lines += [from_hf] if dataset else [from_repo, "# " + from_hf]
+    if dataset:
+        lines.append(f"model = pt.Artifact.from_hf({where!r})  # the package model.to_hf({where!r}) uploaded")
+    else:
+        lines.append(f"model = t.load({where!r})  # the model repo model.push_to_hub({where!r}) uploaded, or a folder")
     lines += [USAGE[kind], "```", ""]
-    lines += ["Share it as a PyTerrier artifact with `model.to_hf('org/name')` (or `model.build_package(path)`, "
-              "`model.to_zenodo()`); `pt.Artifact.from_hf('org/name')` loads it back.", ""]  # fmt: skip
+    lines += ["Share a model as a Hugging Face model repo with `model.push_to_hub('org/name')` (`t.load('org/name')` "
+              "loads it), or as a PyTerrier artifact package (a dataset repo) with `model.to_hf('org/name')` "
+              "(`pt.Artifact.from_hf('org/name')` loads it; also `model.build_package(path)`, `model.to_zenodo()`).",
+              ""]  # fmt: skip
     settings = {k: v for k, v in meta.items() if k not in NOT_SETTINGS}
+    extra = card.get("settings")
+    settings.update({k: v for k, v in (extra.items() if isinstance(extra, dict) else ()) if k not in settings})
     if settings:
         lines += ["## Settings", "", "| setting | value |", "|---|---|"]
-        lines += [f"| {k} | `{json.dumps(v)}` |" for k, v in settings.items()]
+        lines += [f"| {_cell(k)} | {_code(json.dumps(v))} |" for k, v in settings.items()]
         lines.append("")
-    lines += _training(card.get("training")) + _evaluation(card.get("evaluation"))
+    lines += _training(card.get("training")) + _evaluation(evaluation)
     lines += ["## Metadata", "", "```json", json.dumps({k: meta[k] for k in ("type", "format", "package_hint")
                                                         if k in meta}, indent=1), "```", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall(r"`+", text)), default=0)
+
+
+def _code(text) -> str:
+    """``text`` as one inline code span: delimiters longer than any backtick run inside (CommonMark), one line."""
+    text = _one_line(str(text))
+    ticks = "`" * (_longest_backtick_run(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _fence(text, language: str = "") -> list[str]:
+    """``text`` as a fenced code block whose fence is longer than any backtick run inside, so it cannot close it."""
+    text = str(text)
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return [fence + language, text, fence]
+
+
+def _one_line(text) -> str:
+    return re.sub(r"\s+", " ", str(text)).strip()[:500]
+
+
+def _cell(text) -> str:
+    """Plain text for a table cell or a list item: one line, no markup (HTML escaped, ``|`` and markdown marks)."""
+    import html
+
+    return re.sub(r"([\\`*_\[\]|#])", r"\\\1", html.escape(_one_line(text), quote=False))
 
 
 def _training(training) -> list[str]:
@@ -244,23 +344,49 @@ def _training(training) -> list[str]:
     training = training if isinstance(training, dict) else {"command": str(training)}
     lines = ["## Training", ""]
     if training.get("command"):
-        lines += ["```bash", str(training["command"]), "```", ""]
+        lines += [*_fence(training["command"], "bash"), ""]
     data = training.get("data")
     if data:
-        lines += ["Data: " + ", ".join(f"`{d}`" for d in (data if isinstance(data, list) else [data])), ""]
-    lines += [f"- {k}: `{json.dumps(v)}`" for k, v in training.items() if k not in ("command", "data")]
+        lines += ["Data: " + ", ".join(_code(d) for d in (data if isinstance(data, list) else [data])), ""]
+    lines += [f"- {_cell(k)}: {_code(json.dumps(v))}" for k, v in training.items() if k not in ("command", "data")]
     return [*lines, ""]
 
 
-def _evaluation(evaluation) -> list[str]:
-    """``{system or collection: {measure: value}}`` as a markdown table."""
+def _evaluation_rows(evaluation) -> dict[str, dict[str, float]]:
+    """``{system or collection: {measure: number}}`` with anything else left out (a card may be someone else's)."""
+    if not isinstance(evaluation, dict):
+        return {}
+    rows = {}
+    for name, row in evaluation.items():
+        if isinstance(row, dict):
+            numbers = {str(m): v for m, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            if numbers:
+                rows[str(name)] = numbers
+    return rows
+
+
+def _eval_results(evaluation: dict[str, dict[str, float]], task: str) -> list:
+    """The evaluation as ``huggingface_hub`` ``EvalResult`` entries (the card's ``model-index``)."""
+    from huggingface_hub import EvalResult
+
+    return [
+        EvalResult(task_type=task, dataset_type=_one_line(name), dataset_name=_one_line(name),
+                   metric_type=_one_line(measure), metric_value=value)  # fmt: skip
+        for name, row in evaluation.items()
+        for measure, value in row.items()
+    ]
+
+
+def _evaluation(evaluation: dict[str, dict[str, float]]) -> list[str]:
+    """``{system or collection: {measure: value}}`` as a markdown table (also in the front matter's model-index)."""
     if not evaluation:
         return []
     measures = list(dict.fromkeys(m for row in evaluation.values() for m in row))
-    lines = ["## Evaluation", "", "| | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
+    lines = ["## Evaluation", "", "| | " + " | ".join(_cell(m) for m in measures) + " |",
+             "|---" * (len(measures) + 1) + "|"]  # fmt: skip
     for name, row in evaluation.items():
         cells = [_number(row.get(m)) for m in measures]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_cell(name)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
@@ -270,36 +396,18 @@ def _number(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def _yaml(matter: dict) -> list[str]:
-    """Front matter lines: plain scalars where YAML reads them back as the same string, JSON strings otherwise."""
-
-    def scalar(value) -> str:
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        text = str(value)
-        keyword = text.lower() in ("true", "false", "null", "yes", "no", "on", "off")
-        return text if re.fullmatch(r"[A-Za-z][A-Za-z0-9._/-]*", text) and not keyword else json.dumps(text)
-
-    lines = []
-    for key, value in matter.items():
-        if isinstance(value, list):
-            lines += [f"{key}:"] + [f"- {scalar(v)}" for v in value]
-        else:
-            lines.append(f"{key}: {scalar(value)}")
-    return lines
-
-
 # ---------------------------------------------------------------------------------------------------- writing
-def write_card(folder: str | os.PathLike, meta: dict | None = None) -> bool:
+def write_card(folder: str | os.PathLike, meta: dict | None = None, repo: str | None = None) -> bool:
     """Writes ``README.md`` of a model folder from its ``pt_meta.json`` (or ``meta``); False, writing nothing, when
-    the folder has a README.md that is not ours (:data:`MARKER`) or its format has no card."""
+    the folder has a README.md that is not ours (:data:`MARKER`) or its format has no card. ``repo``: the model repo
+    it is uploaded to (``push_to_hub``), named by the usage lines."""
     folder = os.fspath(folder)
     meta = read_meta(folder) if meta is None else meta
     readme = os.path.join(folder, CARD_FILE)
     if os.path.isfile(readme) and not is_ours(readme):
         return False
     try:
-        text = render_card(meta)
+        text = render_card(meta, repo=repo)
     except ValueError:  # not a model format of ours: no card
         return False
     with open(readme, "w", encoding="utf-8") as f:
@@ -347,5 +455,6 @@ def write_model_card(
     run = {k: v for k, v in run.items() if v is not None}
     info = {"base_model": base_model, "license": license, "evaluation": evaluation}
     if run:
+        info["fresh_weights"] = False  # trained: no longer the random start the save may have recorded
         info["training"] = {**(read_meta(folder).get("card") or {}).get("training", {}), **run}
     return update_card(folder, info)

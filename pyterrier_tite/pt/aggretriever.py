@@ -15,7 +15,7 @@ from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder, Agg
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
 from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.pt.model_artifact import is_model_name
+from pyterrier_tite.pt.model_artifact import is_model_name, shown_name
 
 
 class Aggretriever(DenseBiEncoder):
@@ -78,6 +78,8 @@ class Aggretriever(DenseBiEncoder):
         kwargs.update({**loaded.settings, **{k: v for k, v in lengths.items() if v}})
         model = cls(loaded.module, loaded.tokenizer, **kwargs)
         model._loaded_from(path, loaded.source)  # source None: fresh heads, equal only to itself
+        if loaded.source is None:
+            model.fresh_weights = "Aggretriever heads"
         return model
 
     ARTIFACT_FORMAT = "aggretriever"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
@@ -92,4 +94,4 @@ class Aggretriever(DenseBiEncoder):
         self._write_card(path)
 
     def __repr__(self) -> str:
-        return f"Aggretriever({getattr(self, 'model_name', '')!r})"
+        return f"Aggretriever({shown_name(getattr(self, 'model_name', None)) or ''!r})"

@@ -28,9 +28,22 @@ def model_format(folder: str | os.PathLike | Checkpoint) -> str:
         if meta.get("format") in FORMATS:
             return meta["format"]
         meta_file = os.path.join(folder, "pt_meta.json")
-        raise ValueError(f"{meta_file}: format {meta.get('format')!r} is not a model of pyterrier-tite")
+        what = f"a PyTerrier artifact of type {meta.get('type')!r}, format {meta.get('format')!r}"
+        if str(meta.get("type", "")).endswith("_index"):  # an index pyterrier-tite did not build (no INDEX_INFO)
+            raise ValueError(
+                f"{meta_file}: {what}, an index that does not record the model that built it, not a model of "
+                "pyterrier-tite: open it with pt.Artifact.load(folder) and compose it with its model, e.g. "
+                "t.load(model).query_encoder() >> pyterrier_dr.FlexIndex(folder).np_retriever()"
+            )
+        raise ValueError(
+            f"{meta_file}: {what}, not a model of pyterrier-tite; open it with pt.Artifact.load(folder), or pass a "
+            "model folder or hub id"
+        )
     if not config:
-        raise FileNotFoundError(f"{folder} has no config.json: not a model checkpoint folder")
+        raise FileNotFoundError(
+            f"{folder} has no config.json or pt_meta.json: neither a model folder nor an index; pass a model folder "
+            "(saved by save_pretrained or a Hugging Face checkpoint), a hub id or an index built by pyterrier-tite"
+        )
     model_type = config.get("model_type")
     architectures = " ".join(config.get("architectures") or [])
     if model_type == "tite" or config.get("backbone_model_type") == "tite":
@@ -49,9 +62,53 @@ def model_format(folder: str | os.PathLike | Checkpoint) -> str:
     )
 
 
+def is_index_folder(folder: str | os.PathLike) -> bool:
+    """Whether a folder is an index built by pyterrier-tite (it holds
+    :data:`~pyterrier_tite.store.index_info.INDEX_INFO`, which names its model), not a model."""
+    from pyterrier_tite.store.index_info import INDEX_INFO
+
+    return os.path.isdir(folder) and os.path.isfile(os.path.join(folder, INDEX_INFO))
+
+
+def index_retriever(folder: str | os.PathLike, num_results: int = 1000, **kwargs) -> pt.Transformer:
+    """Queries -> the top ``num_results`` of an index folder, through the model the index records (its packaged
+    copy, else the recorded name: :func:`~pyterrier_tite.store.index_info.model_for_index`): ``query encoder >>
+    FlexIndex`` for a dense index, SPLADE's PISA retriever, or BM25. Keyword arguments go to the model's
+    ``from_pretrained``."""
+    from pyterrier_tite.store.index_info import BM25, index_info, model_for_index
+
+    folder = os.fspath(folder)
+    info = index_info(folder)
+    kind = info.get("kind")
+    if kind == BM25:
+        from pyterrier_tite.store.pisa_derived import open_pisa_retriever
+
+        return open_pisa_retriever(folder, "bm25", num_results, 1, k1=0.9, b=0.4)
+    name = model_for_index(folder, info)
+    if not name:
+        raise ValueError(
+            f"{folder} is a {kind} index that does not record the model that built it: load that model and compose, "
+            f"e.g. t.load(model).query_encoder() >> pyterrier_dr.FlexIndex({folder!r}).np_retriever()"
+        )
+    model = load(name, **kwargs)
+    if kind == "splade":
+        if not hasattr(model, "retriever"):
+            raise ValueError(f"{folder} is a SPLADE index but its model {name!r} is a {type(model).__name__}")
+        return model.retriever(folder, num_results=num_results)
+    if not hasattr(model, "query_encoder") or hasattr(model, "retriever"):
+        raise ValueError(f"{folder} is a dense index but its model {name!r} is a {type(model).__name__}")
+    from pyterrier_tite.store.flex import open_flex_retriever
+
+    return model.query_encoder() >> open_flex_retriever(folder, num_results, str(model.device))
+
+
 def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     """The transformer for a model name (shipped start point, folder or hub id): a reranker, a dense bi-encoder
     (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE. Keyword arguments go to its ``from_pretrained``.
+
+    An index folder (or an index artifact, e.g. what ``pt.Artifact.from_url`` returns for an index package) gives
+    its retriever instead: the query encoder of the model the index records ``>>`` the index
+    (:func:`index_retriever`; ``num_results=`` sets its depth).
 
     Example::
 
@@ -59,11 +116,16 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
         minilm = t.load('minilm', batch_size=64)              # -> BertBiEncoder
         same = pt.Artifact.load('runs/my-model')              # a saved folder, through the entry points
         same.to_hf('me/my-model')                             # every model is a pt.Artifact (pt/model_artifact.py)
+        retriever = t.load('vaswani.tite')                    # an index: its model's query encoder >> the index
     """
     import importlib
     from pathlib import Path
 
+    if not isinstance(name, (str, os.PathLike)) and isinstance(getattr(name, "path", None), (str, os.PathLike)):
+        name = name.path  # an artifact (a FlexIndex or PisaIndex from pt.Artifact.from_url): its folder
     name = resolve(os.fspath(name))
+    if is_index_folder(name):
+        return index_retriever(name, **kwargs)
     checkpoint = open_checkpoint(name)  # read once; the transformer's from_pretrained gets it, not the name
     module, cls = FORMATS[model_format(checkpoint)]
     model = getattr(importlib.import_module(module), cls).from_pretrained(checkpoint, **kwargs)

@@ -14,7 +14,7 @@ from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
 from pyterrier_tite.models.checkpoint import Checkpoint
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.pt.model_artifact import is_model_name
+from pyterrier_tite.pt.model_artifact import is_model_name, shown_name
 
 __all__ = ["SETTINGS", "BertBiEncoder", "DenseBiEncoder"]
 
@@ -93,4 +93,4 @@ class BertBiEncoder(DenseBiEncoder):
 
     def __repr__(self) -> str:
         norm = ", normalize=True" if self.normalize else ""
-        return f"BertBiEncoder({getattr(self, 'model_name', '')!r}, pooling={self.pooling!r}{norm})"
+        return f"BertBiEncoder({shown_name(getattr(self, 'model_name', None)) or ''!r}, pooling={self.pooling!r}{norm})"

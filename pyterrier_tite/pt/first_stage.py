@@ -17,19 +17,54 @@ from pyterrier_tite.store.pisa_derived import open_pisa_retriever
 TREC_DL = {"2019": "dl19", "2020": "dl20", "dl19": "dl19", "dl20": "dl20"}
 
 
-def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args) -> pt.Transformer:
-    """BM25 over a collection's cached PISA index (built on first use). No Java anywhere.
+def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args) -> BM25:
+    """BM25 over a collection's cached PISA index (built on first use). No Java anywhere. See :class:`BM25`.
 
     Example::
 
         ds = t.datasets.get_dataset('vaswani')
         pt.Experiment([t.bm25('vaswani')], ds.get_topics(), ds.get_qrels(), ['nDCG@10'])
     """
-    if datasets.irds_id(dataset).startswith("msmarco-passage/"):
-        pisa_index(dataset)  # raises the explanatory error
-    index = pisa_index(dataset, **index_args)
-    retriever = open_pisa_retriever(index, "bm25", num_results, index.threads, k1=k1, b=b)  # PISA's faults handled
-    return CheckedQueries() >> retriever  # `% k` still fuses into PISA's retriever when the pipeline is compiled
+    return BM25(dataset, k1=k1, b=b, num_results=num_results, **index_args)
+
+
+class BM25(pt.Transformer):
+    """BM25 over a collection's cached PISA index: queries are checked (:class:`CheckedQueries`), then PISA retrieves.
+
+    Small on purpose: its repr names the collection and the settings (``BM25('vaswani', k1=0.9, b=0.4,
+    num_results=1000)``), never the cache folder, so ``pt.Experiment(..., save_dir=)`` can name files after it; two
+    with the same settings are equal (``pt.Experiment(..., plan='tree')`` shares them); ``(bm25 % k).compile()`` asks
+    PISA for ``k`` results (:meth:`fuse_rank_cutoff`)."""
+
+    def __init__(self, dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args):
+        if datasets.irds_id(dataset).startswith("msmarco-passage/"):
+            pisa_index(dataset)  # raises the explanatory error
+        self.dataset, self.k1, self.b, self.num_results, self.index_args = dataset, k1, b, num_results, index_args
+        index = pisa_index(dataset, **index_args)
+        self.retriever = open_pisa_retriever(index, "bm25", num_results, index.threads, k1=k1, b=b)  # faults handled
+        self.checked = CheckedQueries()
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        return self.retriever(self.checked(inp))
+
+    def fuse_rank_cutoff(self, k: int) -> BM25 | None:
+        """``% k`` with ``k`` below ``num_results`` becomes PISA's own cut (after ``.compile()``)."""
+        if k >= self.num_results:
+            return None
+        return BM25(self.dataset, k1=self.k1, b=self.b, num_results=k, **self.index_args)
+
+    def _key(self) -> tuple:
+        return (self.dataset, self.k1, self.b, self.num_results, tuple(sorted(self.index_args.items())))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, BM25) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(("BM25", *self._key()))
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in sorted(self.index_args.items()))
+        return f"BM25({self.dataset!r}, k1={self.k1}, b={self.b}, num_results={self.num_results}{extra})"
 
 
 #: every msmarco-passage ID holds the same 9,658 mirrored passages (the BM25 top-100 of DL19 and DL20)

@@ -30,9 +30,30 @@ from typing import Any
 import pyterrier_alpha as pta
 
 from pyterrier_tite.models.checkpoint import Checkpoint
-from pyterrier_tite.models.model_card import CARD_FILE, is_ours, origin_info, render_card, update_card
+from pyterrier_tite.models.model_card import CARD_FILE, hub_id, is_ours, origin_info, render_card, update_card
 from pyterrier_tite.pt.inspection import InitArguments
+from pyterrier_tite.pt.schematic import filename_safe
 from pyterrier_tite.store.packages import package_saved
+
+
+def shown_name(name: Any) -> str | None:
+    """How a model's name shows in its repr: a hub id as it is (a folder of the hub cache or a shipped start point as
+    the hub id it holds), any other folder by its last component, never an absolute path; a SPLADE pair or a TITE
+    made from a BERT shows each name so. None for no name."""
+    if name is None:
+        return None
+    name = getattr(name, "name", name)  # an opened Checkpoint: the name it was opened by
+    name = os.fspath(name) if isinstance(name, os.PathLike) else str(name)
+    pair = re.fullmatch(r"query=(.+), doc=(.+)", name)
+    if pair:
+        return f"query={shown_name(pair.group(1))}, doc={shown_name(pair.group(2))}"
+    from_bert = re.fullmatch(r"tite_from_bert\('(.+)'\)", name)
+    if from_bert:
+        return f"tite_from_bert({shown_name(from_bert.group(1))!r})"
+    repo = hub_id(name)
+    if repo is not None:
+        return repo
+    return os.path.basename(name.rstrip("/\\")) or name
 
 
 def is_model_name(model: Any) -> bool:
@@ -64,6 +85,9 @@ class ModelArtifact(InitArguments, pta.Artifact):
     path: Path | Any = pta.Artifact.NO_PATH
     #: what the card of the folder it was loaded from as an artifact said (training, evaluation, base, license)
     card: dict | None = None
+    #: which weights started fresh (random) when it was loaded (e.g. "score head"); the card of a save then warns
+    #: until a training command records its run (``write_model_card``)
+    fresh_weights: str | None = None
 
     def __init__(self, *args, **kwargs):
         """The transformers construct themselves; an artifact path is set by the loaders, never by a constructor."""
@@ -94,6 +118,30 @@ class ModelArtifact(InitArguments, pta.Artifact):
         card = theirs if theirs and os.path.isfile(theirs) and not is_ours(theirs) else None
         return package_saved(self.save_pretrained, package_path, card, **kwargs)
 
+    def push_to_hub(self, repo_id: str, *, private: bool | None = None, branch: str | None = None,
+                    commit_message: str | None = None, token: str | None = None) -> str:  # fmt: skip
+        """Uploads the model as a Hugging Face **model** repo: a fresh ``save_pretrained`` (weights, tokenizer,
+        ``pt_meta.json``) whose card says ``t.load(repo_id)``, which is what ``t.load`` and ``from_pretrained`` read.
+        (``to_hf`` uploads a PyTerrier artifact *package* into a *dataset* repo instead, read by
+        ``pt.Artifact.from_hf``.) Creates the repo if needed (``exist_ok``); returns the commit URL."""
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        from pyterrier_tite.models.model_card import write_card
+
+        api = HfApi(token=token)
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder)
+            theirs = "" if self.path is self.NO_PATH else os.path.join(str(self.path), CARD_FILE)
+            if not (theirs and os.path.isfile(theirs) and not is_ours(theirs)):
+                write_card(folder, repo=repo_id)  # the usage line names the repo it lands in
+            api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+            if branch not in (None, "main"):
+                api.create_branch(repo_id, repo_type="model", branch=branch, exist_ok=True)
+            return str(api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model", revision=branch,
+                                         commit_message=commit_message or f"Upload {type(self).__name__}"))  # fmt: skip
+
     def _hf_readme(self, *, repo: str, branch: str | None = "main", pretty_name: str | None = None,
                    metadata: dict | None = None) -> str:  # fmt: skip
         """The README of ``to_hf``'s dataset repo: the model card, with ``pt.Artifact.from_hf(repo)`` as its usage."""
@@ -103,8 +151,24 @@ class ModelArtifact(InitArguments, pta.Artifact):
     # -- the card -----------------------------------------------------------------------------------------------
     def card_info(self) -> dict:
         """What the card of a save says besides the settings: base model and license of what the model was loaded
-        from (hub id, hub cache folder or a folder we saved), overridden by the card it was loaded with."""
-        return {**origin_info(origin_names(self)), **(self.card or {})}
+        from (hub id, hub cache folder or a folder we saved), overridden by the card it was loaded with; settings
+        that live in the weights' config (:meth:`card_settings`) and fresh weights, when there are some."""
+        info = {**origin_info(origin_names(self)), **(self.card if isinstance(self.card, dict) else {})}
+        settings = self.card_settings()
+        if settings:
+            info["settings"] = settings
+        if self.fresh_weights:
+            info["fresh_weights"] = self.fresh_weights
+        return info
+
+    def card_settings(self) -> dict:
+        """Settings the card shows that ``pt_meta.json`` does not hold (they live in ``config.json``)."""
+        return {}
+
+    def __str__(self) -> str:
+        """The repr, safe as a file name (``pt.Experiment(..., save_dir=)``; see :class:`~.schematic.NamedSchematic`,
+        which Splade does not have)."""
+        return filename_safe(repr(self))
 
     def _write_card(self, path: str | os.PathLike) -> None:
         """Completes the card ``save_pretrained`` wrote at ``path`` with :meth:`card_info`."""

@@ -35,7 +35,7 @@ from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
 from pyterrier_tite.models.cross_encoder.tokenization import QUERY_MAX_LENGTH, CrossEncoderInputs
 from pyterrier_tite.models.sparse_ce.modeling import FLAGS, SparseCrossEncoder
-from pyterrier_tite.pt.model_artifact import ModelArtifact
+from pyterrier_tite.pt.model_artifact import ModelArtifact, shown_name
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
 
@@ -80,11 +80,23 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         return {"w": window, "head": self.scorer.head_name, **self.inputs.lengths()}
 
     def __repr__(self) -> str:
+        """Class, model (hub id or folder name: ``shown_name``), window, pattern and head, so two checkpoints of one
+        family print apart (``pt.Experiment`` tables, run names)."""
         window = self._settings()["w"]
+        name = shown_name(getattr(self, "model_name", None))
         return (
-            f"{type(self).__name__}(w={'inf' if window is None else window}{self._pattern_repr()}, "
-            f"head={self.scorer.head_name!r})"
+            f"{type(self).__name__}({'' if name is None else repr(name) + ', '}w={'inf' if window is None else window}"
+            f"{self._pattern_repr()}, head={self.scorer.head_name!r})"
         )
+
+    def card_settings(self) -> dict:
+        """The window (the setting that defines a sparse cross-encoder), the attention pattern and the head: they
+        live in ``config.json``, not in ``pt_meta.json``."""
+        settings = {"head": self.scorer.head_name}
+        if self.scorer.is_sparse:
+            config = self.scorer.config
+            settings = {"w": config.attention_window_size, **{f: bool(getattr(config, f)) for f in FLAGS}, **settings}
+        return settings
 
     def _pattern_repr(self) -> str:
         """``, symmetric=True`` where the query also attends to [CLS] and the doc, plus any other attention flag that
@@ -178,7 +190,8 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         (:func:`pyterrier_tite.models.cross_encoder.load.load`: checkpoint read once, fresh parts reported in one
         warning, a scorer with fresh weights equal only to itself), a module through ``from_module``; lengths are the
         checkpoint's unless given."""
-        if isinstance(model, (str, os.PathLike, Checkpoint)):
+        by_name = isinstance(model, (str, os.PathLike, Checkpoint))
+        if by_name:
             loaded = load(model, sparse, head, token_dim, tokenizer)
         elif tokenizer is None:
             raise ValueError("pass tokenizer= when the model is given as a module")
@@ -192,6 +205,11 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
             **common,
         )  # fmt: skip
         self._tokenizer_key = None if tokenizer is None else id(tokenizer)
+        if by_name:
+            name = getattr(model, "name", model)  # a Checkpoint: the name it was opened by
+            self.model_name = os.fspath(name) if isinstance(name, os.PathLike) else name
+            if loaded.source is None:  # the loader started some weights fresh (a plain encoder's new score head)
+                self.fresh_weights = "score head"
 
 
 # ------------------------------------------------------------------------------------------------ the three classes

@@ -4,7 +4,8 @@ Weights leave the encoders as the model's floats, so ``sum_t query_toks[t] * tok
 score. Quantisation for PISA is decided in one place, the PISA writer (:data:`PISA_SCALE`): PISA stores
 ``int(w * scale)`` per posting and repeats each query term ``int(w * toks_scale)`` times, so its score is
 ``sum_t int(100 q_t) * int(100 d_t)``; :class:`SpladePisaRetriever` divides by ``PISA_SCALE ** 2`` to give scores in
-model units and takes a rank cutoff (``retriever % 10`` asks PISA for 10 results).
+model units and takes a rank cutoff (``(retriever % 10).compile()`` asks PISA for 10 results; uncompiled, the
+cut applies to PISA's ``num_results``).
 
 Texts are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missing query or text is a ``ValueError``
 naming its qid / docno, ``bytes`` are decoded (UTF-8); NaN / inf term weights or scores are a ``ValueError`` naming
@@ -29,7 +30,7 @@ from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
 from pyterrier_tite.models.splade.load import load
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
-from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name
+from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name, shown_name
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.pisa_build import PISA_SCALE, build_toks_index
@@ -66,7 +67,7 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
 
         splade = t.Splade('naver/splade-cocondenser-ensembledistil')
         splade.indexer('vaswani.splade').index(t.datasets.get_dataset('vaswani').get_corpus_iter())
-        retriever = splade.retriever('vaswani.splade') % 10      # the cut reaches PISA
+        retriever = (splade.retriever('vaswani.splade') % 10).compile()  # compiled: the cut reaches PISA
     """
 
     def __init__(
@@ -160,7 +161,7 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
         self._write_card(path)
 
     def __repr__(self) -> str:
-        return f"Splade({getattr(self, 'model_name', '')!r})"
+        return f"Splade({shown_name(getattr(self, 'model_name', None)) or ''!r})"
 
     def eq_key(self) -> tuple:
         """What determines this model's outputs: the checkpoint it was loaded from (the encoder object itself when
@@ -248,7 +249,8 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
 
     def retriever(self, index, num_results: int = 1000, threads: int = 1, verbose: bool | None = None):
         """``query_encoder() >> SpladePisaRetriever``: PISA's quantised retrieval, scores in model units; ``% k``
-        fuses into PISA. The index (a ``PisaIndex`` or its folder) is checked first: a damaged one raises
+        fuses into PISA once the pipeline is compiled (``(retriever % k).compile()``). The index (a ``PisaIndex`` or
+        its folder) is checked first: a damaged one raises
         :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` naming the file instead of aborting the process."""
         return self.query_encoder(verbose=verbose) >> SpladePisaRetriever(index, num_results, threads)
 

@@ -29,7 +29,7 @@ from pyterrier_tite.models.tite.load import load
 from pyterrier_tite.models.tite.modeling import TiteModel
 from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.pt.model_artifact import is_model_name
+from pyterrier_tite.pt.model_artifact import is_model_name, shown_name
 
 #: the sub-folder of a saved TITE that holds its query model, when it has one
 QUERY_ENCODER_FOLDER = "query_encoder"
@@ -151,4 +151,4 @@ class TITE(DenseBiEncoder):
 
     def __repr__(self) -> str:
         queries = f", query_model={self.query_model!r}" if self.query_model is not None else ""
-        return f"TITE({getattr(self, 'model_name', '')!r}{queries})"
+        return f"TITE({shown_name(getattr(self, 'model_name', None)) or ''!r}{queries})"

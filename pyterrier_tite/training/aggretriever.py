@@ -47,6 +47,8 @@ def fine_tune_aggretriever(
     place; the final model is saved in ``args.output_dir`` by ``save`` (default: the bi-encoder's
     ``save_pretrained``: MLM, heads, tokenizer)."""
     encoder, save = text_encoder_of(model, AggretrieverTextEncoder), saver(model, save)
+    if getattr(model, "fresh_weights", None):
+        model.fresh_weights = None  # the new heads are being trained: the card of a save no longer warns
     loss = AggretrieverTrainingLoss(encoder, cls_weight, agg_weight, in_batch)
     batches = ContrastiveBatches(examples, batch_size, num_negatives, seed=args.seed)
     trainer = Trainer(encoder.model, batches, loss, lambda _m, path: save(path), args)

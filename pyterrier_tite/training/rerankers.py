@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from pyterrier_tite.models.cross_encoder.convert import save_scorer
 from pyterrier_tite.models.cross_encoder.tokenization import CrossEncoderInputs
+from pyterrier_tite.models.model_card import update_card
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import margin_mse
 
@@ -191,6 +192,10 @@ def reranker_loss(loss: str):
     return loss_fn
 
 
+#: what the card of a trained model keeps of its start's card (not its training or evaluation)
+CARRIED_TO_TRAINED = ("base_model", "license", "license_from", "settings")
+
+
 def train_reranker(
     reranker,
     candidates: pd.DataFrame,
@@ -213,10 +218,16 @@ def train_reranker(
         inputs, candidates, qrels, negatives, queries_per_batch, depth, min_label, teacher, args.seed, doc_max_length
     )
     kind = type(reranker).__name__
+    # the card of every save names what training started from (base model, its license) and the window / head, but
+    # not the start's random head: it is being trained
+    card_info = getattr(reranker, "card_info", None)
+    origin = {k: v for k, v in (card_info() if card_info else {}).items() if k in CARRIED_TO_TRAINED}
     reranker.scorer.source = None  # its weights no longer are those of the folder it was loaded from
+    reranker.fresh_weights = None
 
     def save_fn(scorer, path: str) -> None:
         save_scorer(scorer, inputs.tokenizer, path, reranker=kind, lengths=inputs.lengths())
+        update_card(path, {**origin, "fresh_weights": False})
 
     trainer = Trainer(reranker.scorer, data, reranker_loss(loss), save_fn, args)
     history = trainer.train(resume=resume)
