@@ -272,3 +272,8 @@ def test_vaswani_bm25_chain_and_rerank(tmp_path, irds_home, tite_cache):
            "--dataset", "vaswani", "--out", str(out), "-k", "5", "--quiet"))  # fmt: skip
     lines = run_lines(out)
     assert len(lines) == 15 and {line[0] for line in lines} == set(topics["qid"])
+    # topics by ir_datasets id: their collection gives the texts, no --dataset needed
+    by_id = tmp_path / "by-id.run"
+    ok(cli("rerank", "--model", SPARSE_CE, "--topics", "vaswani", "--run", str(run), "--out", str(by_id), "-k", "2",
+           "--quiet"))  # fmt: skip
+    assert len(run_lines(by_id)) == 2 * 93

@@ -115,7 +115,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     source.add_argument(
         "--first-stage", help="bm25 (over the ir_datasets id --dataset), an index folder or an index package's URL"
     )
-    rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file")
+    rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file "
+                        "(default: the collection of --topics when it is an ir_datasets id)")
     add_run_arguments(rerank, k=100, k_help="candidates re-ranked per query")
     add_runtime_arguments(rerank)
     rerank.set_defaults(func=run_rerank)
@@ -239,11 +240,14 @@ def run_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.atomic import refuse_existing
     from pyterrier_tite.store.corpus import DocumentTexts
     from pyterrier_tite.store.runs import read_trec_run, top_k, write_trec_run
+    from pyterrier_tite.store.text_files import is_file_argument
     from pyterrier_tite.store.topics import load_topics
 
     apply_runtime_arguments(args)
     _check_k(args.k)
     refuse_existing(args.out, args.overwrite)
+    if args.dataset is None and not is_file_argument(args.topics):
+        args.dataset = args.topics  # topics by ir_datasets id: the texts (and BM25) of their collection
     if args.model.lower() == "bm25":
         raise ValueError("bm25 is a first stage, not a re-ranker: use --first-stage bm25 with a neural --model")
     topics = load_topics(args.topics)
