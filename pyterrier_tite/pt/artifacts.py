@@ -64,6 +64,11 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     from pathlib import Path
 
     name = resolve(os.fspath(name))
+    if os.path.isdir(name):
+        from pyterrier_tite.store.downloads import artifact_cache, checked_cache_folder
+
+        if os.path.dirname(os.path.abspath(name)) == os.path.abspath(artifact_cache()):  # from pt.Artifact.from_url:
+            checked_cache_folder(name, name)  # PyTerrier leaves it 0777
     checkpoint = open_checkpoint(name)  # read once; the transformer's from_pretrained gets it, not the name
     module, cls = FORMATS[model_format(checkpoint)]
     model = getattr(importlib.import_module(module), cls).from_pretrained(checkpoint, **kwargs)

@@ -151,6 +151,8 @@ def model_for_index(path: str | os.PathLike, info: dict) -> str | None:
         return name
     if hub:
         return hub
+    if name.rstrip("/") in (MODEL_FOLDER, packaged):
+        raise FileNotFoundError(f"{path} has lost the copy of its model ({name} inside it): pass --model")
     if SHORT_NAME.fullmatch(name) and not os.path.lexists(name):  # a shipped start point (not a folder here)
         return name
     raise RecordedPathError(f"{path} records the model {name!r}, which is neither a folder inside the index nor a hub "
