@@ -70,7 +70,8 @@ def test_a_dense_index_package_served_over_http_retrieves_without_the_model_fold
     model = saved_model(TITE, tmp_path / "my-tite")
     index = tmp_path / "my.index"
     info = index_with(str(model), index)
-    assert info["model"] == str(model) and info["packaged_model"] == "model" and info["hub_id"] is None
+    assert info["model"] == "model" and info["packaged_model"] == "model" and info["hub_id"] is None
+    assert info["model_name"] == "my-tite" and info["model_fingerprint"].startswith("sha256:")  # never the abs path
     assert (index / "model" / "pt_meta.json").is_file()
     before = retrieve(str(index), topics, tmp_path / "before.run")
 
@@ -113,9 +114,11 @@ def test_an_index_without_its_model_names_the_missing_folder(tmp_path):
     shutil.rmtree(index / "model")
     info_file = index / "pyterrier_tite_index.json"
     info = json.loads(info_file.read_text(encoding="utf-8"))
-    info_file.write_text(json.dumps({k: v for k, v in info.items() if k not in ("packaged_model", "hub_id")}))
+    old = {k: v for k, v in info.items() if k not in ("packaged_model", "hub_id")}
+    info_file.write_text(json.dumps({**old, "model": str(model)}))  # as older builds recorded a folder
     shutil.rmtree(model)
     done = cli_here("retrieve", "--index", str(index), "--topics", str(topics), "--out", str(tmp_path / "r.run"))
+    # refused: the recorded model lies outside the index
     assert done.returncode == 2 and "pass --model" in done.stderr and str(model) in done.stderr
     assert retrieve(str(index), topics, tmp_path / "r.run", "--model", TITE)  # --model still opens it
 

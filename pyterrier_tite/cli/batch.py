@@ -221,7 +221,8 @@ def run_retrieve(args: argparse.Namespace) -> int:
         precision=args.precision, threads=args.threads or 1
     )
     results = retrieve(retriever, topics, verbose=not args.quiet)
-    model = args.model or index_info(index).get("model") or "bm25"
+    info = index_info(index)
+    model = args.model or info.get("model_name") or info.get("model") or "bm25"
     written = write_trec_run(results, args.out, system=_system(model))
     print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.out}")
     return 0

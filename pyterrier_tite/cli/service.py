@@ -130,7 +130,8 @@ def build_index(
 
     def finalize(staging: Path) -> None:
         write_index_info(staging, kind, recorded, corpus_name, counted.count, packaged,
-                         hub_id=None if kind == BM25 else hub_id(recorded))  # fmt: skip
+                         hub_id=None if kind == BM25 else hub_id(recorded),
+                         fingerprint=None if kind == BM25 else weights_fingerprint(model))  # fmt: skip
 
     if kind == BM25:
         build_pisa_index(counted, path, ["text"], threads=threads, progress=label, overwrite=overwrite,
@@ -147,6 +148,29 @@ def build_index(
         build_toks_index(counted, path, doc_toks(model, batch_size), threads=threads, overwrite=overwrite,
                          progress=label, chunk_size=8 * batch_size, shard=shard, finalize=finalize)  # fmt: skip
     return kind
+
+
+def weights_fingerprint(model) -> str | None:
+    """``sha256:`` of the weights a transformer computes with (its modules' state dicts: names, dtypes, shapes and
+    bytes, with the modules' classes), recorded by an index and compared when it is queried: the same weights give
+    the same fingerprint whether loaded from the original folder, a re-save or a package. None without modules."""
+    import hashlib
+
+    import torch
+
+    modules = {k: v for k, v in sorted(vars(model).items()) if isinstance(v, torch.nn.Module)}
+    if not modules and isinstance(getattr(model, "model", None), torch.nn.Module):
+        modules = {"model": model.model}
+    if not modules:
+        return None
+    digest = hashlib.sha256()
+    for attribute, module in modules.items():
+        digest.update(f"{attribute}:{type(module).__qualname__}\n".encode())
+        for name, tensor in sorted(module.state_dict().items()):
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
+            tensor = tensor.detach().to("cpu").contiguous().reshape(-1)
+            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return "sha256:" + digest.hexdigest()
 
 
 def torch_shard(rank: int, world_size: int) -> Shard:
@@ -192,7 +216,7 @@ def index_retriever(
 ) -> pt.Transformer:
     """Queries (qid, query) -> top ``k`` of an index built by :func:`build_index` (or any FlexIndex / PISA index),
     with the model the index holds or names unless ``model_name`` (or an already loaded ``model``) is given."""
-    from pyterrier_tite.store.index_info import model_for_index
+    from pyterrier_tite.store.index_info import check_fingerprint, model_for_index
 
     info = index_info(path)
     kind = info["kind"]
@@ -213,6 +237,7 @@ def index_retriever(
         loaded_kind = model_kind(model)
     if loaded_kind != kind:
         raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is a {loaded_kind} model")
+    check_fingerprint(path, info, model_name or repr(model), weights_fingerprint(model))
     if kind == "splade":
         return model.retriever(str(path), num_results=k, threads=threads, verbose=False)  # checked; k cut
     return dense_retriever(model, path, k)

@@ -172,12 +172,20 @@ def _load_weights(file: str, mmap: bool = False) -> Mapping[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         return load_file(file)
+    import pickle
+
     try:
-        return torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
-    except RuntimeError:
-        if not mmap:
-            raise
-        return torch.load(file, map_location="cpu", weights_only=True)  # a legacy (non-zip) file cannot be mapped
+        try:
+            return torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError:
+            if not mmap:
+                raise
+            return torch.load(file, map_location="cpu", weights_only=True)  # a legacy (non-zip) file cannot be mapped
+    except pickle.UnpicklingError as exc:  # code or objects other than tensors: never run, refused in one line
+        lines = [line for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line]
+        reason = lines[0].strip().rstrip(".") if lines else type(exc).__name__
+        raise CheckpointError(f"{file} holds pickled objects other than tensors, which are never loaded ({reason}); "
+                              "convert it to safetensors or use a trusted copy") from None
 
 
 def read_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -124,6 +124,11 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     if not isinstance(name, (str, os.PathLike)) and isinstance(getattr(name, "path", None), (str, os.PathLike)):
         name = name.path  # an artifact (a FlexIndex or PisaIndex from pt.Artifact.from_url): its folder
     name = resolve(os.fspath(name))
+    if os.path.isdir(name):
+        from pyterrier_tite.store.downloads import artifact_cache, checked_cache_folder
+
+        if os.path.dirname(os.path.abspath(name)) == os.path.abspath(artifact_cache()):  # from pt.Artifact.from_url:
+            checked_cache_folder(name, name)  # PyTerrier leaves it 0777
     if is_index_folder(name):
         return index_retriever(name, **kwargs)
     checkpoint = open_checkpoint(name)  # read once; the transformer's from_pretrained gets it, not the name

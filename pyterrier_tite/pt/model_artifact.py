@@ -104,6 +104,15 @@ class ModelArtifact(InitArguments, pta.Artifact):
             raise TypeError(f"{os.fspath(path)} holds a {type(model).__name__}, not a {cls.__name__}")
         return model
 
+    @classmethod
+    def from_url(cls, url: str, *, expected_sha256: str | None = None, **kwargs) -> ModelArtifact:
+        """The transformer of the package at ``url``, fetched safely into the artifact cache (one process per URL,
+        size-capped, no link members, cached only when complete, the folder following the umask:
+        :func:`~pyterrier_tite.store.downloads.fetch_package`); ``from_hf`` / ``from_zenodo`` come here too."""
+        from pyterrier_tite.store.downloads import fetch_package
+
+        return cls.load(fetch_package(url, expected_sha256), **kwargs)
+
     # -- sharing ------------------------------------------------------------------------------------------------
     def build_package(self, package_path: str | None = None, **kwargs) -> str:
         """A ``.tar.lz4`` package of the model as it is now (a fresh ``save_pretrained``, model card included; a

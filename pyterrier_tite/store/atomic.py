@@ -13,7 +13,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pyterrier_tite.store.locks import NO_ROOM, WriteFailedError, _alive, write_failure, write_lock
+from pyterrier_tite.store.locks import (
+    NO_ROOM,
+    PlantedLinkError,
+    WriteFailedError,
+    _alive,
+    planted,
+    side_file,
+    side_stem,
+    write_failure,
+    write_lock,
+)
 
 #: what builds and writes leave beside a target while they run: ``.NAME.building-PID`` (a build), nested as
 #: ``..NAME.building-PID.building-PID`` (an engine building inside a build), ``.NAME.replaced-PID`` (the old copy
@@ -23,7 +33,7 @@ _STAGING = r"(?:\.(?:building|replaced|writing)-(\d+))"
 
 def _staging_pids(name: str, target: str) -> list[int] | None:
     """The pids in ``name`` when it is a staging name of ``target`` (see :data:`_STAGING`), else None."""
-    match = re.fullmatch(rf"\.+{re.escape(target)}((?:{_STAGING})+)", name)
+    match = re.fullmatch(rf"\.+{re.escape(side_stem(target))}((?:{_STAGING})+)", name)
     return [int(pid) for pid in re.findall(_STAGING, match.group(1))] if match else None
 
 
@@ -45,6 +55,7 @@ def remove_stale_builds(path: str | os.PathLike, holding_lock: bool = False) -> 
 
 
 def _remove(path: Path) -> None:
+    """Remove ``path``: a real folder with its contents, anything else (a link: never followed) by its name."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -55,6 +66,17 @@ def _remove(path: Path) -> None:
 def _own_staging(path: Path) -> bool:
     """``path`` is a staging folder of this process (an engine's all-or-nothing build inside one of ours)."""
     return re.fullmatch(rf"\..+\.building-{os.getpid()}", path.name) is not None
+
+
+def _fresh_folder(staging: Path, target: Path) -> None:
+    """Make the staging folder ``staging`` of ``target`` anew: whatever has its name (a link someone planted, a
+    folder a dead build left) is removed by name first, and the folder is created exclusively (``mkdir`` never
+    follows a link), with the umask's mode."""
+    _remove(staging)
+    try:
+        os.mkdir(staging, 0o777)
+    except FileExistsError:  # planted again between the removal and the mkdir
+        raise planted(staging, target, "staging folder") from None
 
 
 def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--overwrite") -> None:
@@ -78,9 +100,9 @@ def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[P
             raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_builds(final, holding_lock=not nested)
-        staging = final.with_name(f".{final.name}.building-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = side_file(final, f".building-{os.getpid()}")
         try:
+            _fresh_folder(staging, final)
             yield staging
             if not staging.exists():
                 raise RuntimeError(f"the build of {final} produced nothing")
@@ -113,7 +135,8 @@ def _swap_into_place(staging: Path, final: Path, overwrite: bool) -> None:
     if final.exists() and not overwrite:  # written meanwhile by a process that took no lock: keep theirs, say so
         raise FileExistsError(f"{final} was created by another process during this build; this build was discarded")
     if os.path.lexists(final):
-        replaced = final.with_name(f".{final.name}.replaced-{os.getpid()}")
+        replaced = side_file(final, f".replaced-{os.getpid()}")
+        _remove(replaced)  # a planted name is replaced by ours, never followed
         os.rename(final, replaced)
         os.rename(staging, final)
         _remove(replaced)
@@ -129,9 +152,12 @@ def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None
     target = Path(path)
     with write_lock(target):
         remove_stale_builds(target, holding_lock=True)
-        staging = target.with_name(f".{target.name}.writing-{os.getpid()}")
+        staging = side_file(target, f".writing-{os.getpid()}")
+        created = False
         try:
-            with open(staging, "wb") as f:
+            fd = _create_exclusive(staging, target)
+            created = True
+            with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -139,9 +165,26 @@ def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None
             if written != len(data):
                 raise OSError(errno.EIO, f"only {written} of {len(data)} bytes reached the disk")
             os.replace(staging, target)
+            created = False
+        except PlantedLinkError:
+            raise
         except OSError as exc:
             raise WriteFailedError(f"cannot write the {what} {target}: {write_failure(exc)}; nothing was written"
                                    + (" (the previous file is unchanged)" if target.exists() else "")) from exc
         finally:
-            if os.path.lexists(staging):
-                staging.unlink()
+            if created:
+                staging.unlink(missing_ok=True)
+
+
+def _create_exclusive(staging: Path, target: Path) -> int:
+    """A new file at ``staging`` (umask's mode), created exclusively and never through a link: a name left there (a
+    planted link, a file of a dead writer with this pid) is removed by name first, once."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(staging, flags, 0o666)
+    except FileExistsError:
+        _remove(staging)
+    try:
+        return os.open(staging, flags, 0o666)
+    except FileExistsError:
+        raise planted(staging, target, "staging file") from None

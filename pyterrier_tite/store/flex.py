@@ -57,7 +57,7 @@ def build_flex_index(
             pass
         return None
     with atomic_build(path, overwrite) as staging:
-        staging.mkdir()
+        staging.mkdir(exist_ok=True)  # made by atomic_build (never through a link)
         write_flex_files(staging, encoded)
         if finalize is not None:
             finalize(staging)

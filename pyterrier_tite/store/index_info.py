@@ -3,7 +3,7 @@ needs travelling with it: what ``pyterrier-tite index`` records of the model and
 inside the index.
 
 An index built from a hub id (or a shipped name) records that name and its ``hub_id``; one built from a model folder
-records the folder it came from and keeps the model itself in ``<index>/model/`` (a ``save_pretrained`` of the
+keeps the model itself in ``<index>/model/`` (a ``save_pretrained`` of the
 transformer that encoded the documents, named by ``packaged_model`` in the index info). So an index folder copied to
 another machine, or packaged (``pt.Artifact.load(index).build_package()``), shared (``to_hf``) and downloaded again
 (``pt.Artifact.from_url`` / ``from_hf``), retrieves with the very model that built it:
@@ -11,12 +11,20 @@ another machine, or packaged (``pt.Artifact.load(index).build_package()``), shar
     pyterrier-tite index --model runs/my-tite --dataset vaswani --index vaswani.tite
     python -c "import pyterrier as pt; pt.Artifact.load('vaswani.tite').build_package('vaswani.tite.tar.lz4')"
     pyterrier-tite retrieve --index https://example.org/vaswani.tite.tar.lz4 --topics vaswani --out run.gz
+
+An index folder may come from anyone, so what it records is data, never a path to follow: a recorded model is a
+folder inside the index (no absolute path, no ``..``, no link leading out) or a hub id (``org/name``), else refused in
+one line (:class:`RecordedPathError`). The index also records ``model_fingerprint``, a hash of the weights that
+encoded it (computed by the caller), and ``model_name`` (what to show: the hub id or the folder's name); retrieval
+with other weights is refused naming both (:func:`check_fingerprint`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,6 +34,23 @@ BM25 = "bm25"
 INDEX_INFO = "pyterrier_tite_index.json"
 #: the folder inside an index that holds the model of an index built from a model folder
 MODEL_FOLDER = "model"
+#: a Hugging Face hub id: ``org/name`` of letters, digits, ``.``, ``_``, ``-`` (no ``..``), at most 96 each
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+#: a shipped start point's short name (no folder separator)
+SHORT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+class RecordedPathError(ValueError):
+    """An index records a model path that leads outside it (absolute, ``..``, a link) or a malformed hub id."""
+
+
+class FingerprintMismatchError(ValueError):
+    """An index is queried with a model other than the one that encoded it."""
+
+
+def is_hub_id(name: object) -> bool:
+    """``name`` has the syntax of a hub id (``org/name``, nothing a path could climb out with)."""
+    return isinstance(name, str) and HUB_ID.fullmatch(name) is not None and ".." not in name
 
 
 def index_info(path: str | os.PathLike) -> dict:
@@ -36,7 +61,13 @@ def index_info(path: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"{folder} is not an index folder (it does not exist)")
     info_file = folder / INDEX_INFO
     if info_file.is_file():
-        return json.loads(info_file.read_text(encoding="utf-8"))
+        try:
+            info = json.loads(info_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{info_file} is not JSON ({exc}); rebuild the index") from None
+        if not isinstance(info, dict) or not isinstance(info.get("kind"), str):
+            raise ValueError(f"{info_file} is no index record (no \"kind\"); rebuild the index")
+        return info
     meta_file = folder / "pt_meta.json"
     if not meta_file.is_file():
         raise FileNotFoundError(f"{folder} has no pt_meta.json: not an index (or an incomplete one); rebuild it")
@@ -56,13 +87,24 @@ def write_index_info(
     count: int,
     transformer=None,
     hub_id: str | None = None,
+    fingerprint: str | None = None,
 ) -> None:
-    """:data:`INDEX_INFO`: kind, model (the name as recorded: a folder as an absolute path), ``hub_id`` (the hub id it
-    stands for, or None), corpus, size, date; with ``transformer`` (anything with ``save_pretrained``), a model from
-    a folder is saved into the index (``packaged_model``: the folder inside it)."""
-    info = {"kind": kind, "model": model, "hub_id": hub_id} if kind != BM25 else {"kind": kind, "model": model}
-    if transformer is not None and should_package(model):
-        info["packaged_model"] = package_model(folder, transformer)
+    """:data:`INDEX_INFO`: kind; the model as a hub id or a folder inside the index, never the builder's absolute
+    path (``model``: the hub id, else ``model/`` when the model is packaged, else None); ``model_name`` (the hub id
+    or the folder's name, for display); ``hub_id``; ``model_fingerprint`` (the weights' hash, see
+    :func:`check_fingerprint`); corpus, size, date. With ``transformer`` (anything with ``save_pretrained``), a model
+    from a folder is saved into the index (``packaged_model``: the folder inside it)."""
+    if kind == BM25:
+        info = {"kind": kind, "model": BM25}
+    else:
+        hub = hub_id if is_hub_id(hub_id) else None
+        packaged = package_model(folder, transformer) if transformer is not None and should_package(model) else None
+        shown = hub or os.path.basename(os.path.abspath(model).rstrip("/\\")) if os.path.isdir(model) else model
+        info = {"kind": kind, "model": hub or packaged, "model_name": hub or shown, "hub_id": hub}
+        if packaged:
+            info["packaged_model"] = packaged
+        if fingerprint:
+            info["model_fingerprint"] = fingerprint
     info.update(corpus=corpus, documents=count, built=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     (Path(folder) / INDEX_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
 
@@ -80,17 +122,75 @@ def package_model(index_folder: str | os.PathLike, model) -> str:
 
 
 def model_for_index(path: str | os.PathLike, info: dict) -> str | None:
-    """The model to load for an index: its packaged copy when it has one, else the recorded name; a recorded folder
-    that is gone falls back to the recorded hub id, else is an error telling to pass ``--model``."""
+    """The model to load for an index: its packaged copy when it has one, else the recorded model (a folder inside
+    the index, or a hub id); a recorded folder that is not there falls back to the recorded hub id, else is an error
+    telling to pass ``--model``. A recorded path leading outside the index is a :class:`RecordedPathError`."""
     packaged = info.get("packaged_model")
-    if packaged and (Path(path) / packaged).is_dir():
-        return str(Path(path) / packaged)
+    if packaged is not None:
+        folder = inside_index(path, packaged, "packaged_model")
+        if folder.is_dir():
+            return str(folder)
     name = info.get("model")
-    if name and os.path.isabs(name) and not os.path.exists(name):
-        if info.get("hub_id"):
-            return info["hub_id"]
-        raise FileNotFoundError(f"{path} was built with the model folder {name}, which is not there, and holds no "
-                                "copy of it (built before models were packaged): pass --model")  # fmt: skip
-    return name
+    hub = info.get("hub_id")
+    if hub is not None and not is_hub_id(hub):
+        raise RecordedPathError(f"{Path(path) / INDEX_INFO}: hub_id {hub!r} is no hub id (org/name); the index "
+                                "record is damaged or forged: pass --model")  # fmt: skip
+    if name is None:
+        return hub
+    if not isinstance(name, str) or not name:
+        raise RecordedPathError(f"{Path(path) / INDEX_INFO}: model {name!r} is no model name: pass --model")
+    if os.path.isabs(name):
+        if hub:
+            return hub
+        raise RecordedPathError(f"{path} records its model by the absolute path {name}; an index names its model "
+                                "only inside itself or as a hub id: pass --model (that folder, if you trust it)")
+    inside = Path(path) / name
+    if os.path.lexists(inside):
+        return str(inside_index(path, name, "model"))
+    if is_hub_id(name):
+        return name
+    if hub:
+        return hub
+    if name.rstrip("/") in (MODEL_FOLDER, packaged):
+        raise FileNotFoundError(f"{path} has lost the copy of its model ({name} inside it): pass --model")
+    if SHORT_NAME.fullmatch(name) and not os.path.lexists(name):  # a shipped start point (not a folder here)
+        return name
+    raise RecordedPathError(f"{path} records the model {name!r}, which is neither a folder inside the index nor a hub "
+                            "id: pass --model")  # fmt: skip
 
 
+def inside_index(path: str | os.PathLike, recorded: object, key: str) -> Path:
+    """The folder ``recorded`` (a relative path from the index record) inside the index ``path``, links resolved;
+    an absolute path, ``..`` or a link leading out of the index is a :class:`RecordedPathError`."""
+    where = Path(path) / INDEX_INFO
+    if not isinstance(recorded, str) or not recorded or os.path.isabs(recorded) or "\0" in recorded:
+        raise RecordedPathError(f"{where}: {key} {recorded!r} is not a folder inside the index; the record is "
+                                "damaged or forged: pass --model")  # fmt: skip
+    root = os.path.realpath(path)
+    folder = os.path.realpath(os.path.join(root, recorded))
+    if os.path.commonpath([root, folder]) != root or folder == root:
+        raise RecordedPathError(f"{where}: {key} {recorded!r} leads outside the index (to {folder}); a recorded "
+                                "model must be inside it: pass --model")  # fmt: skip
+    return Path(folder)
+
+
+_warned: set[str] = set()
+
+
+def check_fingerprint(path: str | os.PathLike, info: dict, model_name: object, fingerprint: str | None) -> None:
+    """Refuse to query the index ``path`` with a model whose weights' ``fingerprint`` differs from the one the index
+    recorded, naming both models; an index without a fingerprint (built before they were recorded) warns, once."""
+    recorded = info.get("model_fingerprint")
+    if recorded is None or fingerprint is None:
+        if recorded is None and str(path) not in _warned:
+            _warned.add(str(path))
+            warnings.warn(f"{path} records no model fingerprint (built by an older version): it cannot be checked that "
+                          f"{model_name} is the model that encoded it", UserWarning, stacklevel=3)  # fmt: skip
+        return
+    if recorded != fingerprint:
+        built = info.get("model_name") or info.get("model") or "another model"
+        raise FingerprintMismatchError(
+            f"{path} was encoded by {built} (weights {str(recorded)[:12]}) but is queried with {model_name} (weights "
+            f"{fingerprint[:12]}); an index answers only with the model that encoded it: pass that model, or rebuild "
+            "the index with this one"
+        )

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import resource
 import socket
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,10 +48,43 @@ _held: dict[str, list] = {}  # lock file -> [fd, thread ident, depth]
 _held_guard = threading.Lock()
 
 
-def lock_file(target: str | os.PathLike) -> Path:
-    """The lock file of ``target``: ``.NAME.lock`` beside it."""
+#: the longest name a file system takes (bytes); side files of longer target names are shortened (:func:`side_stem`)
+NAME_MAX = 255
+#: room kept for what follows the stem in a side file's name (``.building-PID.building-PID``, ``.lock``)
+_SUFFIX_ROOM = 40
+
+
+def side_stem(name: str) -> str:
+    """What side files of a target called ``name`` (its lock, staging files and folders) are named after: ``name``
+    itself, or for a name too long to take a suffix within NAME_MAX, its first bytes + ``~`` + a hash of it, so any
+    legal target name can be locked and built."""
+    if len(name.encode()) + 1 + _SUFFIX_ROOM <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    head = name.encode()[:120].decode(errors="ignore")
+    return f"{head}~{digest}"
+
+
+def side_file(target: str | os.PathLike, suffix: str) -> Path:
+    """The side file ``.STEM<suffix>`` of ``target`` (see :func:`side_stem`), in the target's folder."""
     target = Path(os.path.abspath(target))
-    return target.with_name(f".{target.name}.lock")
+    return target.with_name(f".{side_stem(target.name)}{suffix}")
+
+
+def lock_file(target: str | os.PathLike) -> Path:
+    """The lock file of ``target``: ``.NAME.lock`` beside it (a long NAME shortened, :func:`side_stem`)."""
+    return side_file(target, ".lock")
+
+
+class PlantedLinkError(WriteTargetError):
+    """A side file of a target (lock, staging file or folder) is a link or a file this project did not make."""
+
+
+def planted(path: Path, target: str | os.PathLike, what: str) -> PlantedLinkError:
+    """The error for something found at ``path`` (a side file of ``target``) that is not ours: never followed."""
+    kind = "a symbolic link" if os.path.islink(path) else "not a plain file made by pyterrier-tite"
+    return PlantedLinkError(f"cannot write {target}: its {what} {path} is {kind}; it is never followed or written "
+                            "through: remove it (and check who made it), then run again")  # fmt: skip
 
 
 @contextmanager
@@ -92,12 +127,39 @@ def write_lock(target: str | os.PathLike, wait: bool = False) -> Iterator[Path]:
         _remove_empty(created)
 
 
+#: how a lock file is opened: never through a link, never blocking on a planted FIFO, closed in children
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: the holder's record is written at the start of the lock file, padded to this size: never truncated
+_RECORD = 128
+
+
+def _open_lock(lock: Path, target: Path) -> int:
+    """The lock file's descriptor: created fresh (``O_EXCL``), else the existing one opened without following a
+    link; anything that is not a plain file with one name (a link, a FIFO, a hard link to another file) is refused."""
+    try:
+        return os.open(lock, _OPEN | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise _unwritable(target, lock.parent, exc) from exc
+    try:
+        fd = os.open(lock, _OPEN)
+    except FileNotFoundError:  # its holder removed it meanwhile: create it afresh
+        return _open_lock(lock, target)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(lock):
+            raise planted(lock, target, "lock file") from None
+        raise _unwritable(target, lock.parent, exc) from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise planted(lock, target, "lock file")
+    return fd
+
+
 def _acquire(lock: Path, target: Path, wait: bool) -> int:
     while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise _unwritable(target, lock.parent, exc) from exc
+        fd = _open_lock(lock, target)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -111,15 +173,15 @@ def _acquire(lock: Path, target: Path, wait: bool) -> int:
                 os.close(fd)
                 raise _busy(target, lock, holder) from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            same = os.fstat(fd).st_ino == os.lstat(lock).st_ino
         except FileNotFoundError:
             same = False
         if not same:  # its holder removed it between our open and our lock: lock the file now there
             os.close(fd)
             continue
+        record = f"{os.getpid()} {socket.gethostname()}"[: _RECORD - 1].ljust(_RECORD - 1) + "\n"
         try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            os.pwrite(fd, record.encode(), 0)  # fixed size, at the start: a lock file is never truncated
         except OSError as exc:
             os.close(fd)
             raise _unwritable(target, lock.parent, exc) from exc

@@ -4,11 +4,9 @@ a scratch folder (:func:`package_saved`)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable
 
@@ -22,21 +20,20 @@ def is_package_url(location: str) -> bool:
 
 
 def index_folder(location: str | os.PathLike) -> str:
-    """The index folder for a folder or a package URL: a URL is downloaded once into PyTerrier's artifact cache
-    (``pt.Artifact.from_url``, the path of ``from_hf``) and its folder returned; anything else is returned as is."""
+    """The index folder for a folder or a package URL: a URL is fetched once into PyTerrier's artifact cache
+    (:func:`~pyterrier_tite.store.downloads.fetch_package`: one process per URL, size-capped, only a verified complete
+    package is cached, the folder follows the umask) and its folder returned; anything else is returned as is."""
     location = os.fspath(location)
     if not is_package_url(location):
         return location
-    import pyterrier as pt
+    from pyterrier_tite.store.downloads import fetch_package
 
-    with contextlib.redirect_stdout(sys.stderr):  # from_url prints the files it extracts
-        try:
-            artifact = pt.Artifact.from_url(location)
-        except OSError as exc:  # unreachable host, 404, no network
-            raise ValueError(f"cannot download the index {location}: {exc}") from exc
-    path = getattr(artifact, "path", None)
-    if path is None or not os.path.isdir(path):
-        raise ValueError(f"{location} is a {type(artifact).__name__}, not an index folder")
+    try:
+        path = fetch_package(location)
+    except OSError as exc:  # unreachable host, 404, no network
+        raise ValueError(f"cannot download the index {location}: {exc}") from exc
+    if not os.path.isdir(path):
+        raise ValueError(f"{location} is not an index folder")
     return str(path)
 
 

@@ -1,0 +1,315 @@
+"""Packages downloaded into the artifact cache safely: what ``pt.Artifact.from_url`` does, without its holes.
+
+A package URL (``http(s)://``, ``file://``, ``hf:org/name``, ``zenodo:ID``: PyTerrier's resolvers) is fetched once into
+PyTerrier's artifact cache (``$PYTERRIER_HOME/artifacts/<sha256 of the URL>``, so PyTerrier finds it too) by
+:func:`fetch_package`:
+
+- one process at a time per URL (the write lock of the cache folder, :func:`~pyterrier_tite.store.locks.write_lock`,
+  waiting): a second process fetching the same new URL waits, then uses what the first cached;
+- extracted into a fresh private folder beside the cache folder (``mkdtemp``), renamed into place only when the
+  package is verified complete: the tar's end-of-archive blocks reached, the compressed stream's end, the declared
+  sha256 (``<url>.json``, written by ``build_package``) matched. A cut download is never cached;
+- with a size cap: the declared ``total_size`` (the sum of the members' sizes) when the package declares one, never
+  above :data:`MAX_BYTES_ENV` (default 20 GiB; set it to lift the cap);
+- members are plain files and folders only: a link, hard link, device or FIFO member, an absolute name, a name with
+  ``..`` and a name given twice are refused naming the member; files are created exclusively, never through a link;
+- the cached folder follows the umask (PyTerrier makes it 0777: anyone could swap the model or index in it). A folder
+  cached by PyTerrier itself is repaired when it is ours, refused when another user owns it and others may write it.
+
+Every refusal is a :class:`PackageError` (a ``ValueError``: one line naming the URL and what is wrong).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import tempfile
+import urllib.parse
+import urllib.request
+from pathlib import Path, PurePosixPath
+
+from pyterrier_tite.store.atomic import write_file
+from pyterrier_tite.store.locks import write_lock
+
+#: environment variable: the most bytes a package may extract to (default :data:`DEFAULT_MAX_BYTES`)
+MAX_BYTES_ENV = "PYTERRIER_TITE_MAX_PACKAGE_BYTES"
+DEFAULT_MAX_BYTES = 20 * 2**30
+#: bytes after the tar's end-of-archive blocks that are still read (tar pads to records of 10 KiB)
+_TRAILER = 1 << 20
+_CHUNK = 1 << 20
+
+
+class PackageError(ValueError):
+    """A package that is refused (too large, a link member, cut short, a wrong sha256); one line."""
+
+
+def max_package_bytes() -> int:
+    """The size cap of an extracted package: ``$PYTERRIER_TITE_MAX_PACKAGE_BYTES``, else 20 GiB."""
+    value = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not value:
+        return DEFAULT_MAX_BYTES
+    if not value.isdigit():
+        raise ValueError(f"{MAX_BYTES_ENV}={value!r} is not a number of bytes")
+    return int(value)
+
+
+def umask() -> int:
+    """This process's umask (read from /proc where it can be, without changing it)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def resolve_url(url: str) -> tuple[str, dict[str, str]]:
+    """``(url, headers)`` after PyTerrier's URL resolvers (``hf:``, ``zenodo:``: entry points
+    ``pyterrier.artifact.url_protocol_resolver``), as ``pt.Artifact.from_url`` resolves them."""
+    import pyterrier as pt
+
+    parsed = urllib.parse.urlparse(url)
+    headers: dict[str, str] = {}
+    resolvers = {ep.name: ep for ep in pt.utils.entry_points("pyterrier.artifact.url_protocol_resolver")}
+    while parsed.scheme in resolvers:
+        result = resolvers.pop(parsed.scheme).load()(parsed)
+        if result is None:
+            continue
+        if isinstance(result, str):
+            url = result
+        else:
+            url, more = (result[0], result[1]) if isinstance(result, tuple) else (result.url, result.headers)
+            headers.update(more or {})
+        parsed = urllib.parse.urlparse(url)
+    return url, headers
+
+
+def artifact_cache() -> str:
+    """PyTerrier's artifact cache folder (``$PYTERRIER_HOME/artifacts``)."""
+    import pyterrier as pt
+
+    return os.path.join(pt.io.pyterrier_home(), "artifacts")
+
+
+def fetch_package(url: str, expected_sha256: str | None = None) -> str:
+    """The cached folder of the package at ``url`` (see the module docstring): fetched, checked and cached on first
+    use, under a per-URL lock; a local folder is returned as it is."""
+    resolved, headers = resolve_url(url)
+    if not urllib.parse.urlparse(resolved).scheme and os.path.isdir(resolved):
+        return resolved
+    cache = artifact_cache()
+    os.makedirs(cache, exist_ok=True)
+    final = os.path.join(cache, hashlib.sha256(resolved.encode()).hexdigest())
+    if os.path.isdir(final):
+        return checked_cache_folder(final, url)
+    with write_lock(final, wait=True):
+        if os.path.isdir(final):  # fetched by another process while this one waited
+            return checked_cache_folder(final, url)
+        _remove_dead_fetches(final)
+        declared = _declared(resolved, headers, url)
+        sha = declared.get("expected_sha256")
+        if expected_sha256 is not None and sha is not None and expected_sha256.lower() != sha:
+            raise PackageError(f"{url}: its .json declares sha256 {sha}, not the expected {expected_sha256}")
+        sha = (expected_sha256 or sha or "").lower() or None
+        bound = max_package_bytes()
+        cap = min(declared["total_size"], bound) if "total_size" in declared else bound
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.fetching-", dir=cache)
+        try:
+            _download_and_extract(resolved, headers, url, Path(staging), cap, bound, sha)
+            os.chmod(staging, 0o777 & ~umask())
+            info = {"url": resolved} if urllib.parse.urlparse(resolved).scheme else {"path": resolved}
+            write_file(f"{final}.json", (json.dumps(info) + "\n").encode(), "package record")
+            os.rename(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return final
+
+
+def checked_cache_folder(folder: str, url: str) -> str:
+    """A cached package folder, its mode brought back to the umask's when PyTerrier left it writable by others (ours
+    only: another user's folder that anyone may write is refused)."""
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode):
+        raise PackageError(f"the cached package {folder} of {url} is a link; remove it and fetch again")
+    loose = stat.S_IMODE(info.st_mode) & 0o022 & ~(0o777 & ~umask())
+    if loose:
+        if info.st_uid != os.geteuid():
+            raise PackageError(f"the cached package {folder} of {url} belongs to another user and others may write "
+                               "it (mode {:o}): anyone could have swapped its files; remove it and fetch again"
+                               .format(stat.S_IMODE(info.st_mode)))  # fmt: skip
+        os.chmod(folder, stat.S_IMODE(info.st_mode) & ~loose)
+    return folder
+
+
+def _remove_dead_fetches(final: str) -> None:
+    """Staging folders of fetches of this URL that died (their lock is held now, so none is running)."""
+    folder, name = os.path.split(final)
+    for entry in os.scandir(folder):
+        if entry.name.startswith(f".{name}.fetching-") and entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _open(url: str, headers: dict[str, str]) -> io.BufferedIOBase:
+    """A byte stream of ``url`` (``http(s)://``, ``file://`` or a local path); OSError when it cannot be read."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme in ("http", "https"):
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=120)  # noqa: S310
+        if getattr(response, "status", 200) != 200:
+            response.close()
+            raise OSError(f"HTTP {response.status} for {url}")
+        return response
+    if parsed.scheme == "file":
+        return open(urllib.request.url2pathname(parsed.path), "rb")
+    if parsed.scheme:
+        raise OSError(f"{url}: no downloader for {parsed.scheme}: URLs (http, https, file, hf, zenodo)")
+    return open(url, "rb")
+
+
+def _declared(url: str, headers: dict[str, str], shown: str) -> dict:
+    """What ``<url>.json`` declares (``total_size``, ``expected_sha256``), checked; {} when there is none."""
+    try:
+        with _open(f"{url}.json", headers) as fin:
+            raw = fin.read(1 << 20)
+    except OSError:
+        return {}
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise PackageError(f"{shown}: its .json is not JSON") from None
+    if not isinstance(data, dict):
+        raise PackageError(f"{shown}: its .json is not an object")
+    if "segments" in data:
+        raise PackageError(f"{shown} is split into segments, which pyterrier-tite does not fetch; download and join "
+                           "the segments, then pass the folder")  # fmt: skip
+    declared: dict = {}
+    size = data.get("total_size")
+    if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise PackageError(f"{shown}: its .json declares total_size {size!r}, not a number of bytes")
+        declared["total_size"] = size
+    sha = data.get("expected_sha256")
+    if sha is not None:
+        if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha):
+            raise PackageError(f"{shown}: its .json declares expected_sha256 {sha!r}, not a sha256")
+        declared["expected_sha256"] = sha.lower()
+    return declared
+
+
+class _Counting(io.RawIOBase):
+    """Reads through ``stream`` counting bytes, hashing them (``hash``) and keeping the last ``window`` bytes."""
+
+    def __init__(self, stream, hash: bool = False, window: int = 0):
+        self.stream, self.count, self.window, self.tail = stream, 0, window, bytearray()
+        self.sha = hashlib.sha256() if hash else None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self.count += n
+        if self.sha is not None:
+            self.sha.update(data)
+        if self.window:
+            self.tail += data
+            del self.tail[: max(0, len(self.tail) - self.window)]
+        return n
+
+    def drain(self, limit: int) -> int:
+        """Read to the end, at most ``limit`` more bytes; returns how many were read."""
+        read = 0
+        while read <= limit and (chunk := self.read(_CHUNK)):
+            read += len(chunk)
+        return read
+
+
+def _download_and_extract(url: str, headers: dict, shown: str, dest: Path, cap: int, bound: int, sha) -> None:
+    with contextlib.ExitStack() as stack:
+        raw = _Counting(stack.enter_context(_open(url, headers)), hash=True)
+        path = urllib.parse.urlparse(url).path
+        if path.endswith(".lz4"):
+            from lz4.frame import LZ4FrameFile
+
+            inner = stack.enter_context(LZ4FrameFile(io.BufferedReader(raw, _CHUNK)))
+        elif path.endswith((".gz", ".tgz")):
+            inner = stack.enter_context(gzip.GzipFile(fileobj=io.BufferedReader(raw, _CHUNK)))
+        else:
+            inner = raw
+        plain = _Counting(inner, window=_TRAILER + 2 * tarfile.BLOCKSIZE)
+        try:
+            tar = stack.enter_context(tarfile.open(fileobj=plain, mode="r|"))
+            _extract_members(tar, dest, shown, cap, bound)
+            _check_end(tar, plain, shown)
+            raw.drain(_TRAILER)
+        except (tarfile.TarError, EOFError, RuntimeError, OSError) as exc:
+            if isinstance(exc, OSError) and not isinstance(exc, tarfile.TarError) and exc.errno is not None:
+                raise
+            raise PackageError(f"{shown} is not a complete package ({exc}); nothing was cached") from None
+    if sha is not None and raw.sha.hexdigest() != sha:
+        raise PackageError(f"{shown}: sha256 {raw.sha.hexdigest()} is not the declared {sha} (a damaged or "
+                           "swapped download); nothing was cached")  # fmt: skip
+
+
+def _member_path(dest: Path, name: str, shown: str) -> Path:
+    parts = PurePosixPath(name).parts
+    if not name or "\0" in name or name.startswith(("/", "\\")) or ".." in parts or re.match(r"[A-Za-z]:", name):
+        raise PackageError(f"{shown}: member {name!r} leads outside the package folder; refused")
+    parts = [p for p in parts if p not in (".", "")]
+    return dest.joinpath(*parts) if parts else dest
+
+
+def _extract_members(tar: tarfile.TarFile, dest: Path, shown: str, cap: int, bound: int) -> None:
+    total = 0
+    for member in tar:
+        target = _member_path(dest, member.name, shown)
+        if member.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        if not member.isreg():
+            kind = "link" if member.issym() or member.islnk() else "device or FIFO" if member.isdev() else "special"
+            raise PackageError(f"{shown}: member {member.name!r} is a {kind} member; a package holds only files and "
+                               "folders; refused")  # fmt: skip
+        total += member.size
+        if total > cap:
+            limit = "the size cap" if cap == bound else "it declares"
+            lift = f"; set {MAX_BYTES_ENV} above {bound} to allow it" if cap == bound else ""
+            raise PackageError(f"{shown} extracts to more than {cap} bytes (at member {member.name!r}), more than "
+                               f"{limit}{lift}; nothing was cached")  # fmt: skip
+        if target == dest:
+            raise PackageError(f"{shown}: member {member.name!r} is no file name; refused")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            raise PackageError(f"{shown}: member {member.name!r} appears twice; refused") from None
+        source = tar.extractfile(member)
+        written = 0
+        with os.fdopen(fd, "wb") as out:
+            while chunk := source.read(min(_CHUNK, member.size - written)):
+                out.write(chunk)
+                written += len(chunk)
+        if written != member.size:
+            raise PackageError(f"{shown} is cut short in member {member.name!r}; nothing was cached")
+
+
+def _check_end(tar: tarfile.TarFile, plain: _Counting, shown: str) -> None:
+    """The archive ended at its end-of-archive blocks (two zero blocks), not at a cut or a garbage header."""
+    plain.drain(_TRAILER)
+    end = tar.offset
+    start = plain.count - len(plain.tail)
+    block = bytes(plain.tail[end - start : end - start + 2 * tarfile.BLOCKSIZE]) if end >= start else b""
+    if len(block) != 2 * tarfile.BLOCKSIZE or block.count(0) != len(block):
+        raise PackageError(f"{shown} is cut short or damaged: the archive does not end with its end-of-archive "
+                           "blocks; nothing was cached")  # fmt: skip
