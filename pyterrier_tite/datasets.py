@@ -35,6 +35,23 @@ ALIASES: dict[str, str] = {
 #: the collections with a full document set, i.e. those where first-stage retrieval is meaningful
 FULL_COLLECTIONS = ("vaswani", "cranfield", "beir/scifact/test", "local/cisi", "local/cacm")
 
+#: the collections the project evaluates on (README, docs/results.md): no training command may default to one
+EVALUATION_COLLECTIONS = (
+    *FULL_COLLECTIONS,
+    "local/cranfield-graded",
+    "msmarco-passage/trec-dl-2019/judged",
+    "msmarco-passage/trec-dl-2020/judged",
+    "msmarco-passage/trec-dl-2019",
+    "msmarco-passage/trec-dl-2020",
+)
+
+
+def is_evaluation_collection(name: str) -> bool:
+    """Whether ``name`` (an ID, alias or TREC DL year) names a collection the project reports results on."""
+    name = {"2019": "dl19", "2020": "dl20"}.get(str(name), str(name))
+    return irds_id(name) in EVALUATION_COLLECTIONS
+
+
 _LOCAL_TSV = ("cisi", "cacm")
 
 

@@ -142,3 +142,34 @@ def test_the_score_check_catches_a_planted_result(bad):
 )
 def test_the_score_check_lets_plain_descriptions_through(good):
     assert not score_claims(good), good
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("command", sorted(c for c in PRODUCT_COMMANDS if c.startswith(("train-", "pretrain"))))
+def test_training_never_defaults_to_an_evaluation_collection(command):
+    """A training command's data is named by the user or defaults to a training split: never to a collection whose
+    results the project reports (training on the evaluation set by default)."""
+    from pyterrier_tite.datasets import is_evaluation_collection
+
+    parser = _subparsers(build_parser())[command]
+    data_flags = [a for a in parser._actions if a.dest in ("dataset", "train_data", "topics", "qrels")]
+    assert data_flags, f"{command} has no data flag"
+    for action in data_flags:
+        if action.required or action.default is None:
+            continue
+        assert not is_evaluation_collection(action.default), (
+            f"{command} {action.option_strings[0]} defaults to the evaluation collection {action.default!r}"
+        )
+
+
+def test_evaluation_collections_are_recognised_by_any_name():
+    from pyterrier_tite.datasets import is_evaluation_collection
+
+    for name in ("2020", "dl19", "vaswani", "scifact", "irds:beir/scifact/test", "msmarco-passage/trec-dl-2020/judged"):
+        assert is_evaluation_collection(name), name
+    for name in ("scifact-train", "beir/scifact/train", "msmarco-passage/train", "samples.jsonl"):
+        assert not is_evaluation_collection(name), name

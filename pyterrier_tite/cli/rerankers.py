@@ -56,7 +56,12 @@ def build_reranker(args: argparse.Namespace):
 def register(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser("train-reranker", help="fine-tune a cross-encoder reranker (LCE / MarginMSE / RankNet)")
     add_model_arguments(train)
-    train.add_argument("--dataset", default="2020", help="TREC DL year (2019/2020) or collection alias with qrels")
+    train.add_argument(
+        "--dataset", required=True,
+        help="queries + qrels to train on: an ir_datasets id or alias, or a TREC DL year (2019/2020). There is no "
+        "default: the collections the results are reported on (TREC DL 2019/2020, vaswani, scifact test, ...) would "
+        "be training on the evaluation set; name a training split (e.g. scifact-train) or accept that knowingly",
+    )  # fmt: skip
     train.add_argument("--depth", type=int, default=100, help="first-stage candidates per query (negatives pool)")
     train.add_argument("--max-queries", type=int, default=None, help="use only the first N judged queries")
     train.add_argument("--loss", choices=["lce", "margin_mse", "ranknet"], default="lce", help="training loss")

@@ -46,8 +46,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model_arguments(ft)
     ft.add_argument(
         "--train-data",
-        default="scifact",
-        help="'scifact' (beir/scifact/train qrels + BM25 negatives) or a samples .jsonl",
+        default="scifact-train",
+        help="'scifact-train' (beir/scifact/train qrels + BM25 negatives) or a samples .jsonl",
     )
     ft.add_argument("--negatives", type=int, default=7, help="BM25 hard negatives per judged pair")
     ft.add_argument(
@@ -166,8 +166,8 @@ def load_train_samples(args: argparse.Namespace):
         return load_samples(args.train_data)
     if args.samples_cache and os.path.exists(args.samples_cache):
         return load_samples(args.samples_cache)
-    if args.train_data != "scifact":
-        raise ValueError(f"unknown --train-data {args.train_data!r}: 'scifact' or a samples .jsonl")
+    if args.train_data not in ("scifact-train", "beir/scifact/train"):
+        raise ValueError(f"unknown --train-data {args.train_data!r}: 'scifact-train' or a samples .jsonl")
     from pyterrier_tite import bm25, datasets
     from pyterrier_tite.training.biencoder_data import build_samples, corpus_text
 
