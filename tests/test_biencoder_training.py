@@ -199,7 +199,7 @@ def test_cli_train_biencoder_on_samples_file(tmp_path):
     save_samples(tiny_samples(), str(tmp_path / "s.jsonl"))
     out = tmp_path / "model"
     code = main(
-        ["train-biencoder", "--model", "mean", "--train-data", str(tmp_path / "s.jsonl"), "--max-steps", "2",
+        ["train-biencoder", "--arch", "mean", "--train-data", str(tmp_path / "s.jsonl"), "--max-steps", "2",
          "--batch-size", "2", "--doc-max-length", "16", "--output-dir", str(out), "--quiet", "--threads", "1"]
     )  # fmt: skip
     assert code == 0

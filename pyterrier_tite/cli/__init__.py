@@ -28,12 +28,55 @@ COMMAND_MODULES = [
 ]
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """One help style for every command: descriptions as written, each option's default shown where it has one
+    (not for switches, required options or a help text that already says its default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or action.required
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pyterrier-tite", description="Efficient neural IR models for PyTerrier.")
+    """The command with every sub-command registered; every parser gets :class:`HelpFormatter` and a description
+    (its one-line help where the module gave none)."""
+    parser = argparse.ArgumentParser(
+        prog="pyterrier-tite", description="Efficient neural IR models for PyTerrier.", formatter_class=HelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(commands)
+    _one_style(commands)
     return parser
+
+
+def _one_style(commands: argparse._SubParsersAction) -> None:
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    for name, sub in commands.choices.items():
+        sub.formatter_class = HelpFormatter
+        if not sub.description:
+            sub.description = helps.get(name)
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _one_style(action)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyterrier-tite")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,7 +126,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, k: int, k_help: str) -> N
     """``--topics``, ``--out``, ``-k`` and ``--overwrite``: what a command that writes a run file reads and writes."""
     parser.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file (.jsonl/.tsv/.xml)")
     parser.add_argument("--out", required=True, help="run file to write (.gz compresses)")
-    parser.add_argument("-k", type=int, default=k, help=f"{k_help} (default {k})")
+    parser.add_argument("-k", type=int, default=k, help=k_help)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run file")
 
 

