@@ -5,40 +5,34 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections.abc import Iterator
 
 import pandas as pd
 
+from pyterrier_tite.store.input_files import binary_lines, is_plain_file
 from pyterrier_tite.store.values import checked_id, checked_text
 
 
 def is_file_argument(value: str) -> bool:
-    """A path to an existing file (anything else is taken as an ir_datasets id or alias)."""
-    return os.path.isfile(value)
-
-
-def _open_text(path: str):
-    """Text lines split at ``\\n`` only (a ``\\r`` inside a query stays text; a CRLF ending is removed by
-    :func:`text_lines`)."""
-    path = os.fspath(path)
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-    return open(path, encoding="utf-8", newline="\n")
+    """A path to something that exists and is not a folder: a file, a FIFO, ``/dev/stdin`` (anything else is taken
+    as an ir_datasets id or alias; a folder is refused where a file is read, naming it)."""
+    if os.path.isdir(value):
+        raise ValueError(f"{value} is a folder; expected a file or an ir_datasets id")
+    return os.path.exists(value)
 
 
 def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """``(line number, line without its line ending)`` of a UTF-8 text file (``.gz`` too)."""
-    number = 0
-    try:
-        with _open_text(path) as f:
-            for number, line in enumerate(f, 1):  # noqa: B007 (the number names a line that is not UTF-8)
-                yield number, line.rstrip("\n").removesuffix("\r")
-    except UnicodeDecodeError as exc:
-        message = f"{path}, line {number + 1}: not UTF-8 text ({exc.reason}); convert the file to UTF-8"
-        raise ValueError(message) from None
+    """``(line number, line without its line ending)`` of a UTF-8 text file, read once (plain or compressed, a FIFO
+    or a pipe: :mod:`~pyterrier_tite.store.input_files`); a line that is not UTF-8 names its own number."""
+    for number, raw in binary_lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            message = f"{path}, line {number}: not UTF-8 text ({exc.reason}); convert the file to UTF-8"
+            raise ValueError(message) from None
+        yield number, line.removesuffix("\r")
 
 
 def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
@@ -119,11 +113,14 @@ def whitespace_table(
     ``hints[n]`` for a line of ``n`` fields)."""
     import csv
 
+    _LINE_NUMBERS.pop(os.fspath(path), None)
+    if not is_plain_file(path):  # a stream (FIFO, pipe, stdin) or compressed data: read once, line by line
+        return _scanned_table(path, width, what, layout, hints or {})
     try:  # pandas' C reader (fast); anything unusual is read again line by line to name the line
         table = pd.read_csv(
             path, sep=r"\s+", header=None, dtype=object, na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8"
         )
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, EOFError, OSError):
         table = None
     if table is None or table.shape[1] != width or (table[width - 1] == "").any():
         table = _scanned_table(path, width, what, layout, hints or {})
@@ -131,7 +128,7 @@ def whitespace_table(
 
 
 def _scanned_table(path, width: int, what: str, layout: str, hints: dict[int, str]) -> pd.DataFrame:
-    rows = []
+    rows, numbers = [], []
     for number, line in text_lines(path):
         fields = line.split()
         if fields and len(fields) != width:
@@ -139,13 +136,24 @@ def _scanned_table(path, width: int, what: str, layout: str, hints: dict[int, st
             raise ValueError(f"{path}, line {number}: {len(fields)} fields; a {what} line is `{layout}`{hint}")
         if fields:
             rows.append(fields)
+            numbers.append(number)
     if not rows:
         raise ValueError(f"{path}: empty (no {what} lines); a {what} line is `{layout}`")
-    return pd.DataFrame(rows, dtype=object)
+    table = pd.DataFrame(rows, dtype=object)
+    _LINE_NUMBERS[os.fspath(path)] = numbers  # a stream cannot be read again to name a line
+    return table
+
+
+#: the line numbers of the rows of the last table read line by line from each path
+_LINE_NUMBERS: dict[str, list[int]] = {}
 
 
 def line_number(path: str | os.PathLike, row: int) -> int:
-    """The line of the ``row``-th non-blank line of a file (for messages: reads the file up to it)."""
+    """The line of the ``row``-th non-blank line of a file (for messages: from the table's own reading where it was
+    read line by line, else by reading a regular file up to it)."""
+    numbers = _LINE_NUMBERS.get(os.fspath(path))
+    if numbers is not None and row < len(numbers):
+        return numbers[row]
     seen = -1
     for number, line in text_lines(path):
         seen += bool(line.split())

@@ -4,12 +4,12 @@ TREC topics file (``<top> <num> .. <title> .. </top>``). Ids stay the strings wr
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Iterator
 
 import pandas as pd
 
+from pyterrier_tite.store.input_files import open_input
 from pyterrier_tite.store.text_files import (
     field_name,
     is_file_argument,
@@ -106,8 +106,7 @@ def _xml_topics(path: str) -> Iterator[tuple[str, str]]:
     """TREC topic XML (TIREx ``queries.xml``): ``<topic number="ID">`` (or a ``<number>`` child) with ``<query>``."""
     import xml.etree.ElementTree as ET
 
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
+    with open_input(path) as f:  # read once: a FIFO or pipe too, compressed or not
         data = f.read()
     try:
         root = ET.fromstring(data)
