@@ -65,7 +65,7 @@ def encoder_from_pretrained(path: str, **kwargs) -> nn.Module:
     from transformers import AutoConfig, AutoModel
 
     folder = local_checkpoint(path)
-    config = AutoConfig.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     unused = ("pooler.", *pretraining_only_keys(config), *mlm_head_prefixes(config))
     return strict_from_pretrained(AutoModel, folder, unused=unused, **{**base_model_kwargs(config), **kwargs})
 

@@ -18,16 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from pyterrier_tite.models.meta_files import PT_META, read_json, read_meta  # noqa: F401 - re-exported
+from pyterrier_tite.models.folder_checks import check_folder
+from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json, read_meta  # noqa: F401 - re-exported
 
 #: files a model needs; a hub repo's other formats (ONNX, TF, Flax, OpenVINO) are not downloaded
 CHECKPOINT_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model", "*.yaml"]
 #: the file a saved model folder keeps its PyTerrier artifact metadata and settings in
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded exactly: missing or unused tensors, wrong shapes, an unknown layout."""
 
 
 @contextmanager
@@ -79,6 +76,7 @@ def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint) -> Checkpoint:
     config_file, meta_file = os.path.join(folder, "config.json"), os.path.join(folder, PT_META)
     config = read_json(config_file) if os.path.isfile(config_file) else {}
     meta = read_json(meta_file) if os.path.isfile(meta_file) else {}
+    check_folder(folder, config)  # no remote code; sizes that match the weights, before anything is built
     return Checkpoint(name, folder, config, meta)
 
 
@@ -123,9 +121,12 @@ def _resolve(name: str) -> str:
 
 def _readable(folder: str) -> str:
     """``folder`` once its JSON settings files (those present) parse as JSON objects."""
+    config = {}
     for name in ("config.json", PT_META):
         if os.path.isfile(os.path.join(folder, name)):
-            read_json(os.path.join(folder, name))
+            settings = read_json(os.path.join(folder, name))
+            config = settings if name == "config.json" else config
+    check_folder(folder, config)
     return folder
 
 
@@ -295,7 +296,7 @@ def strict_from_pretrained(model_class, path: str, *, fresh: Iterable[str] = (),
     them silently); ``fresh`` / ``unused`` prefixes as in :func:`load_exactly`."""
     fresh, unused = tuple(fresh), tuple(unused)
     with quiet_transformers():
-        model, info = model_class.from_pretrained(path, output_loading_info=True, **kwargs)
+        model, info = model_class.from_pretrained(path, output_loading_info=True, trust_remote_code=False, **kwargs)
     missing = [k for k in info.get("missing_keys", ()) if not (fresh and k.startswith(fresh))]
     unexpected = [k for k in info.get("unexpected_keys", ()) if not (unused and k.startswith(unused))]
     wrong_dtype = loaded_integer_into_float(model, path)

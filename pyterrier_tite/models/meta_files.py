@@ -6,6 +6,12 @@ from __future__ import annotations
 import json
 import os
 
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded exactly: missing or unused tensors, wrong shapes, an unknown layout, a
+    folder that asks to run its own code or whose settings contradict its weights."""
+
+
 #: what this package stores in a saved folder besides the weights
 PT_META = "pt_meta.json"
 

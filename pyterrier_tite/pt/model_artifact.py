@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -79,6 +80,13 @@ class ModelArtifact(InitArguments, pta.Artifact):
 
     ARTIFACT_TYPE = "model"
     ARTIFACT_PACKAGE_HINT = "pyterrier-tite"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        save = cls.__dict__.get("save_pretrained")
+        if save is not None and not getattr(save, "_staged", False):
+            cls.save_pretrained = _staged_save(save)
+
     #: inside a pipeline's schematic the model shows as the transformer it is, not as an opaque artifact
     ARTIFACT_SCHEMATIC_SHOW_AS_TRANSFORMER = True
     #: the folder the model was loaded from as an artifact (set by the loaders), else NO_PATH
@@ -202,3 +210,22 @@ def origin_names(model) -> list[str]:
     if isinstance(getattr(tokenizer, "name_or_path", None), str) and tokenizer.name_or_path:
         names.append(tokenizer.name_or_path)
     return names
+
+
+def _staged_save(save):
+    """``save_pretrained`` made all or nothing: the folder is written beside the target and renamed into place
+    (``store.atomic.atomic_build``: locked, an older folder replaced only once the new one is complete), its files
+    given the umask's modes (safetensors writes 0600), and a README.md of the user's in an older folder kept."""
+
+    @functools.wraps(save)
+    def staged(self, path, *args, **kwargs):
+        from pyterrier_tite.store.atomic import atomic_build, follow_umask, keep_user_readme
+
+        with atomic_build(path, overwrite=True) as staging:
+            keep_user_readme(path, staging)
+            save(self, str(staging), *args, **kwargs)
+            follow_umask(staging)
+        return None
+
+    staged._staged = True
+    return staged

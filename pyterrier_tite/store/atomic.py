@@ -188,3 +188,24 @@ def _create_exclusive(staging: Path, target: Path) -> int:
         return os.open(staging, flags, 0o666)
     except FileExistsError:
         raise planted(staging, target, "staging file") from None
+
+
+def follow_umask(folder: str | os.PathLike) -> None:
+    """Give what was written under ``folder`` the modes the umask allows (libraries such as safetensors write 0600,
+    so a shared model folder failed for other users); links are not followed."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for root, _dirs, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            file = os.path.join(root, name)
+            if not os.path.islink(file):
+                os.chmod(file, 0o666 & ~umask)
+
+
+def keep_user_readme(old_folder: str | os.PathLike, staging: str | os.PathLike) -> None:
+    """Copy the README.md of the folder being replaced into the new one (a regular file only, never through a link),
+    so a card the user wrote survives a save (the card writer keeps a README that is not its own)."""
+    readme = Path(old_folder) / "README.md"
+    if readme.is_file() and not readme.is_symlink() and not Path(old_folder).is_symlink():
+        shutil.copyfile(readme, Path(staging) / "README.md")

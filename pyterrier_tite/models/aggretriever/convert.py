@@ -157,7 +157,7 @@ def mlm_from_config(folder: str) -> nn.Module:
     from pyterrier_tite.models.checkpoint import quiet_transformers
 
     with quiet_transformers():
-        return AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(folder))
+        return AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(folder, trust_remote_code=False))
 
 
 def legacy_names(encoder: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

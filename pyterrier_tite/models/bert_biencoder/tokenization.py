@@ -43,11 +43,26 @@ def load_tokenizer(folder: str | os.PathLike):
                 tokenizer_class = json.load(f).get("tokenizer_class")
         except (json.JSONDecodeError, AttributeError) as exc:
             raise ValueError(f"{settings_file} is not a JSON object: {exc}") from exc
-    if tokenizer_class not in UNREGISTERED_TOKENIZERS:
-        return AutoTokenizer.from_pretrained(folder)
-    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
-        return PreTrainedTokenizerFast.from_pretrained(folder)
-    return BertTokenizerFast.from_pretrained(folder)
+    try:
+        if tokenizer_class not in UNREGISTERED_TOKENIZERS:
+            return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+        if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+            return PreTrainedTokenizerFast.from_pretrained(folder)
+        return BertTokenizerFast.from_pretrained(folder)
+    except OSError:
+        raise
+    except Exception as exc:  # a damaged tokenizer.json / vocab: the tokenizers library's own parse errors
+        from pyterrier_tite.models.meta_files import CheckpointError
+
+        files = [
+            n
+            for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+            if os.path.isfile(os.path.join(folder, n))
+        ]
+        raise CheckpointError(
+            f"{folder}: its tokenizer files ({', '.join(files) or 'none'}) do not load "
+            f"({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
 
 
 def takes_token_types(model) -> bool:

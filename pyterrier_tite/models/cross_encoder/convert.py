@@ -65,7 +65,9 @@ def load_sequence_classifier(folder: str | os.PathLike | Checkpoint) -> nn.Modul
     folder = checkpoint.folder
     check_type(checkpoint.config.get("model_type"), folder)
     with quiet_transformers():
-        model, info = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, output_loading_info=True)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            folder, num_labels=1, output_loading_info=True, trust_remote_code=False
+        )
     missing, unexpected = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
     base = model.base_model_prefix + "."
     new_head = all(k in missing for k in model.state_dict() if k.startswith("classifier."))

@@ -31,7 +31,7 @@ def folder_tokenizer(folder: str | os.PathLike):
     folder = os.fspath(folder)
     if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
         raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
-    return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
 
 
 def special_ids(tokenizer) -> dict[str, int]:

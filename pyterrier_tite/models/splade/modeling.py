@@ -182,7 +182,7 @@ def mlm_from_pretrained(path: str, new_head: bool = False, **kwargs) -> nn.Modul
     from pyterrier_tite.models.checkpoint import local_checkpoint, strict_from_pretrained
 
     folder = local_checkpoint(path)
-    config = AutoConfig.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     fresh = mlm_head_prefixes(config) if new_head else ()
     unused = ("pooler.", *pretraining_only_keys(config))
     return strict_from_pretrained(AutoModelForMaskedLM, folder, fresh=fresh, unused=unused, **kwargs)

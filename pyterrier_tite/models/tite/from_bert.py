@@ -243,7 +243,7 @@ def load_bert(path: str | os.PathLike) -> torch.nn.Module:
     from pyterrier_tite.models.checkpoint import local_checkpoint, strict_from_pretrained
 
     folder = local_checkpoint(path)
-    config = AutoConfig.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     bert_sizes(config)  # "not supported" before loading anything else
     extra = {"add_pooling_layer": False} if config.model_type == "bert" else {}
     return strict_from_pretrained(AutoModel, folder, unused=ENCODER_UNUSED, **extra)

@@ -1,0 +1,132 @@
+"""Checks of a model folder before anything in it is used: it is data, never code, and its settings must agree with
+its weights before a module is built from them.
+
+- A ``config.json`` or ``tokenizer_config.json`` that names code to import (``auto_map``) is refused: transformers
+  would ask to run the folder's Python (or hang waiting for an answer); this package never runs it.
+- The sizes a config asks for (vocabulary, positions, token types, layers, feed-forward width) are compared with the
+  tensors the weights file holds, read from its header only (no tensor data), so a config asking for 10^9
+  positions or 10^6 layers fails at once naming the setting and both sizes, instead of allocating for minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+
+from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json
+
+#: the safetensors files a folder keeps its weights in (one file, or shards listed by an index)
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+#: a safetensors header larger than this is not a header of a model this package loads
+MAX_HEADER_BYTES = 100 * 2**20
+
+#: config setting -> (tensor name suffix, dimension of that tensor holding the size)
+SIZED_BY = {
+    "vocab_size": ("word_embeddings.weight", 0),
+    "max_position_embeddings": ("position_embeddings.weight", 0),
+    "type_vocab_size": ("token_type_embeddings.weight", 0),
+    "intermediate_size": ("layer.0.intermediate.dense.weight", 0),
+}
+_LAYER = re.compile(r"\.(?:layer|layers)\.(\d+)\.")
+
+
+def check_folder(folder: str, config: dict) -> None:
+    """Refuse remote code, a folder of ours that lost its settings, and settings that contradict the weights (module
+    docstring); ``config`` is the folder's ``config.json`` as already read."""
+    refuse_remote_code(folder, config)
+    refuse_incomplete_save(folder)
+    check_sizes(folder, config)
+
+
+def refuse_incomplete_save(folder: str) -> None:
+    """A folder whose card says this package saved it has a ``pt_meta.json``: without it the settings it was saved
+    with (lengths, markers, pooling) would silently fall back to defaults and the model score something else."""
+    from pyterrier_tite.models.model_card import MARKER
+
+    readme = os.path.join(folder, "README.md")
+    if os.path.isfile(os.path.join(folder, PT_META)) or not os.path.isfile(readme) or os.path.islink(readme):
+        return
+    with open(readme, "rb") as f:
+        ours = MARKER.encode() in f.read(64 * 1024)
+    if ours:
+        raise CheckpointError(
+            f"{folder} was saved by pyterrier-tite but has no {PT_META} (the settings it was saved with); save it "
+            "again, or copy the folder whole"
+        )
+
+
+def refuse_remote_code(folder: str, config: dict) -> None:
+    files = {"config.json": config}
+    tokenizer_config = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(tokenizer_config):
+        files["tokenizer_config.json"] = read_json(tokenizer_config)
+    for name, settings in files.items():
+        if isinstance(settings, dict) and "auto_map" in settings:
+            raise CheckpointError(
+                f"{os.path.join(folder, name)} names Python code of its own (auto_map); code in a model folder is "
+                "never run: use a checkpoint of a standard architecture"
+            )
+
+
+def check_sizes(folder: str, config: dict) -> None:
+    """Each size in :data:`SIZED_BY` and ``num_hidden_layers`` against the weights' shapes, where both exist."""
+    shapes = weight_shapes(folder)
+    if not shapes or not isinstance(config, dict):
+        return
+    for setting, (suffix, dim) in SIZED_BY.items():
+        wanted = config.get(setting)
+        shape = next((s for name, s in shapes.items() if name.endswith(suffix) and len(s) > dim), None)
+        if type(wanted) is int and shape is not None and wanted != shape[dim]:
+            raise CheckpointError(
+                f"{os.path.join(folder, 'config.json')}: {setting} is {wanted} but the weights hold {shape[dim]} "
+                f"({suffix} of shape {list(shape)}); the settings do not belong to these weights"
+            )
+    layers = config.get("num_hidden_layers")
+    present = {int(m.group(1)) for name in shapes if (m := _LAYER.search(name))}
+    if type(layers) is int and present and layers > max(present) + 1:
+        raise CheckpointError(
+            f"{os.path.join(folder, 'config.json')}: num_hidden_layers is {layers} but the weights hold "
+            f"{max(present) + 1} layers; the settings do not belong to these weights"
+        )
+
+
+def weight_shapes(folder: str) -> dict[str, list[int]]:
+    """Tensor name -> shape of the folder's safetensors weights, from the headers alone ({} without them)."""
+    files = []
+    index = os.path.join(folder, WEIGHTS_INDEX)
+    if os.path.isfile(os.path.join(folder, WEIGHTS)):
+        files = [os.path.join(folder, WEIGHTS)]
+    elif os.path.isfile(index):
+        weight_map = read_json(index).get("weight_map", {})
+        names = sorted({v for v in weight_map.values() if isinstance(v, str) and os.path.basename(v) == v})
+        files = [os.path.join(folder, name) for name in names if os.path.isfile(os.path.join(folder, name))]
+    shapes: dict[str, list[int]] = {}
+    for file in files:
+        shapes.update(_header_shapes(file))
+    return shapes
+
+
+def _header_shapes(file: str) -> dict[str, list[int]]:
+    """The shapes a safetensors file declares (8-byte little-endian header length, then a JSON header)."""
+    with open(file, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CheckpointError(f"{file}: not a safetensors file (shorter than its header length)")
+        (length,) = struct.unpack("<Q", head)
+        if length > MAX_HEADER_BYTES:
+            raise CheckpointError(f"{file}: not a safetensors file (a header of {length} bytes)")
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{file}: not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{file}: not a safetensors file (its header is not a JSON object)")
+    return {
+        name: entry["shape"]
+        for name, entry in header.items()
+        if name != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("shape"), list)
+    }
