@@ -16,6 +16,7 @@ process, the index or the user's time:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import fnmatch
 import hashlib
@@ -38,7 +39,7 @@ from pyterrier_tite.store.pisa_files import check_pisa_index, num_documents
 #: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``
 #: and the compressed index ``<that>.<encoding>``
 PISA_DERIVED = "*.bmw.*"
-#: the sizes of the derived files that were written completely (name -> bytes)
+#: the derived files that were written completely, each with its size, inode, change time and digest
 PISA_DERIVED_RECORD = "pt_derived.json"
 #: the lock file that serialises the opening of one index's first retrievers across processes
 PISA_DERIVED_LOCK = ".pt_derived.lock"
@@ -154,7 +155,15 @@ def pisa_derived_files(path: str | os.PathLike, needed: Sequence[str] = ()) -> I
             yield folder
             return
         folder = derived_cache(folder)
-    with open(folder / PISA_DERIVED_LOCK, "a") as lock:
+    try:
+        lock_fd = os.open(folder / PISA_DERIVED_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)  # never a link
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise DerivedFilesError(
+            f"{folder / PISA_DERIVED_LOCK} is a symbolic link; it is never followed or written through: remove it"
+        ) from None
+    with open(lock_fd, "r+b") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the block raises
         except OSError:  # a file system without locks (some network mounts): go on unlocked, as before
@@ -168,10 +177,53 @@ def pisa_derived_files(path: str | os.PathLike, needed: Sequence[str] = ()) -> I
         record = folder / PISA_DERIVED_RECORD
         staged = record.with_name(f".{record.name}.{os.getpid()}")
         try:
-            staged.write_text(json.dumps({f.name: f.stat().st_size for f in sorted(folder.glob(PISA_DERIVED))}))
+            staged.unlink(missing_ok=True)  # whatever has that name (a planted link) is never written through
+            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+            with open(fd, "w") as f:
+                json.dump({f.name: _stamp(f, digest=True) for f in sorted(folder.glob(PISA_DERIVED))}, f)
             os.replace(staged, record)
         except OSError:  # a full disk: unrecorded files are only written again next time
             staged.unlink(missing_ok=True)
+
+
+def _stamp(file: Path, digest: bool = False) -> dict:
+    """What a derived file is recorded by: its size, inode and modification time (a package cannot carry the inode:
+    files extracted or copied here get new ones) and a BLAKE2b digest of its bytes (a rewrite that kept the size and
+    set the time back)."""
+    info = file.stat()
+    stamp = {"size": info.st_size, "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}
+    if digest:
+        stamp["blake2b"] = _digest(file)
+    return stamp
+
+
+def _digest(file: Path) -> str:
+    hasher = hashlib.blake2b(digest_size=32)
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+#: (path, inode, modification time) of the derived files whose digest this process has verified
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def _complete(file: Path, recorded) -> bool:
+    """``file`` is the one recorded complete: same size, inode and modification time, and (once per process) the
+    same digest. A record from another machine or a package, a same-size rewrite or garbage all fail: PISA would
+    map such a file and crash the process."""
+    if not isinstance(recorded, dict) or not file.is_file() or file.is_symlink():
+        return False
+    stamp = _stamp(file)
+    if any(recorded.get(key) != value for key, value in stamp.items()):
+        return False
+    key = (str(file), stamp["inode"], stamp["mtime_ns"])
+    if key not in _VERIFIED:
+        if recorded.get("blake2b") != _digest(file):
+            return False
+        _VERIFIED.add(key)
+    return True
 
 
 def _record_of(folder: Path) -> dict:
@@ -184,13 +236,13 @@ def _record_of(folder: Path) -> dict:
 
 def _recorded(folder: Path, names: Sequence[str]) -> bool:
     complete = _record_of(folder)
-    return all((folder / n).is_file() and complete.get(n) == (folder / n).stat().st_size for n in names)
+    return all(_complete(folder / n, complete.get(n)) for n in names)
 
 
 def _remove_unrecorded(folder: Path) -> None:
     complete = _record_of(folder)
     for file in folder.glob(PISA_DERIVED):
-        if complete.get(file.name) != file.stat().st_size:
+        if not _complete(file, complete.get(file.name)):
             file.unlink()
 
 
