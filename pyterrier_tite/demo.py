@@ -72,15 +72,15 @@ def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
 
 def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
     """The model folders (a ``pt_meta.json`` naming a model format) inside ``models_dir``, up to ``max_depth`` levels
-    down (a recipe writes ``<variant>/seed-<seed>/``), sorted by path; nothing inside a model folder, or inside another
-    artifact such as a recipe's cached FlexIndex, is searched or listed."""
+    down (a recipe writes ``<variant>/seed-<seed>/``; linked folders too), sorted by path; nothing inside a model
+    folder, or inside another artifact such as a recipe's cached FlexIndex, is searched or listed."""
     from pyterrier_tite.models.checkpoint import read_json
 
     if not os.path.isdir(models_dir):
         raise FileNotFoundError(f"--models {models_dir!r} is not a folder")
     found = []
     root_depth = os.path.normpath(models_dir).count(os.sep)
-    for folder, subfolders, files in os.walk(models_dir):
+    for folder, subfolders, files in os.walk(models_dir, followlinks=True):  # the depth limit ends link cycles
         if "pt_meta.json" in files and os.path.normpath(folder) != os.path.normpath(models_dir):
             if read_json(os.path.join(folder, "pt_meta.json")).get("format") in FORMATS:
                 found.append(folder)

@@ -97,8 +97,15 @@ def test_demo_finds_model_folders_of_a_recipe_but_not_inside_a_model(tmp_path):
         (tmp_path / folder / "pt_meta.json").write_text('{"format": "cross-encoder"}')
     flex_meta = '{"type": "dense_index", "format": "flex"}'
     (tmp_path / "agg/indexes/cls-1a2b/scifact.flex/pt_meta.json").write_text(flex_meta)
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    (elsewhere / "linked").mkdir(parents=True)
+    (elsewhere / "linked" / "pt_meta.json").write_text('{"format": "cross-encoder"}')
+    (tmp_path / "linked-model").symlink_to(elsewhere / "linked")  # a model folder linked in is a row too
+    (tmp_path / "loop").symlink_to(tmp_path)  # a link cycle ends at the depth limit
     found = [os.path.relpath(f, tmp_path) for f in model_folders(str(tmp_path))]
-    assert found == ["a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2"]
+    assert "linked-model" in found
+    assert [f for f in found if not f.startswith("loop")] == [
+        "a-tite", "linked-model", "rerankers/mono/seed-1", "rerankers/mono/seed-2"]
 
 
 @pytest.mark.slow

@@ -152,9 +152,10 @@ def corpus_documents(source: str):
         from pyterrier_tite.store.tira import iter_documents
 
         return iter_documents(source)
-    from pyterrier_tite.store.corpus import iter_corpus
+    from pyterrier_tite.store.corpus import SizedCorpus, corpus_size, iter_corpus
 
-    return iter_corpus(source)
+    size = corpus_size(source)
+    return iter_corpus(source) if size is None else SizedCorpus(iter_corpus(source), size)
 
 
 def check_corpus_source(source: str) -> None:

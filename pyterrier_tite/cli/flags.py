@@ -84,11 +84,17 @@ def precision_of(args: argparse.Namespace) -> str:
 
 
 def quiet_progress(args: argparse.Namespace) -> None:
-    """``--quiet`` also silences transformers' own bars (loading and writing weights), not just ours."""
+    """``--quiet`` also silences transformers' own bars (loading and writing weights) and ir_datasets' INFO lines,
+    not just our bars."""
     if getattr(args, "quiet", False):
+        import logging as std_logging
+
         from transformers.utils import logging
 
         logging.disable_progress_bar()
+        # ir_datasets sets INFO on each of its own loggers: only a process-wide switch reaches them all (the command
+        # owns its process)
+        std_logging.disable(std_logging.INFO)
 
 
 def training_arguments(args: argparse.Namespace):

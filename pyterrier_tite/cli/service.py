@@ -88,6 +88,9 @@ class _Counted:
             self.count += 1
             yield doc
 
+    def __len__(self) -> int:  # the corpus size where it is known (a progress bar's total), else a TypeError
+        return len(self.docs)
+
 
 def build_index(
     model_name: str,

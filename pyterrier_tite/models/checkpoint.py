@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pyterrier_tite._user_warnings import warn_user
 from pyterrier_tite.models.folder_checks import check_folder
 from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json, read_meta  # noqa: F401 - re-exported
 
@@ -310,8 +311,7 @@ def warn_fresh(source: str, created: list[str]) -> None:
     fresh weights are allowed there, but never silent."""
     if created:
         names = ", ".join(created[:8]) + (" ..." if len(created) > 8 else "")
-        warnings.warn(f"{source}: {len(created)} tensors not in the checkpoint start fresh (new head): {names}",
-                      stacklevel=3)  # fmt: skip
+        warn_user(f"{source}: {len(created)} tensors not in the checkpoint start fresh (new head): {names}")
 
 
 def save_model_folder(
@@ -357,7 +357,7 @@ def one_fresh_warning(source: str) -> Iterator[list[str]]:
     finally:
         _NOTES.reset(token)
     if notes:
-        warnings.warn(f"{source}: new weights (random init, train before use): {'; '.join(notes)}", stacklevel=3)
+        warn_user(f"{source}: new weights (random init, train before use): {'; '.join(notes)}")
 
 
 def note_fresh(note: str) -> None:

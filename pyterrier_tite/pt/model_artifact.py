@@ -215,16 +215,18 @@ def origin_names(model) -> list[str]:
 def _staged_save(save):
     """``save_pretrained`` made all or nothing: the folder is written beside the target and renamed into place
     (``store.atomic.atomic_build``: locked, an older folder replaced only once the new one is complete), its files
-    given the umask's modes (safetensors writes 0600), and a README.md of the user's in an older folder kept."""
+    given the umask's modes (safetensors writes 0600); a README.md of the user's and whatever else an older folder
+    held besides the model (a training run's log, its resume state) are kept."""
 
     @functools.wraps(save)
     def staged(self, path, *args, **kwargs):
-        from pyterrier_tite.store.atomic import atomic_build, follow_umask, keep_user_readme
+        from pyterrier_tite.store.atomic import atomic_build, follow_umask, keep_other_entries, keep_user_readme
 
         with atomic_build(path, overwrite=True) as staging:
             keep_user_readme(path, staging)
             save(self, str(staging), *args, **kwargs)
             follow_umask(staging)
+            keep_other_entries(path, staging)  # e.g. a training run's log and resume state beside its model
         return None
 
     staged._staged = True

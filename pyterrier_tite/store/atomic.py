@@ -209,3 +209,24 @@ def keep_user_readme(old_folder: str | os.PathLike, staging: str | os.PathLike) 
     readme = Path(old_folder) / "README.md"
     if readme.is_file() and not readme.is_symlink() and not Path(old_folder).is_symlink():
         shutil.copyfile(readme, Path(staging) / "README.md")
+
+
+def keep_other_entries(old_folder: str | os.PathLike, staging: str | os.PathLike) -> None:
+    """Give the new folder what the older one held besides what the save wrote (a training run's log and resume
+    state live beside its model): hard links where possible (nothing is moved, so a failed save loses nothing), else
+    copies; links are never followed or carried."""
+    old, new = Path(old_folder), Path(staging)
+    if not old.is_dir() or old.is_symlink():
+        return
+    for entry in old.iterdir():
+        target = new / entry.name
+        if entry.is_symlink() or target.exists() or target.is_symlink():
+            continue
+        if entry.is_dir():
+            target.mkdir()
+            keep_other_entries(entry, target)
+        elif entry.is_file():
+            try:
+                os.link(entry, target, follow_symlinks=False)
+            except OSError:
+                shutil.copy2(entry, target, follow_symlinks=False)

@@ -5,6 +5,7 @@ docnos, each once, text present), and the texts of a run's documents by docno (:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 
 import pandas as pd
@@ -170,3 +171,46 @@ class DocumentTexts:
             docno = with_text.loc[bad, "docno"].iloc[0] if bad is not None else frame["docno"].iloc[0]
             raise ValueError(f"no text for docno {docno!r} in {self.source}")
         return with_text
+
+
+class SizedCorpus:
+    """Documents with their number known in advance (``len``), so a progress bar over them shows a total and an ETA;
+    iterating yields the documents as given."""
+
+    def __init__(self, documents: Iterable[dict], size: int):
+        self.documents, self.size = documents, size
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.documents)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def known_size(corpus) -> int | None:
+    """``len(corpus)`` where the corpus knows it (:class:`SizedCorpus`), else None (a generator, a stream)."""
+    try:
+        return len(corpus)
+    except TypeError:
+        return None
+
+
+def corpus_size(source: str) -> int | None:
+    """The number of documents of an ir_datasets collection, or of lines of a plain corpus file (one document a
+    line); None where it is not known without reading the documents (compressed files, streams)."""
+    from pyterrier_tite.store.input_files import is_plain_file
+
+    if os.path.exists(source):
+        if not is_plain_file(source) or os.fspath(source).endswith(".gz"):
+            return None
+        lines = 0
+        with open(source, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                lines += block.count(b"\n")
+        return lines
+    try:
+        from pyterrier_tite import datasets
+
+        return int(datasets.get_dataset(source).irds_ref().docs_count())
+    except Exception:  # noqa: BLE001 - a size is only a nicety of the progress bar
+        return None

@@ -20,7 +20,7 @@ import pyterrier as pt
 from more_itertools import peekable
 
 from pyterrier_tite.store.atomic import atomic_build
-from pyterrier_tite.store.corpus import checked_corpus
+from pyterrier_tite.store.corpus import checked_corpus, known_size
 from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
 
 
@@ -46,11 +46,12 @@ def build_flex_index(
     it, the others return None. ``progress`` labels a progress bar over the documents (rank 0)."""
     from pyterrier_dr import FlexIndex
 
+    total = known_size(corpus)  # a known corpus size gives the bar an ETA
     docs = peekable(checked_corpus(corpus, [text_field]))
     if not docs:
         raise ValueError("the corpus is empty: nothing to index")
     if shard.rank == 0 and progress:
-        docs = pt.tqdm(docs, desc=progress, unit="doc")
+        docs = pt.tqdm(docs, desc=progress, unit="doc", total=total)
     encoded = encode_in_order(docs, encode, chunk_size, shard)
     if shard.rank != 0:
         for _ in encoded:  # takes part in every gather

@@ -23,7 +23,7 @@ from pathlib import Path
 from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.store.atomic import atomic_build
 from pyterrier_tite.store.cache import cache_dir, cache_lock, slug
-from pyterrier_tite.store.corpus import GuardedCorpus, checked_corpus
+from pyterrier_tite.store.corpus import GuardedCorpus, checked_corpus, known_size
 from pyterrier_tite.store.locks import WriteFailedError, write_failure
 from pyterrier_tite.store.pisa_files import check_built_pisa, check_pisa_index
 from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
@@ -51,8 +51,8 @@ def build_pisa(
     import pyterrier as pt
 
     with atomic_build(path, overwrite) as staging, native_output_silenced():  # the bar is made inside: it must
-        if progress:  # reach the terminal
-            corpus = pt.tqdm(corpus, desc=progress, unit="doc")
+        if progress:  # reach the terminal; a known corpus size gives it an ETA
+            corpus = pt.tqdm(corpus, desc=progress, unit="doc", total=known_size(corpus))
         guarded = GuardedCorpus(corpus, fields)
         docs = iter(guarded)
         first = next(docs, None)
