@@ -284,7 +284,7 @@ def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, p
     lines += ["", "## Usage", "", "```python", "import pyterrier as pt"]
     if kind == "dense":
         lines.append("import pyterrier_dr")
-    lines.append("import pyterrier_tite as t  # pip install pyterrier-tite")
+    lines.append("import pyterrier_tite as t  # not on PyPI yet: pip install --no-build-isolation -e <a checkout>")
     lines.append("")
     if dataset:
         lines.append(f"model = pt.Artifact.from_hf({where!r})  # the package model.to_hf({where!r}) uploaded")
