@@ -98,6 +98,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         "once into PyTerrier's artifact cache; the index brings its model",
     )  # fmt: skip
     retrieve.add_argument("--model", default=None, help="query encoder (default: the model that built the index)")
+    retrieve.add_argument(
+        "--search", choices=["exact", "hnsw", "ivf"], default="exact",
+        help="dense indexes: exact reads every vector per query; switch to hnsw (FAISS graph, high recall) or ivf "
+        "(FAISS clusters, faster to build, lower recall) when exact search is too slow, e.g. past a million "
+        "documents; the FAISS index is built on first use and kept beside the index",
+    )  # fmt: skip
+    retrieve.add_argument(
+        "--search-width", type=int, default=None,
+        help="the recall / speed knob of approximate search: hnsw's candidate list (default: 128) or the clusters ivf "
+        "searches per query (default: 32); wider finds more of the exact top k, slower",
+    )  # fmt: skip
     add_run_arguments(retrieve, k=1000, k_help="results per query")
     add_runtime_arguments(retrieve)
     retrieve.set_defaults(func=run_retrieve)
@@ -217,9 +228,10 @@ def run_retrieve(args: argparse.Namespace) -> int:
     refuse_existing(args.out, args.overwrite)
     topics = load_topics(args.topics)
     index = index_folder(args.index)  # a package URL: downloaded into the artifact cache
+    options = {"hnsw": {"ef_search": args.search_width}, "ivf": {"n_probe": args.search_width}}.get(args.search, {})
     retriever = index_retriever(
         index, args.model, args.k, device=args.device, batch_size=args.batch_size,
-        precision=args.precision, threads=args.threads or 1
+        precision=args.precision, threads=args.threads or 1, search=args.search, search_options=options,
     )
     results = retrieve(retriever, topics, verbose=not args.quiet)
     info = index_info(index)

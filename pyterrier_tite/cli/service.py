@@ -216,9 +216,13 @@ def index_retriever(
     precision: str | None = None,
     threads: int = 1,
     model=None,
+    search: str = "exact",
+    search_options: dict | None = None,
 ) -> pt.Transformer:
     """Queries (qid, query) -> top ``k`` of an index built by :func:`build_index` (or any FlexIndex / PISA index),
-    with the model the index holds or names unless ``model_name`` (or an already loaded ``model``) is given."""
+    with the model the index holds or names unless ``model_name`` (or an already loaded ``model``) is given; a dense
+    index is searched exactly or approximately (``search``: hnsw / ivf, see
+    :mod:`~pyterrier_tite.store.faiss_search`)."""
     from pyterrier_tite.store.index_info import check_fingerprint, model_for_index
 
     info = index_info(path)
@@ -229,6 +233,8 @@ def index_retriever(
     if kind == BM25:
         if model_name and model_name.lower() != BM25:
             raise ValueError(f"{path} is a BM25 index; --model {model_name} cannot query it")
+        if search != "exact":
+            raise ValueError(f"--search {search} is for dense indexes; {path} is a BM25 (PISA) index")
         from pyterrier_tite.store.pisa_derived import open_pisa_retriever
 
         return open_pisa_retriever(path, "bm25", k, threads, k1=0.9, b=0.4)  # checked; k cut to the collection
@@ -242,16 +248,20 @@ def index_retriever(
         raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is a {loaded_kind} model")
     check_fingerprint(path, info, model_name or repr(model), weights_fingerprint(model))
     if kind == "splade":
+        if search != "exact":
+            raise ValueError(f"--search {search} is for dense indexes; {path} is a SPLADE (PISA) index")
         return model.retriever(str(path), num_results=k, threads=threads, verbose=False)  # checked; k cut
-    return dense_retriever(model, path, k)
+    return dense_retriever(model, path, k, search, **(search_options or {}))
 
 
-def dense_retriever(model, index, k: int = 1000) -> pt.Transformer:
+def dense_retriever(model, index, k: int = 1000, search: str = "exact", **search_options) -> pt.Transformer:
     """``model.query_encoder() >>`` the top ``k`` of a FlexIndex (``index``: one or its folder) on the model's device
-    (:func:`~pyterrier_tite.store.flex.open_flex_retriever`: ``k`` cut to the index size, scalar cells for ``k=1``)."""
+    (:func:`~pyterrier_tite.store.flex.open_flex_retriever`: ``k`` cut to the index size, scalar cells for ``k=1``;
+    ``search`` exact, hnsw or ivf)."""
     from pyterrier_tite.store.flex import open_flex_retriever
 
-    return model.query_encoder(verbose=False) >> open_flex_retriever(index, k, str(model.device))
+    retriever = open_flex_retriever(index, k, str(model.device), search=search, **search_options)
+    return model.query_encoder(verbose=False) >> retriever
 
 
 def retrieve(retriever: pt.Transformer, topics: pd.DataFrame, chunk: int = 256, verbose: bool = True) -> pd.DataFrame:

@@ -118,15 +118,23 @@ def write_docnos(file, docnos: list[str]) -> None:
     InvLookupBuilder.build(file)
 
 
-def open_flex_retriever(index, k: int = 1000, device: str = "cpu") -> pt.Transformer:
+def open_flex_retriever(
+    index, k: int = 1000, device: str = "cpu", search: str = "exact", **search_options
+) -> pt.Transformer:
     """The top ``k`` of a FlexIndex (``index``: one or its folder) for ``query_vec`` s on ``device`` (pyterrier_dr's
     torch retriever on a GPU, its numpy one else), ``k`` cut to the number of documents, with scalar cells also where
-    each query has a single result (:class:`ScalarResults`)."""
+    each query has a single result (:class:`ScalarResults`). ``search='hnsw'`` or ``'ivf'`` searches approximately
+    with FAISS instead (:mod:`~pyterrier_tite.store.faiss_search`; ``search_options``: ``hnsw_neighbours``,
+    ``ef_search``, ``ivf_lists``, ``n_probe``): for collections where exact search is too slow, at a stated recall."""
     from pyterrier_dr import FlexIndex
+
+    from pyterrier_tite.store.faiss_search import FaissRetriever, check_search
 
     if not isinstance(index, FlexIndex):
         index = FlexIndex(str(index), verbose=False)
     k = max(1, min(int(k), len(index)))
+    if check_search(search) != "exact":
+        return FaissRetriever(index, search, k, **search_options)
     if str(device).startswith("cuda"):
         return ScalarResults(index.torch_retriever(num_results=k, device=str(device)))
     return ScalarResults(index.np_retriever(num_results=k))
