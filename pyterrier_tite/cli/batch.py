@@ -100,9 +100,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     retrieve.add_argument("--model", default=None, help="query encoder (default: the model that built the index)")
     retrieve.add_argument(
         "--search", choices=["exact", "hnsw", "ivf"], default="exact",
-        help="dense indexes: exact reads every vector per query; switch to hnsw (FAISS graph, high recall) or ivf "
-        "(FAISS clusters, faster to build, lower recall) when exact search is too slow, e.g. past a million "
-        "documents; the FAISS index is built on first use and kept beside the index",
+        help="dense indexes: exact reads every vector per query; switch to hnsw (FAISS graph) or ivf (FAISS "
+        "clusters) when exact search is too slow, e.g. past a million documents, at the recall against exact that "
+        "benchmarks/scale.py measures (it depends on the vectors); the FAISS index is built on first use and kept "
+        "beside the index",
     )  # fmt: skip
     retrieve.add_argument(
         "--search-width", type=int, default=None,

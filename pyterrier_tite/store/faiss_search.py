@@ -1,11 +1,11 @@
-"""Approximate search over a FlexIndex's vectors with FAISS: HNSW (a graph, high recall, slow to build) or IVF
-(clusters, fast to build, recall set by ``n_probe``), by inner product as the exact search scores.
+"""Approximate search over a FlexIndex's vectors with FAISS: HNSW (a graph; recall set by ``ef_search``) or IVF
+(clusters; recall set by ``n_probe``), by inner product as the exact search scores.
 
 Exact search reads every vector for every query, so its cost grows with the collection; past about a million
-vectors, or when exact search is too slow for the query load, HNSW answers in a fraction of the time at a recall
-``benchmarks/scale.py`` measures. The FAISS index is built once and kept beside the FlexIndex
-(``faiss-<kind>-<settings>.index``; in the per-user cache when the index folder is read-only), written under the
-index's lock and renamed into place when complete, so a killed build leaves nothing behind.
+vectors, or when exact search is too slow for the query load, these answer in a fraction of the time at a recall
+against exact search that depends on the vectors (``benchmarks/scale.py`` measures it). The FAISS index is built
+once and kept beside the FlexIndex (``faiss-<kind>-<settings>.index``; in the per-user cache when the index folder is
+read-only), written under the index's lock and renamed into place when complete, so a killed build leaves nothing.
 """
 
 from __future__ import annotations
