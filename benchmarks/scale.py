@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -35,7 +34,7 @@ DIM = 384
 
 #: one BM25 build and search in a child process; prints its measurements as JSON
 BM25_CHILD = r"""
-import json, os, resource, sys, time
+import json, os, sys, time
 import numpy as np, pandas as pd
 n, path, seed = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, sys.argv[4])
@@ -52,8 +51,8 @@ began = time.perf_counter()
 retriever(topics)
 ms = (time.perf_counter() - began) * 1000 / len(topics)
 size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file())
-print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms, "peak_rss_mb": peak / 1024}))
 """
 
 
@@ -107,6 +106,18 @@ def synthetic_vectors(n: int, seed: int = 0) -> np.ndarray:
     return out
 
 
+def reset_peak_rss() -> None:
+    """Start this process's resident-size high-water mark afresh (Linux >= 4.0), so each size reports its own peak."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_rss_mb() -> float:
+    """This process's resident-size high-water mark (``VmHWM``; ``ru_maxrss`` would keep a parent's across exec)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
 def measure_dense(n: int, folder: Path) -> dict:
     """FlexIndex write, then exact / HNSW / IVF search of the same queries (recall against exact)."""
     import pandas as pd
@@ -114,6 +125,7 @@ def measure_dense(n: int, folder: Path) -> dict:
 
     from pyterrier_tite.store.flex import open_flex_retriever
 
+    reset_peak_rss()
     vectors = synthetic_vectors(n)
     path = folder / f"dense-{n}.flex"
     index = FlexIndex(str(path), verbose=False)
@@ -138,7 +150,7 @@ def measure_dense(n: int, folder: Path) -> dict:
         for depth in (10, 100):
             result[f"{search}_recall@{depth}"] = float(np.mean([
                 len(set(top["exact"][q][:depth]) & set(top[search][q][:depth])) / depth for q in top["exact"]]))
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     shutil.rmtree(path, ignore_errors=True)
     return result
 
@@ -184,13 +196,56 @@ def at(size: int, sizes: list[int], values: list[float]) -> float:
     return values[-1] * (size / sizes[-1]) ** (1.0 if slope is None else slope)
 
 
+def results_tables(report: dict, date: str, device: str) -> dict:
+    """The study tables of ``experiments/efficiency/results.json`` for ``report`` (what docs/results.md shows)."""
+    rows = []
+    for r in report["rows"]["bm25"]:
+        rows.append({"id": f"bm25-{r['docs']}", "label": f"BM25 (PISA), {r['docs']:,} documents",
+                     "values": {"build s": r["build_s"], "index MB": r["size_mb"], "peak RSS MB": r["peak_rss_mb"],
+                                "ms / query": r["ms_per_query"], "recall@10 / @100": None}})  # fmt: skip
+    for r in report["rows"]["dense"]:
+        for search in ("exact", "hnsw", "ivf"):
+            recall = None if search == "exact" else [r[f"{search}_recall@10"], r[f"{search}_recall@100"]]
+            build = r["write_s"] if search == "exact" else r[f"{search}_build_s"]
+            exact = search == "exact"
+            values = {"build s": build, "index MB": r["size_mb"] if exact else None,
+                      "peak RSS MB": r["peak_rss_mb"] if exact else None, "ms / query": r[f"{search}_ms_per_query"],
+                      "recall@10 / @100": recall}  # fmt: skip
+            rows.append({"id": f"dense-{search}-{r['docs']}", "label": f"dense {search}, {r['docs']:,} vectors",
+                         "values": values})  # fmt: skip
+    exponents = [{"id": f"{system}-{key}", "label": f"{system} {key}", "values": {"exponent": value}}
+                 for system, fits in report["exponents"].items() for key, value in fits.items()]  # fmt: skip
+    marco = [{"id": key.split(" ")[0], "label": key, "values": {"estimate": value}}
+             for key, value in report["ms_marco_8.8M"].items()]  # fmt: skip
+    machine = {"device": device, "precision": "fp32", "threads": report["machine"]["threads"]}
+    command = "python benchmarks/scale.py --into-results experiments/efficiency/results.json"
+    common = {"date": date, "machine": machine, "commands": [command], "label": "case"}
+    return {
+        "scale": {**common, "title": "Cost against collection size (synthetic passages and 384-d vectors)",
+                  "section": "Scale: 10k to 1M documents", "format": {"digits": 2},
+                  "columns": ["build s", "index MB", "peak RSS MB", "ms / query", "recall@10 / @100"], "rows": rows},
+        "scale_exponents": {**common, "title": "Growth exponents (cost ~ documents^x, least squares over the sizes)",
+                            "section": "Scale: 10k to 1M documents", "format": {"digits": 2},
+                            "columns": ["exponent"], "rows": exponents},
+        "scale_ms_marco": {**common, "title": "8.8M MS MARCO passages on this machine, by the fitted exponents",
+                           "section": "Scale: 10k to 1M documents", "format": {"digits": 1},
+                           "columns": ["estimate"], "rows": marco},
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--quick", action="store_true", help="10,000 documents only (CI)")
     parser.add_argument("--encode-sample", type=int, default=256, help="passages timed for the encoding rates")
     parser.add_argument("--out", default=None, help="write the measurements as JSON here")
+    parser.add_argument("--from-json", default=None, help="report an earlier run's --out file instead of measuring")
+    parser.add_argument("--into-results", default=None, help="write the tables into this study results.json")
+    parser.add_argument("--device", default="2-core CPU", help="the machine, as the results page names it")
     args = parser.parse_args(argv)
+    if args.from_json:
+        write_results(json.loads(Path(args.from_json).read_text()), args)
+        return 0
     sizes = [min(args.sizes)] if args.quick else sorted(args.sizes)
     import torch
 
@@ -228,7 +283,21 @@ def main(argv: list[str] | None = None) -> int:
     print("MS MARCO 8.8M passages by these exponents:", json.dumps({k: round(v, 2) for k, v in marco.items()}))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
+    write_results(report, args)
     return 0
+
+
+def write_results(report: dict, args: argparse.Namespace) -> None:
+    if not args.into_results:
+        return
+    import datetime
+
+    path = Path(args.into_results)
+    study = json.loads(path.read_text())
+    study["tables"].update(results_tables(report, datetime.date.today().isoformat(), args.device))
+    headline = [h for h in study.get("headline", []) if not h["table"].startswith("scale")]
+    study["headline"] = headline + [{"table": t} for t in ("scale", "scale_exponents", "scale_ms_marco")]
+    path.write_text(json.dumps(study, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -386,6 +386,21 @@ def slug(title: str) -> str:
     return text.replace(" ", "-")
 
 
+#: the longest line the page may have: a table cell longer than this is a lab log, not an answer
+MAX_LINE = 1500
+
+
+def check_line_lengths(text: str) -> None:
+    """A page line over :data:`MAX_LINE` characters is data the page cannot be built from: the answer and its key
+    figures belong in the table, the history in the study's README."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE:
+            raise DataError(
+                f"line {number} of the page has {len(line)} characters (at most {MAX_LINE}): "
+                f"{line[:80]}... keep the answer and its key figures; move the history to the study's README"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiments", default=HERE, help="the folder of the studies (default: this script's)")
@@ -395,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.experiments)), "docs", "results.md")
     try:
         text = render(args.experiments)
+        check_line_lengths(text)
     except DataError as error:
         print(f"report.py: {error}", file=sys.stderr)
         return 2

@@ -59,6 +59,14 @@ def test_committed_page_is_what_the_data_gives(capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().err == ""
 
 
+def test_no_line_of_the_page_is_a_lab_log() -> None:
+    """The results page says answers: no line over MAX_LINE characters (the TITE claims cell had 4,734)."""
+    text = PAGE.read_text(encoding="utf-8")
+    assert max(len(line) for line in text.splitlines()) <= report.MAX_LINE == 1500
+    with pytest.raises(report.DataError, match="at most 1500"):
+        report.check_line_lengths("short\n" + "x" * 1501)
+
+
 def test_page_is_at_most_200_lines_and_keeps_the_claims_anchor() -> None:
     text = PAGE.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 200
