@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _tiny_bert import save_tiny_bert
+from _tiny import save_tiny_bert
 
 import pyterrier_tite as t
 from pyterrier_tite.models.checkpoint import CheckpointError

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tiny import bert_config, bert_config_like, sparse_ce
 
-from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.models import SparseCrossEncoder
 from pyterrier_tite.models.cross_encoder.celi import (
     CeliHead,
     MeanPoolHead,
@@ -25,20 +26,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def sparse_model(**overrides) -> SparseCrossEncoder:
-    config = SparseCrossEncoderConfig(
-        vocab_size=32,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        initializer_range=0.3,
-        cls_token_id=CLS,
-        sep_token_id=SEP,
-        **overrides,
-    )
-    torch.manual_seed(0)
-    return SparseCrossEncoder(config).eval()
+    return sparse_ce(None, True, vocab_size=32, max_position_embeddings=32, cls_token_id=CLS, sep_token_id=SEP,
+                     **overrides)  # fmt: skip
 
 
 def heads(hidden: int = 16, token_dim: int = 8) -> dict[str, torch.nn.Module]:
@@ -86,10 +75,10 @@ def rows_from_bert(hidden, queries=QUERIES, docs=DOCS):
 
 
 def test_heads_match_brute_force_on_a_standard_cross_encoder():
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     torch.manual_seed(2)
-    bert = BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)).eval()
+    bert = BertModel(bert_config(32)).eval()
     ids, types, mask = bert_inputs()
     with torch.no_grad():
         hidden = bert(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
@@ -102,21 +91,10 @@ def test_heads_match_brute_force_on_a_standard_cross_encoder():
 @pytest.mark.parametrize("name", ["mean", "celi"])
 def test_heads_give_the_same_scores_on_bert_and_on_the_equivalent_sparse_cross_encoder(name):
     """All flags, no window: the sparse cross-encoder IS the BERT cross-encoder, so every head must agree."""
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     model = sparse_model()
-    c = model.config
-    bert = BertModel(
-        BertConfig(
-            vocab_size=c.vocab_size,
-            hidden_size=c.hidden_size,
-            num_hidden_layers=c.num_hidden_layers,
-            num_attention_heads=c.num_attention_heads,
-            intermediate_size=c.intermediate_size,
-            max_position_embeddings=c.max_position_embeddings,
-            attn_implementation="eager",
-        )
-    ).eval()
+    bert = BertModel(bert_config_like(model.config)).eval()
     state = {k: v for k, v in model.bert.state_dict().items() if not k.endswith("position_ids")}
     bert.load_state_dict(state, strict=False)
     head = heads()[name]

@@ -127,7 +127,7 @@ def test_default_backends_on_gpu_are_triton():
 
 
 def _tiny_sparse_ce(window, symmetric: bool):
-    from _tiny_sparse_ce import tiny_sparse_ce
+    from _tiny import tiny_sparse_ce
 
     return tiny_sparse_ce(window, symmetric)
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 from _hub import require_fixtures
-from _tiny_bert import save_tiny_bert
+from _tiny import save_tiny_bert
 
 import pyterrier_tite as t
 

@@ -131,7 +131,7 @@ def test_every_family_builds_from_a_hub_id(name: str) -> None:
 def test_bert_biencoder_builds_from_a_folder_and_a_module(tmp_path) -> None:
     """``BertBiEncoder(<folder>)`` reads the folder's settings (sentence-transformers: mean pooling + normalised); the
     module + tokenizer constructor still works, and a module without its tokenizer is refused by name."""
-    from _tiny_bert import save_tiny_bert
+    from _tiny import save_tiny_bert
 
     import pyterrier_tite as t
 

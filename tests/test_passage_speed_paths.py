@@ -72,7 +72,7 @@ def test_all_pairs_sorting_keeps_input_order():
 def test_int8_runs_and_agrees_with_fp32(backbone):
     """Both backbones quantize; the joint int8 Q|K|V layer gives exactly what the three int8 layers give."""
     if backbone == "sparse":
-        from _tiny_sparse_ce import tiny_sparse_ce
+        from _tiny import tiny_sparse_ce
 
         scorer = CrossEncoderScorer(tiny_sparse_ce(3, False, hidden=64)).eval()
     else:
@@ -100,7 +100,7 @@ def test_int8_runs_and_agrees_with_fp32(backbone):
 
 
 def test_int8_reranker_dtype(tmp_path):
-    from _tiny_bert import save_tiny_bert
+    from _tiny import save_tiny_bert
 
     import pyterrier_tite as t
 
@@ -139,7 +139,7 @@ def test_bf16_on_cpu_without_native_bf16_warns_once(monkeypatch, native):
 def test_packed_sparse_forward_scores_as_padded(window, symmetric):
     """The sparse cross-encoder's CPU inference packs its doc rows and skips the last layer's query / doc rows when
     only scores are read: scores, [CLS] states and every real token's state stay those of the padded forward."""
-    from _tiny_sparse_ce import tiny_sparse_ce
+    from _tiny import tiny_sparse_ce
 
     model = tiny_sparse_ce(window, symmetric)
     queries = [[5, 6, 7], [8], [30, 31]]
@@ -162,7 +162,7 @@ def test_packed_sparse_forward_scores_as_padded(window, symmetric):
 
 
 def test_packed_sparse_forward_is_cpu_inference_only():
-    from _tiny_sparse_ce import tiny_sparse_ce
+    from _tiny import tiny_sparse_ce
 
     from pyterrier_tite.models.sparse_ce import modeling
 
@@ -184,7 +184,7 @@ def test_packed_sparse_forward_is_cpu_inference_only():
 def test_packed_biencoder_encodes_as_transformers(tmp_path, pooling, normalize):
     """BertBiEncoder's inference sorts texts by length and packs each batch: the vectors, in input order, are those
     of the padded ``transformers`` forward in input order."""
-    from _tiny_bert import save_tiny_bert
+    from _tiny import save_tiny_bert
 
     import pyterrier_tite as t
 

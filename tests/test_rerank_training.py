@@ -10,9 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import BertTokenizerFast
 
-from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.models import SparseCrossEncoder
 from pyterrier_tite.models.cross_encoder.celi import pair_states_from_sparse
 from pyterrier_tite.pt.rerankers import CELI, CrossEncoderReranker, MonoCE, SparseCE
 from pyterrier_tite.training.loop import TrainingArguments
@@ -24,7 +23,7 @@ from pyterrier_tite.training.rerankers import (
     reranker_loss,
     train_reranker,
 )
-from tests._tiny_bert import save_tiny_bert
+from tests._tiny import save_tiny_bert, sparse_ce, word_tokenizer
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)] + ["good"]
 
@@ -34,30 +33,14 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDS)}, do_lower_case=True)
+    tok = word_tokenizer(WORDS)
     assert tok("w1 w7", add_special_tokens=False)["input_ids"] == [WORDS.index("w1"), WORDS.index("w7")]
     return tok
 
 
 def tiny_sparse(window=4) -> SparseCrossEncoder:
-    config = SparseCrossEncoderConfig(
-        vocab_size=len(WORDS),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        cls_token_id=2,
-        sep_token_id=3,
-        attention_window_size=window,
-        query_cls_attention=False,
-        query_doc_attention=False,
-        initializer_range=0.2,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    torch.manual_seed(0)
-    return SparseCrossEncoder(config)
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return sparse_ce(window, vocab_size=len(WORDS), num_hidden_layers=1, initializer_range=0.2, **no_dropout).train()
 
 
 # ------------------------------------------------------------------------------------------------------------ losses

@@ -9,7 +9,8 @@ import os
 import pandas as pd
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+from _tiny import WORDS, bert_config, sparse_ce, word_tokenizer
+from transformers import BertForSequenceClassification
 
 import pyterrier_tite
 from pyterrier_tite.models import CheckpointError, SparseCrossEncoder, SparseCrossEncoderConfig
@@ -17,49 +18,22 @@ from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 from pyterrier_tite.pt.rerankers import CELI, CrossEncoderReranker, MonoCE, SparseCE
 from pyterrier_tite.start_points import minilm_path
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
-
-
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDS)}, do_lower_case=True)
+    tok = word_tokenizer()
     assert tok("w1 w7", add_special_tokens=False)["input_ids"] == [WORDS.index("w1"), WORDS.index("w7")]
     return tok
 
 
 def tiny_sparse(window=4, symmetric=False, max_positions=64) -> SparseCrossEncoder:
-    config = SparseCrossEncoderConfig(
-        vocab_size=len(WORDS),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=max_positions,
-        initializer_range=0.3,
-        cls_token_id=2,
-        sep_token_id=3,
-        attention_window_size=window,
-        query_cls_attention=symmetric,
-        query_doc_attention=symmetric,
-    )
-    torch.manual_seed(0)
-    return SparseCrossEncoder(config).eval()
+    return sparse_ce(window, symmetric, max_position_embeddings=max_positions)
 
 
 def tiny_bert() -> BertForSequenceClassification:
-    config = BertConfig(
-        vocab_size=len(WORDS),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        initializer_range=0.3,
-        num_labels=1,
-    )
+    config = bert_config(layers=2, max_position_embeddings=64, initializer_range=0.3, num_labels=1)
     torch.manual_seed(0)
     model = BertForSequenceClassification(config).eval()
     model.config.cls_token_id, model.config.sep_token_id = 2, 3
@@ -326,7 +300,7 @@ def test_reranker_parity_with_reference_logits_through_a_result_frame(folder):
     with open(os.path.join(base, "model", "config.json")) as f:
         vocab_size = json.load(f)["vocab_size"]
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"t{i}" for i in range(5, vocab_size)]
-    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}, do_lower_case=True)
+    tok = word_tokenizer(words)
     rows = []
     for q, (query, docs) in enumerate(zip(inputs["query_input_ids"], inputs["doc_input_ids"], strict=True)):
         assert min(query + [i for d in docs for i in d]) >= 5

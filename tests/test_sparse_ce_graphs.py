@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _tiny_sparse_ce import tiny_sparse_ce
+from _tiny import tiny_sparse_ce
 from _tolerance import assert_float_close
 
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer

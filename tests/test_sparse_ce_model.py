@@ -7,11 +7,11 @@ import copy
 
 import pytest
 import torch
+from _tiny import bert_config, bert_config_like, sparse_ce
 
 from pyterrier_tite.models import (
     SparseCrossEncoder,
     SparseCrossEncoderBatch,
-    SparseCrossEncoderConfig,
 )
 from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
 from pyterrier_tite.models.sparse_ce.modeling import FLAGS
@@ -29,21 +29,8 @@ SEGMENT = {"cls": 0, "query": 1, "doc": 2}
 
 def tiny(window=None, seed=0, **flags) -> SparseCrossEncoder:
     """Random model with a wide init and random biases / norms, so every tensor and the pattern move the logits."""
-    config = SparseCrossEncoderConfig(
-        vocab_size=64,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=48,
-        initializer_range=0.3,
-        cls_token_id=1,
-        sep_token_id=2,
-        attention_window_size=window,
-        **flags,
-    )
-    torch.manual_seed(seed)
-    model = SparseCrossEncoder(config).eval()
+    model = sparse_ce(window, True, seed, vocab_size=64, max_position_embeddings=48, cls_token_id=1, sep_token_id=2,
+                      **flags)  # fmt: skip
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias") or "LayerNorm" in name:
@@ -133,18 +120,11 @@ def test_patterns_change_the_logits():
 
 
 def test_full_pattern_equals_transformers_bert_for_sequence_classification():
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertForSequenceClassification
 
     model = tiny()
     c = model.config
-    bert_config = BertConfig(
-        **{k: getattr(c, k) for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")},
-        intermediate_size=c.intermediate_size,
-        max_position_embeddings=c.max_position_embeddings,
-        num_labels=1,
-        attn_implementation="eager",
-    )
-    hf = BertForSequenceClassification(bert_config).eval()
+    hf = BertForSequenceClassification(bert_config_like(c, num_labels=1)).eval()
     state = {k: v for k, v in model.state_dict().items() if not k.endswith("position_ids")}
     missing, unexpected = hf.load_state_dict(state, strict=False)
     assert not unexpected and all(k.endswith("position_ids") for k in missing)
@@ -288,9 +268,9 @@ def test_plain_bert_model_object_converts_to_any_window_and_flags(window, minilm
 
 
 def test_from_bert_rejects_a_model_without_its_encoder_weights():
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
-    bert = BertModel(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2))
+    bert = BertModel(bert_config(32))
     bert.encoder.layer = bert.encoder.layer[:0]  # config says one layer, the state dict has none
     with pytest.raises(ValueError, match="missing encoder weights"):
         SparseCrossEncoder.from_bert(bert)

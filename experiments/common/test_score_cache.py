@@ -9,28 +9,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import BertTokenizerFast
 
 from experiments.common.score_cache import cached_scores, scores_key
-from pyterrier_tite.models import SparseCrossEncoder, SparseCrossEncoderConfig
+from pyterrier_tite.models import SparseCrossEncoder
 from pyterrier_tite.pt.rerankers import SparseCE
+from tests._tiny import sparse_ce, word_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # ------------------------------------------------------------------------------------------------------------ scores
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
-TOKENIZER = BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDS)}, do_lower_case=True)
+TOKENIZER = word_tokenizer()
 
 
 def tiny_sparse() -> SparseCrossEncoder:
-    config = SparseCrossEncoderConfig(
-        vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=64, initializer_range=0.3, cls_token_id=2, sep_token_id=3, attention_window_size=4,
-        query_cls_attention=False, query_doc_attention=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return SparseCrossEncoder(config).eval()
+    return sparse_ce(4)
 
 
 def frame(n_queries=3, n_docs=5, seed=0) -> pd.DataFrame:

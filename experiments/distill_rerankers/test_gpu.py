@@ -17,7 +17,7 @@ from experiments.distill_rerankers import gpu as script
 from experiments.distill_rerankers.recipe import build_variant
 from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
 from pyterrier_tite.training.loop import seed_everything
-from tests._tiny_bert import save_tiny_bert
+from tests._tiny import save_tiny_bert
 
 VARIANTS = ["mono", "sparse-w4", "sparse-winf", "sparse-w2-sym", "celi-mono", "celi-w1"]
 

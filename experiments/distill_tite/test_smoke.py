@@ -32,7 +32,7 @@ from experiments.distill_tite.vector_distillation import (
     teacher_vectors,
     vector_distillation_loss,
 )
-from tests._tiny_bert import save_tiny_bert
+from tests._tiny import save_tiny_bert
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

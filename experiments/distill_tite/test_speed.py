@@ -51,7 +51,7 @@ def test_a_student_with_a_query_model_is_timed_with_it_for_queries(tmp_path, ird
     import argparse
 
     from experiments.distill_tite.recipe import build_student, build_teacher
-    from tests._tiny_bert import save_tiny_bert
+    from tests._tiny import save_tiny_bert
 
     teacher_folder = save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True)
     flags = argparse.Namespace(teacher=teacher_folder, kernel=2, arrangement="late", pooling_layers=4,
@@ -70,7 +70,7 @@ def test_the_pipeline_path_times_the_bi_encoders_own_encoding(tmp_path):
     import argparse
 
     from experiments.distill_tite.recipe import build_teacher
-    from tests._tiny_bert import save_tiny_bert
+    from tests._tiny import save_tiny_bert
 
     flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=2, sentence_transformers=True))
     teacher = build_teacher(flags, device="cpu")
@@ -87,7 +87,7 @@ def test_the_flop_ratio_follows_where_pooling_starts(tmp_path, irds_home):
     import argparse
 
     from experiments.distill_tite.recipe import build_student, build_teacher
-    from tests._tiny_bert import save_tiny_bert
+    from tests._tiny import save_tiny_bert
 
     flags = argparse.Namespace(teacher=save_tiny_bert(tmp_path / "teacher", layers=6, sentence_transformers=True),
                                kernel=2, arrangement="late", query_encoder="tite")  # fmt: skip
