@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from _tiny import bert_config
+from transformers import BertForMaskedLM
 
 from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder, agg_plus, agg_star, lexical_representation
 from pyterrier_tite.models.checkpoint import CheckpointError
@@ -112,14 +113,7 @@ def test_lexical_representation_matches_the_paper(signed):
 def tiny() -> Aggretriever:
     tokenizer = train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    config = bert_config(len(tokenizer), hidden=32, max_position_embeddings=64)
     encoder = AggretrieverEncoder(BertForMaskedLM(config), agg_dim=16, cls_dim=8)
     return Aggretriever(encoder, tokenizer, batch_size=3)
 

@@ -13,8 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _hub import require_fixtures, snapshot
+from _tiny import bert_config, distilbert_config
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM, BertTokenizer, DistilBertConfig, DistilBertForMaskedLM
+from transformers import BertForMaskedLM, BertTokenizer, DistilBertForMaskedLM
 
 from pyterrier_tite.models.aggretriever.configuration import castorini_offset
 from pyterrier_tite.models.aggretriever.convert import detect_layout
@@ -56,11 +57,9 @@ def redraw(module: nn.Module, seed: int) -> None:
 
 def tiny_mlm(family: str) -> nn.Module:
     if family == "distilbert":
-        config = DistilBertConfig(vocab_size=1082, dim=16, n_layers=2, n_heads=2, hidden_dim=32,
-                                  max_position_embeddings=64)  # fmt: skip
+        config = distilbert_config(1082, layers=2, max_position_embeddings=64)
         return DistilBertForMaskedLM(config).eval()
-    config = BertConfig(vocab_size=1082, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+    config = bert_config(1082, layers=2, max_position_embeddings=64)
     return BertForMaskedLM(config).eval()
 
 

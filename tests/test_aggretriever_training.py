@@ -8,7 +8,8 @@ import json
 import pandas as pd
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from _tiny import bert_config
+from transformers import BertForMaskedLM
 
 from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder
 from pyterrier_tite.pt.aggretriever import Aggretriever
@@ -31,8 +32,7 @@ def tiny() -> Aggretriever:
     texts = [t for e in TOY for t in [e.query, e.positive, *e.negatives]]
     tokenizer = train_wordpiece(texts * 3, vocab_size=120, min_frequency=1)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)  # fmt: skip
+    config = bert_config(len(tokenizer), max_position_embeddings=32)
     encoder = AggretrieverEncoder(BertForMaskedLM(config), agg_dim=8, cls_dim=4)
     return Aggretriever(encoder, tokenizer, device="cpu", query_max_length=16, doc_max_length=16)
 

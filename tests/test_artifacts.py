@@ -8,6 +8,7 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 from _hub import hub_repos, require_fixtures
+from _tiny import bert_config
 
 import pyterrier_tite as t
 
@@ -132,7 +133,7 @@ def test_every_saved_folder_has_a_model_card(kind, tmp_path):
 
 def test_cards_of_the_folders_the_training_and_gpu_scripts_write(tmp_path):
     """``save_model_folder`` (GPU scripts) and ``save_scorer`` (re-ranker training) write a card too."""
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     from pyterrier_tite.models.checkpoint import load_tokenizer, save_model_folder
 
@@ -140,8 +141,7 @@ def test_cards_of_the_folders_the_training_and_gpu_scripts_write(tmp_path):
     from _hub import snapshot
 
     tokenizer = load_tokenizer(str(snapshot("naver/efficient-splade-V-large-query")))
-    bert = BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_hidden_layers=1,
-                                num_attention_heads=2, intermediate_size=16))  # fmt: skip
+    bert = BertModel(bert_config(tokenizer.vocab_size, hidden=8))  # fmt: skip
     save_model_folder(tmp_path / "gpu", bert, tokenizer, "bert-biencoder", {"pooling": "mean"})
     matter, text = card(tmp_path / "gpu")
     assert "bert-biencoder" in matter["tags"] and "base_model" not in matter and '`"mean"`' in text

@@ -8,7 +8,8 @@ import pandas as pd
 import pyterrier_dr
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
+from _tiny import bert_config, distilbert_config
+from transformers import AutoTokenizer, BertModel
 
 from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 from pyterrier_tite.start_points import minilm_path
@@ -40,14 +41,7 @@ def tokenizer():
 
 def tiny_bert(vocab_size: int) -> BertModel:
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    config = bert_config(vocab_size, hidden=32, layers=2, heads=4, max_position_embeddings=64)
     return BertModel(config, add_pooling_layer=False).eval()
 
 
@@ -171,12 +165,12 @@ def test_loading_refuses_missing_weights_but_not_an_unused_pooler_or_mlm_head(tm
     an unused one of the encoder, raises ``CheckpointError`` naming it."""
     import warnings
 
-    from transformers import BertConfig, BertForPreTraining, BertModel, BertTokenizerFast
+    from transformers import BertForPreTraining, BertModel, BertTokenizerFast
 
     from pyterrier_tite.models.checkpoint import CheckpointError
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 
-    config = BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16)
+    config = bert_config(8, hidden=8, layers=2)
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"])})
     for name, model in [("with-pooler", BertModel(config)), ("pretraining", BertForPreTraining(config))]:
         model.save_pretrained(tmp_path / name)  # pooler.* saved; MLM + NSP heads (cls.*) too for the second
@@ -193,11 +187,10 @@ def test_loading_refuses_missing_weights_but_not_an_unused_pooler_or_mlm_head(tm
 
 def tiny_distilbert_folder(path, tokenizer) -> str:
     """A random DistilBertModel (no pooler: its class rejects ``add_pooling_layer``) saved with ``tokenizer``."""
-    from transformers import DistilBertConfig, DistilBertModel
+    from transformers import DistilBertModel
 
     torch.manual_seed(0)
-    config = DistilBertConfig(vocab_size=len(tokenizer), dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                              max_position_embeddings=64)  # fmt: skip
+    config = distilbert_config(len(tokenizer), dim=32, layers=2, heads=4, max_position_embeddings=64)
     DistilBertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
@@ -229,9 +222,9 @@ def test_distilbert_mlm_checkpoint_drops_its_head(tokenizer, tmp_path):
     its ``vocab_*`` head is unused, quietly; the encoder equals the MLM's own."""
     import warnings
 
-    from transformers import DistilBertConfig, DistilBertForMaskedLM
+    from transformers import DistilBertForMaskedLM
 
-    config = DistilBertConfig(vocab_size=len(tokenizer), dim=32, n_layers=1, n_heads=4, hidden_dim=64)
+    config = distilbert_config(len(tokenizer), dim=32, heads=4)
     mlm = DistilBertForMaskedLM(config).eval()
     mlm.save_pretrained(tmp_path / "mlm")
     tokenizer.save_pretrained(tmp_path / "mlm")

@@ -10,8 +10,9 @@ import os
 import pandas as pd
 import pytest
 import torch
+from _tiny import bert_config, tite_config
 from _torchrun import torchrun
-from transformers import AutoTokenizer, BertConfig, BertModel
+from transformers import AutoTokenizer, BertModel
 
 from pyterrier_tite.training.biencoder import (
     LossWeights,
@@ -132,7 +133,7 @@ def tiny_samples() -> list[Sample]:
 
 
 def tiny_model(kind: str):
-    from pyterrier_tite.models import TiteConfig, TiteModel
+    from pyterrier_tite.models import TiteModel
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.tite import TITE
     from pyterrier_tite.start_points import minilm_path
@@ -142,27 +143,10 @@ def tiny_model(kind: str):
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
     if kind == "tite":
-        config = TiteConfig(
-            vocab_size=len(tokenizer) + 2,
-            num_hidden_layers=2,
-            hidden_sizes=32,
-            num_attention_heads=4,
-            intermediate_sizes=64,
-            kernel_sizes=[4, 4],
-            strides=[4, 4],
-            max_position_embeddings=16,
-            dropout_prob=0.0,
-        )
+        config = tite_config(len(tokenizer) + 2, dropout_prob=0.0)
         return TITE(TiteModel(config), tokenizer, query_max_length=8, doc_max_length=16, device="cpu")
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        hidden_dropout_prob=0.0,
-    )
+    config = bert_config(len(tokenizer), hidden=32, layers=2, heads=4, max_position_embeddings=32,
+                         hidden_dropout_prob=0.0)  # fmt: skip
     return BertBiEncoder(BertModel(config, add_pooling_layer=False), tokenizer, pooling=kind, device="cpu")
 
 
@@ -232,8 +216,7 @@ def test_cli_teachers_score_on_their_declared_scale(tmp_path):
     assert build_teacher("none") is None
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, num_labels=1)  # fmt: skip
+    config = bert_config(len(tokenizer), num_labels=1)
     from transformers import BertForSequenceClassification
 
     MonoCE(BertForSequenceClassification(config), tokenizer=tokenizer).save_pretrained(tmp_path / "ce")

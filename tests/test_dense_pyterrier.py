@@ -15,9 +15,10 @@ import pyterrier as pt
 import pyterrier_dr
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
+from _tiny import bert_config, tite_config
+from transformers import AutoTokenizer, BertModel
 
-from pyterrier_tite.models import TiteConfig, TiteModel
+from pyterrier_tite.models import TiteModel
 from pyterrier_tite.models.checkpoint import CheckpointError, read_meta
 from pyterrier_tite.pt.aggretriever import Aggretriever
 from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
@@ -43,9 +44,7 @@ def tokenizer():
 def tiny_tite(**kwargs) -> TITE:
     tok = tokenizer()
     torch.manual_seed(0)
-    config = TiteConfig(vocab_size=len(tok) + 2, num_hidden_layers=2, hidden_sizes=16, num_attention_heads=2,
-                        intermediate_sizes=32, kernel_sizes=[4, 4], strides=[4, 4],
-                        max_position_embeddings=16)  # fmt: skip
+    config = tite_config(len(tok) + 2, hidden=16, heads=2)
     settings = {"query_max_length": 8, "doc_max_length": 16, "device": "cpu", **kwargs}
     return TITE(TiteModel(config).eval(), tok, **settings)
 
@@ -53,8 +52,7 @@ def tiny_tite(**kwargs) -> TITE:
 def tiny_bert(**kwargs) -> BertBiEncoder:
     tok = tokenizer()
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+    config = bert_config(len(tok), max_position_embeddings=64)
     return BertBiEncoder(BertModel(config, add_pooling_layer=False).eval(), tok, **{"device": "cpu", **kwargs})
 
 
@@ -79,8 +77,7 @@ def saved(tmp_path_factory) -> dict[str, str]:
     folders = {name: str(root / name) for name in ("tite", "bert", "agg")}
     tiny_tite().save_pretrained(folders["tite"])
     tiny_bert(pooling="mean", query_marker="[QUE]").save_pretrained(folders["bert"])
-    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+    config = bert_config(len(tok), max_position_embeddings=64)
     encoder = AggretrieverEncoder(BertForMaskedLM(config), agg_dim=8, cls_dim=4)
     Aggretriever(encoder, tok).save_pretrained(folders["agg"])
     return folders

@@ -8,8 +8,9 @@ import math
 
 import pytest
 import torch
+from _tiny import bert_config
 from torch import nn
-from transformers import BertConfig, BertModel
+from transformers import BertModel
 
 from pyterrier_tite.ops import Dropout, dropout, use_fast_dropout
 from pyterrier_tite.ops.dropout import _CounterDropout, _has_op
@@ -91,7 +92,7 @@ def test_edge_cases():
 
 
 def test_models_get_the_kernel_for_training_and_compute_the_same_in_eval():
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
+    config = bert_config(50, layers=2)
     model = BertModel(config).eval()
     ids = torch.randint(0, 50, (2, 9))
     before, keys = model(ids).last_hidden_state, list(model.state_dict())

@@ -9,9 +9,10 @@ import warnings
 import pandas as pd
 import pytest
 import torch
+from _tiny import bert_config
 from _tolerance import assert_float_close
 from scipy.stats import spearmanr
-from transformers import BertConfig, BertForSequenceClassification
+from transformers import BertForSequenceClassification
 
 from pyterrier_tite import devices
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
@@ -24,10 +25,7 @@ DOCS = [[[10, 11, 12, 13], [14], [15, 16, 17, 18, 19, 20]], [[21, 22], [23, 24, 
 
 def _bert(layers: int = 2, hidden: int = 32) -> BertForSequenceClassification:
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=100, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-        intermediate_size=2 * hidden, num_labels=1, cls_token_id=1, sep_token_id=2,
-    )  # fmt: skip
+    config = bert_config(100, hidden=hidden, layers=layers, heads=4, num_labels=1, cls_token_id=1, sep_token_id=2)
     return BertForSequenceClassification(config).eval()
 
 

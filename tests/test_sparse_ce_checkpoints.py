@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from _hub import require_fixtures, snapshot
+from _tiny import bert_config, word_tokenizer
 from safetensors.torch import load_file, save_file
 
 from pyterrier_tite.models import CheckpointError, SparseCrossEncoder
@@ -158,11 +159,11 @@ def test_saved_folder_keeps_its_lengths_and_loads_exactly(released, tmp_path):
 
 
 def test_plain_bert_start_makes_a_new_head_and_says_so_once(tmp_path):
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+    from transformers import BertForMaskedLM
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "search", "rank"]
-    BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}).save_pretrained(tmp_path)
-    config = BertConfig(vocab_size=7, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    word_tokenizer(words).save_pretrained(tmp_path)
+    config = bert_config(7)
     BertForMaskedLM(config).save_pretrained(tmp_path)
     with pytest.warns(UserWarning) as record:
         model = SparseCE(str(tmp_path))

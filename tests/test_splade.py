@@ -16,7 +16,8 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from _tiny import bert_config, distilbert_config
+from transformers import BertForMaskedLM
 
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, splade_pool, splade_pool_projected
 from pyterrier_tite.pt.splade import PISA_SCALE, Splade, SpladePisaRetriever, pisa_term
@@ -49,14 +50,7 @@ def tiny_model() -> Splade:
     """A random 1-layer MLM over a WordPiece vocabulary trained here: no downloads."""
     tokenizer = train_wordpiece(TEXTS, vocab_size=120, min_frequency=1)
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    config = bert_config(len(tokenizer), hidden=32, max_position_embeddings=64)
     return Splade(SpladeEncoder(BertForMaskedLM(config)), tokenizer, batch_size=3, doc_max_length=32)
 
 
@@ -108,13 +102,13 @@ def test_projected_pool_equals_pooled_logits(block, vocab_tile):
 @pytest.mark.parametrize("mlm", ["bert", "distilbert"])
 def test_encoding_without_gradients_equals_the_training_path(mlm, tiny):
     """Encoding (no autograd) never builds the [B, L, V] logits, yet gives the training path's weights."""
-    from transformers import DistilBertConfig, DistilBertForMaskedLM
+    from transformers import DistilBertForMaskedLM
 
     torch.manual_seed(3)
     if mlm == "bert":
         encoder = tiny.encoder
     else:
-        config = DistilBertConfig(vocab_size=len(tiny.tokenizer), dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+        config = distilbert_config(len(tiny.tokenizer), dim=32)
         encoder = SpladeEncoder(DistilBertForMaskedLM(config))
     assert encoder._projection_last
     batch = tiny.tokenizer(TEXTS[:3] + [""], padding=True, return_tensors="pt")

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 import torch
 from _hub import expected, require_fixtures, snapshot
-from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertForMaskedLM
+from _tiny import bert_config, distilbert_config
+from transformers import BertModel, DistilBertForMaskedLM
 
 from pyterrier_tite.models.checkpoint import CheckpointError
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair, mlm_from_pretrained, splade_pool
@@ -165,7 +166,7 @@ def test_a_broken_side_of_a_pair_is_named(tmp_path):
 
 def test_new_head_starts_fresh_with_one_warning(tmp_path):
     """Pretraining from an encoder-only checkpoint: the MLM head is new (said once), its pooler unused."""
-    config = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    config = bert_config(16, hidden=8)
     BertModel(config).save_pretrained(tmp_path / "encoder")  # with a pooler, no MLM head
     with pytest.raises(CheckpointError, match=r"missing from the checkpoint: cls\.predictions"):
         mlm_from_pretrained(str(tmp_path / "encoder"))
@@ -176,7 +177,7 @@ def test_new_head_starts_fresh_with_one_warning(tmp_path):
 
 
 def test_new_head_still_refuses_a_missing_encoder_tensor(tmp_path):
-    config = DistilBertConfig(vocab_size=16, dim=8, n_layers=2, n_heads=2, hidden_dim=16)
+    config = distilbert_config(16, dim=8, layers=2)
     DistilBertForMaskedLM(config).save_pretrained(tmp_path / "mlm")
     config.n_layers = 3  # the checkpoint lacks layer 2
     config.save_pretrained(tmp_path / "mlm")
@@ -188,7 +189,7 @@ def test_pretraining_checkpoint_loads_as_mlm_quietly(tmp_path):
     """``bert-base-uncased`` ships ``BertForPreTraining``: its pooler and next-sentence head are unused by an MLM."""
     from transformers import BertForPreTraining
 
-    config = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    config = bert_config(16, hidden=8)
     torch.manual_seed(0)
     pretraining = BertForPreTraining(config).eval()
     pretraining.save_pretrained(tmp_path / "bert")
@@ -205,7 +206,7 @@ def test_splade_training_start_from_an_encoder_only_checkpoint(tmp_path):
     """``train-splade --init minilm``: a plain encoder as SPLADE start needs ``new_head=True`` (said once)."""
     from transformers import BertTokenizerFast
 
-    config = BertConfig(vocab_size=6, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    config = bert_config(6, hidden=8)
     BertModel(config).save_pretrained(tmp_path / "encoder")
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"])}
     BertTokenizerFast(vocab=vocab).save_pretrained(tmp_path / "encoder")

@@ -8,6 +8,7 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 import torch
+from _tiny import bert_config, distilbert_config
 
 from pyterrier_tite.pt.splade import Splade
 from pyterrier_tite.training.loop import TrainingArguments
@@ -144,7 +145,7 @@ def test_tiny_end_to_end_tokenizer_pretrain_finetune_index_retrieve(tmp_path, ir
 
 
 def test_margin_mse_term_is_used_with_teacher_scores(tmp_path):
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertForMaskedLM
 
     from pyterrier_tite.models.splade.modeling import SpladeEncoder
     from pyterrier_tite.training.tokenizer import train_wordpiece
@@ -152,8 +153,7 @@ def test_margin_mse_term_is_used_with_teacher_scores(tmp_path):
     texts = [t for e in TOY for t in [e.query, e.positive, *e.negatives]]
     tokenizer = train_wordpiece(texts * 3, vocab_size=100, min_frequency=1)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)  # fmt: skip
+    config = bert_config(len(tokenizer), max_position_embeddings=32)
     splade = Splade(SpladeEncoder(BertForMaskedLM(config)), tokenizer, device="cpu")
     examples = [Example(e.qid, e.query, e.positive, list(e.negatives)) for e in TOY]
     add_teacher_scores(
@@ -168,7 +168,7 @@ def test_margin_mse_term_is_used_with_teacher_scores(tmp_path):
 
 def test_a_query_doc_pair_trains_both_sides_and_reloads(tmp_path):
     """efficient-splade layout: queries through one MLM, documents through another; training updates both."""
-    from transformers import DistilBertConfig, DistilBertForMaskedLM
+    from transformers import DistilBertForMaskedLM
 
     from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
     from pyterrier_tite.training.tokenizer import train_wordpiece
@@ -176,8 +176,7 @@ def test_a_query_doc_pair_trains_both_sides_and_reloads(tmp_path):
     texts = [t for e in TOY for t in [e.query, e.positive, *e.negatives]]
     tokenizer = train_wordpiece(texts * 3, vocab_size=100, min_frequency=1)
     torch.manual_seed(0)
-    config = DistilBertConfig(vocab_size=len(tokenizer), dim=16, n_layers=1, n_heads=2, hidden_dim=32,
-                              max_position_embeddings=32)  # fmt: skip
+    config = distilbert_config(len(tokenizer), max_position_embeddings=32)
     pair = SpladePair(SpladeEncoder(DistilBertForMaskedLM(config)), SpladeEncoder(DistilBertForMaskedLM(config)))
     splade = Splade(pair, tokenizer, device="cpu")
     before = {k: v.clone() for k, v in pair.state_dict().items()}

@@ -11,9 +11,10 @@ import pandas as pd
 import pyterrier_dr
 import pytest
 import torch
+from _tiny import bert_config, tite_config
 from transformers import AutoTokenizer
 
-from pyterrier_tite.models import TiteConfig, TiteModel
+from pyterrier_tite.models import TiteModel
 from pyterrier_tite.pt.tite import TITE
 from pyterrier_tite.start_points import minilm_path
 
@@ -45,16 +46,7 @@ def minilm() -> str:
 def tiny_tite(vocab_size: int) -> TiteModel:
     """3 layers, RoPE, pre-norm: 16 tokens -> 4 -> 1 (intra pooling k = s = 4)."""
     torch.manual_seed(0)
-    config = TiteConfig(
-        vocab_size=vocab_size,
-        num_hidden_layers=3,
-        hidden_sizes=32,
-        num_attention_heads=4,
-        intermediate_sizes=64,
-        kernel_sizes=[None, 4, 4],
-        strides=[None, 4, 4],
-        max_position_embeddings=16,
-    )
+    config = tite_config(vocab_size, layers=3, kernel_sizes=[None, 4, 4], strides=[None, 4, 4])
     return TiteModel(config).eval()
 
 
@@ -132,14 +124,14 @@ def test_save_and_load_roundtrip(minilm, tmp_path):
 
 def tiny_bert_biencoder(minilm: str, hidden: int = 32):
     """A mean-pooled, cosine BERT bi-encoder (the shape of a distillation teacher) as a TITE's query model."""
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 
     tokenizer = AutoTokenizer.from_pretrained(minilm)
     torch.manual_seed(1)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=32)  # fmt: skip
+    config = bert_config(len(tokenizer), hidden=hidden, layers=2, heads=4, intermediate_size=64,
+                         max_position_embeddings=32)  # fmt: skip
     return BertBiEncoder(BertModel(config, add_pooling_layer=False).eval(), tokenizer, pooling="mean", normalize=True,
                          query_max_length=8, doc_max_length=16, device="cpu")  # fmt: skip
 

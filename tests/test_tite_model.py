@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from _tiny import bert_config, distilbert_config
 from _tolerance import assert_float_close
-from transformers import AutoModel, BertConfig, BertModel
+from transformers import AutoModel, BertModel
 
 from pyterrier_tite.models import TiteConfig, TiteModel
 from pyterrier_tite.models.tite.from_bert import (
@@ -300,10 +301,7 @@ def test_config_rejects_pooling_that_does_not_reach_one_vector():
 
 def tiny_bert(seed: int = 0) -> BertModel:
     torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=64, initializer_range=0.2,
-    )  # fmt: skip
+    config = bert_config(64, hidden=32, layers=4, heads=4, max_position_embeddings=64, initializer_range=0.2)
     return BertModel(config, add_pooling_layer=False).eval()
 
 
@@ -342,11 +340,10 @@ def test_bert_converted_without_pooling_equals_bert_model():
 
 
 def tiny_distilbert(seed: int = 0):
-    from transformers import DistilBertConfig, DistilBertForMaskedLM
+    from transformers import DistilBertForMaskedLM
 
     torch.manual_seed(seed)
-    config = DistilBertConfig(vocab_size=64, dim=32, n_layers=3, n_heads=4, hidden_dim=64, max_position_embeddings=64,
-                              initializer_range=0.2)  # fmt: skip
+    config = distilbert_config(64, dim=32, layers=3, heads=4, max_position_embeddings=64, initializer_range=0.2)
     return DistilBertForMaskedLM(config).eval()
 
 

@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _tiny import tite_config
 from transformers import AutoTokenizer
 
-from pyterrier_tite.models import TiteConfig, TiteModel
+from pyterrier_tite.models import TiteModel
 from pyterrier_tite.training.loop import TrainingArguments
 from pyterrier_tite.training.tite_pretraining import (
     TitePretrainingModel,
@@ -24,17 +25,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 def tiny_tite(vocab: int = 50) -> TiteModel:
     torch.manual_seed(0)
-    config = TiteConfig(
-        vocab_size=vocab,
-        num_hidden_layers=2,
-        hidden_sizes=32,
-        num_attention_heads=4,
-        intermediate_sizes=64,
-        kernel_sizes=[4, 4],
-        strides=[4, 4],
-        max_position_embeddings=16,
-        dropout_prob=0.0,
-    )
+    config = tite_config(vocab, dropout_prob=0.0)
     return TiteModel(config)
 
 

@@ -14,7 +14,6 @@ import pyterrier as pt
 import pytest
 import torch
 from scipy import stats
-from transformers import BertConfig, BertTokenizerFast
 
 from experiments.common.config import parse_with_config
 from experiments.common.cross_validation import CrossValidated
@@ -23,6 +22,7 @@ from experiments.common.recipes import finished_steps, training_minutes
 from experiments.common.rerank_experiment import summarise
 from experiments.common.tables import markdown_table
 from pyterrier_tite.query_folds import assign_folds
+from tests._tiny import WORDS, bert_config, word_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -152,8 +152,7 @@ def test_training_minutes_average_the_seeds_and_refuse_a_partial_figure(tmp_path
 
 # ------------------------------------------------------------------------------------------------------------ folds
 QIDS = [str(q) for q in range(1, 94)]  # vaswani's 93 query ids
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
-TOKENIZER = BertTokenizerFast(vocab={w: i for i, w in enumerate(WORDS)}, do_lower_case=True)
+TOKENIZER = word_tokenizer()
 
 
 def tagging(fold: int) -> pt.Transformer:
@@ -192,8 +191,7 @@ def test_cross_validated_routers_are_equal_by_folds_and_pipelines(tmp_path):
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+    config = bert_config(len(WORDS), max_position_embeddings=64)
     folder = str(tmp_path / "bert")
     BertBiEncoder(BertModel(config, add_pooling_layer=False).eval(), TOKENIZER, pooling="mean").save_pretrained(folder)
 
@@ -219,9 +217,7 @@ def test_evaluation_with_the_same_model_in_every_fold_equals_the_single_model_ro
 
     tokenizer = train_wordpiece(pretraining_texts("cranfield", limit=200), vocab_size=400, min_frequency=2)
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
+    config = bert_config(len(tokenizer), hidden=32)
     model_dir = str(tmp_path / "splade")
     Splade(SpladeEncoder(BertForMaskedLM(config)), tokenizer).save_pretrained(model_dir)
 
