@@ -197,6 +197,7 @@ def test_interrupted_builds_leave_nothing_and_keep_the_old_index(tmp_path):
     assert not stale.exists() and (tmp_path / "idx2" / "pt_meta.json").is_file()
 
 
+@pytest.mark.slow  # index + retrieve through the CLI end to end (12 s); the pieces have fast tests of their own
 def test_splade_index_and_retrieve(files):
     index, run = files / "splade.index", files / "splade.run.gz"
     ok(cli("index", "--model", SPLADE, "--dataset", str(files / "corpus.jsonl"), "--index", str(index), "--quiet"))
