@@ -298,24 +298,6 @@ def test_pisa_scores_are_the_scaled_dot_product(cassette, cisi_run):
         assert score == pytest.approx(sparse_dot(query_toks, d), rel=0.05)
 
 
-def test_pisa_document_frequencies_and_expected_flops(tiny, tmp_path):
-    from pyterrier_tite.pt.splade import expected_flops, pisa_document_frequencies
-
-    docs = pd.DataFrame({"docno": [f"d{i}" for i in range(6)], "text": TEXTS[:6]})
-    tiny.indexer(str(tmp_path / "idx")).index(docs.to_dict("records"))
-    frequencies, num_docs = pisa_document_frequencies(str(tmp_path / "idx"))
-    assert num_docs == 6
-    expected: dict[str, int] = {}
-    for toks in tiny.doc_encoder()(docs)["toks"]:
-        for term, weight in toks.items():
-            if int(weight * PISA_SCALE) > 0:  # PISA keeps a posting only for a positive quantised weight
-                expected[term] = expected.get(term, 0) + 1
-    assert {t: n for t, n in frequencies.items() if n} == expected
-    queries = [{"a": 0.5, "zz-unknown": 2.0, "b": 0.001}, {}]
-    frequencies = {"a": 3, "b": 6}
-    assert expected_flops(queries, frequencies, 6) == pytest.approx((3 / 6 + 0) / 2)  # "b" quantises to 0
-
-
 def test_encoding_benchmark_compares_both_paths(cassette, irds_home, capsys):
     """benchmarks/splade_encoding.py (smoke): both paths timed, their weights checked equal, one ratio row each."""
     from _scripts import load_script

@@ -26,8 +26,8 @@ def names(text: str) -> list[str]:
 def bundle(args: argparse.Namespace) -> None:
     """Training pool + evaluation candidates -> ``<out>/data.json.gz``; the start model -> ``<out>/start``."""
     from experiments.common.offline_teacher import OfflineTeacher
+    from experiments.common.training_bm25 import training_bm25
     from experiments.distill_rerankers.data import teacher_labels, training_candidates
-    from pyterrier_tite.pt.first_stage import training_bm25
     from pyterrier_tite.start_points import resolve
 
     texts: dict[str, int] = {}

@@ -26,7 +26,7 @@ from pyterrier_tite.training.splade_data import doc_texts
 
 MSMARCO_QUERIES = "msmarco-passage/dev/small"
 #: the mirrored MS MARCO passages (every msmarco-passage ID holds the same 9,658)
-MSMARCO_PASSAGES = "msmarco-passage/trec-dl-2019/judged"  # = pt.first_stage.MIRRORED_PASSAGES
+MSMARCO_PASSAGES = "msmarco-passage/trec-dl-2019/judged"  # = experiments.common.training_bm25.MIRRORED_PASSAGES
 DEFAULT_SOURCES = (MSMARCO_QUERIES,)
 
 

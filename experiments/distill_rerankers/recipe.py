@@ -189,8 +189,8 @@ def run(args: argparse.Namespace) -> int:
 
     from experiments.common.offline_teacher import OfflineTeacher
     from experiments.common.rerank_experiment import rerank_experiment
+    from experiments.common.training_bm25 import training_bm25
     from experiments.distill_rerankers.data import teacher_frame, teacher_labels, training_candidates
-    from pyterrier_tite.pt.first_stage import training_bm25
     from pyterrier_tite.pt.rerankers import CrossEncoderReranker
     from pyterrier_tite.start_points import resolve
     from pyterrier_tite.training.loop import seed_everything

@@ -101,7 +101,7 @@ def check_refusals(tmp_path) -> None:
 
 
 def check_pseudo_queries() -> None:
-    from pyterrier_tite.pt.first_stage import training_bm25
+    from experiments.common.training_bm25 import training_bm25
 
     pool = training_candidates(["ict:cranfield"], training_bm25, depth=5, max_queries=6, seed=1)
     assert pool["qid"].str.startswith("ict:cranfield/ict-").all()

@@ -43,7 +43,8 @@ def first_stage(args, model_path: str, index_path: str, corpus, topics) -> tuple
     shutil.rmtree(index_path, ignore_errors=True)
     stats: dict = {}
     if args.kind == "splade":
-        from pyterrier_tite.pt.splade import Splade, expected_flops, pisa_document_frequencies
+        from experiments.common.splade_cost import expected_flops, pisa_document_frequencies
+        from pyterrier_tite.pt.splade import Splade
 
         model = Splade.from_pretrained(model_path, **kwargs)
         t0 = time.perf_counter()

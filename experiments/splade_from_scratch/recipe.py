@@ -123,7 +123,7 @@ MODEL_NAME = "SPLADE from scratch"
 def sparse_costs(model, index: str, topics) -> dict[str, float]:
     """What a learned-sparse model costs on a collection: its PISA index's size, the expected FLOPS of ``topics``'
     queries against it and the mean number of postings per document."""
-    from pyterrier_tite.pt.splade import expected_flops, pisa_document_frequencies
+    from experiments.common.splade_cost import expected_flops, pisa_document_frequencies
 
     frequencies, num_docs = pisa_document_frequencies(index)
     query_toks = model.query_encoder()(topics)["query_toks"]

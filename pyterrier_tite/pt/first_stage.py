@@ -5,12 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
-from pyterrier_pisa import PisaIndex
 
 from pyterrier_tite import datasets
 from pyterrier_tite.pt.validation import CheckedQueries
-from pyterrier_tite.store.cache import cache_dir
-from pyterrier_tite.store.pisa_build import cached_pisa_index, pisa_index
+from pyterrier_tite.store.pisa_build import pisa_index
 from pyterrier_tite.store.pisa_derived import open_pisa_retriever
 
 #: TREC DL aliases whose provided BM25 run stands in for full retrieval (the local MS MARCO collection is partial)
@@ -65,31 +63,6 @@ class BM25(pt.Transformer):
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in sorted(self.index_args.items()))
         return f"BM25({self.dataset!r}, k1={self.k1}, b={self.b}, num_results={self.num_results}{extra})"
-
-
-#: every msmarco-passage ID holds the same 9,658 mirrored passages (the BM25 top-100 of DL19 and DL20)
-MIRRORED_PASSAGES = "msmarco-passage/trec-dl-2019/judged"
-
-
-def mirrored_passages_bm25(num_results: int = 1000, k1: float = 0.9, b: float = 0.4) -> pt.Transformer:
-    """BM25 over the 9,658 mirrored MS MARCO passages, for drawing *training* candidates only (e.g. for MS MARCO
-    dev queries): retrieval on this partial collection is no evaluation, which is why :func:`bm25` refuses it."""
-    path = cache_dir("pisa", "msmarco-passage-mirrored-9658.text")
-
-    def corpus():
-        return datasets.get_dataset(MIRRORED_PASSAGES).get_corpus_iter(verbose=False)
-
-    cached_pisa_index(path, corpus, ["text"], progress="indexing the mirrored MS MARCO passages")
-    index = PisaIndex(path, text_field="text")
-    retriever = open_pisa_retriever(index, "bm25", num_results, index.threads, k1=k1, b=b)
-    return CheckedQueries() >> retriever
-
-
-def training_bm25(collection: str, depth: int) -> pt.Transformer:
-    """BM25 top-``depth`` over a collection for training candidates: the mirrored passages for an MS MARCO ID."""
-    if datasets.irds_id(collection).startswith("msmarco-passage/"):
-        return mirrored_passages_bm25(num_results=depth)
-    return bm25(collection, num_results=depth)
 
 
 def trec_dl_bm25(year: str = "2019", text: bool = True) -> pt.Transformer:
