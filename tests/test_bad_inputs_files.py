@@ -230,7 +230,8 @@ def test_document_texts_refuse_a_docno_twice(tmp_path):
     for wanted in (None, ["d1", "d2"]):
         with pytest.raises(ValueError, match=r"c\.jsonl, line 3: docno 'd1' appears twice \(first at line 1\)"):
             DocumentTexts(path, docnos=wanted)
-    assert DocumentTexts(path, docnos=["d2"]).texts == {"d2": "two"}  # the duplicate plays no part
+    texts = DocumentTexts(path, docnos=["d2"])  # the duplicate plays no part
+    assert len(texts.texts) == 1 and texts.add_text(pd.DataFrame({"docno": ["d2"]}))["text"].tolist() == ["two"]
 
 
 def test_rerank_refuses_a_corpus_with_a_docno_twice(tmp_path):
@@ -359,3 +360,15 @@ def test_evaluate_a_run_with_duplicates_fails_as_a_process(tmp_path):
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     refused(done, "dup.run: 3 duplicate (qid, docno) lines")
     assert done.stdout == ""
+
+
+def test_texts_of_a_run_come_back_exactly_from_the_spill_file(tmp_path):
+    """The texts a re-rank needs wait in a temporary file, not in memory: they come back byte for byte (non-ASCII,
+    empty, a lone surrogate that JSON allows), and only the docnos asked for are kept."""
+    texts = {"a": "naïve café 日本語 — “quoted”", "b": "", "c": "x" * 10_000, "d": "lone \ud800 surrogate", "e": "left"}
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"docno": d, "text": t}) + "\n" for d, t in texts.items()))
+    kept = DocumentTexts(str(path), docnos=["d", "a", "c", "b"])
+    assert len(kept.texts) == 4 and "e" not in kept.texts
+    frame = kept.add_text(pd.DataFrame({"docno": ["c", "a", "d", "b", "a"]}))
+    assert frame["text"].tolist() == [texts[d] for d in ["c", "a", "d", "b", "a"]]

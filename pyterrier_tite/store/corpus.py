@@ -6,6 +6,7 @@ docnos, each once, text present), and the texts of a run's documents by docno (:
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
 import pandas as pd
@@ -120,27 +121,59 @@ class GuardedCorpus:
             raise ValueError("the corpus is empty: nothing to index")
 
 
-def _corpus_file_texts(path: str, wanted: set[str] | None) -> dict[str, str]:
-    """``{docno: text}`` of a corpus file (only ``wanted`` docnos); one of them twice is an error, as in ``index``."""
-    texts, lines = {}, {}
+class SpilledTexts:
+    """Texts by docno kept in an unnamed temporary file (gone when closed or at exit), memory holding only where each
+    one lies: re-ranking 300,000 pairs needs their texts a chunk at a time, never all at once."""
+
+    def __init__(self):
+        self.file = tempfile.TemporaryFile(prefix="pyterrier-tite-texts-")
+        self.where: dict[str, tuple[int, int]] = {}
+        self.size = 0
+
+    def add(self, docno: str, text: str) -> None:
+        data = text.encode("utf-8", "surrogatepass")  # a lone surrogate from JSON comes back as it went in
+        self.file.write(data)
+        self.where[docno] = (self.size, len(data))
+        self.size += len(data)
+
+    def done(self) -> SpilledTexts:
+        self.file.flush()
+        return self
+
+    def __contains__(self, docno: object) -> bool:
+        return docno in self.where
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def __getitem__(self, docno: str) -> str:
+        offset, length = self.where[docno]
+        return os.pread(self.file.fileno(), length, offset).decode("utf-8", "surrogatepass")
+
+
+def _corpus_file_texts(path: str, wanted: set[str] | None) -> SpilledTexts:
+    """The texts of a corpus file (only ``wanted`` docnos), spilled to a temporary file; one of them twice is an
+    error, as in ``index``."""
+    texts, lines = SpilledTexts(), {}
     for line, docno, text in corpus_file_records(path):
         if wanted is not None and docno not in wanted:
             continue
         if docno in lines:
             raise ValueError(f"{path}, line {line}: docno {docno!r} appears twice (first at line {lines[docno]}); "
                              "docnos must be unique in a corpus: remove or rename one")  # fmt: skip
-        texts[docno], lines[docno] = text, line
-    return texts
+        texts.add(docno, text)
+        lines[docno] = line
+    return texts.done()
 
 
 class DocumentTexts:
     """Texts of documents by docno, from an ir_datasets collection (its docstore, the collection's text fields by
-    the one text rule) or from a corpus file (read once, keeping only the docnos asked for; one of them twice in the
-    file is an error naming it)."""
+    the one text rule) or from a corpus file (read once, keeping only the docnos asked for, in a temporary file and
+    not in memory; one of them twice in the file is an error naming it)."""
 
     def __init__(self, source: str, docnos: Iterable[str] | None = None):
         self.source = source
-        self.texts: dict[str, str] | None = None
+        self.texts: SpilledTexts | None = None
         if is_file_argument(source):
             self.texts = _corpus_file_texts(source, set(docnos) if docnos is not None else None)
         else:
