@@ -122,8 +122,8 @@ class GuardedCorpus:
 
 
 class SpilledTexts:
-    """Texts by docno kept in an unnamed temporary file (gone when closed or at exit), memory holding only where each
-    one lies: re-ranking 300,000 pairs needs their texts a chunk at a time, never all at once."""
+    """Texts by docno kept in an unnamed temporary file under ``TMPDIR`` (gone when closed or at exit), memory holding
+    only where each one lies: re-ranking 300,000 pairs needs their texts a chunk at a time, never all at once."""
 
     def __init__(self):
         self.file = tempfile.TemporaryFile(prefix="pyterrier-tite-texts-")
