@@ -127,14 +127,18 @@ class SpilledTexts:
 
     def __init__(self):
         self.file = tempfile.TemporaryFile(prefix="pyterrier-tite-texts-")
-        self.where: dict[str, tuple[int, int]] = {}
+        self.where: dict[str, tuple[int, int, int]] = {}  # docno -> (offset, length, line it was read from)
         self.size = 0
 
-    def add(self, docno: str, text: str) -> None:
+    def add(self, docno: str, text: str, line: int = 0) -> None:
         data = text.encode("utf-8", "surrogatepass")  # a lone surrogate from JSON comes back as it went in
         self.file.write(data)
-        self.where[docno] = (self.size, len(data))
+        self.where[docno] = (self.size, len(data), line)
         self.size += len(data)
+
+    def line_of(self, docno: str) -> int:
+        """The line of the source file the text of ``docno`` came from (for an error naming both copies)."""
+        return self.where[docno][2]
 
     def done(self) -> SpilledTexts:
         self.file.flush()
@@ -147,22 +151,22 @@ class SpilledTexts:
         return len(self.where)
 
     def __getitem__(self, docno: str) -> str:
-        offset, length = self.where[docno]
+        offset, length, _ = self.where[docno]
         return os.pread(self.file.fileno(), length, offset).decode("utf-8", "surrogatepass")
 
 
 def _corpus_file_texts(path: str, wanted: set[str] | None) -> SpilledTexts:
     """The texts of a corpus file (only ``wanted`` docnos), spilled to a temporary file; one of them twice is an
     error, as in ``index``."""
-    texts, lines = SpilledTexts(), {}
+    texts = SpilledTexts()
     for line, docno, text in corpus_file_records(path):
         if wanted is not None and docno not in wanted:
             continue
-        if docno in lines:
-            raise ValueError(f"{path}, line {line}: docno {docno!r} appears twice (first at line {lines[docno]}); "
+        if docno in texts:
+            first = texts.line_of(docno)
+            raise ValueError(f"{path}, line {line}: docno {docno!r} appears twice (first at line {first}); "
                              "docnos must be unique in a corpus: remove or rename one")  # fmt: skip
-        texts.add(docno, text)
-        lines[docno] = line
+        texts.add(docno, text, line)
     return texts.done()
 
 
