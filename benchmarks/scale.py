@@ -1,14 +1,15 @@
 """How the cost of a collection grows with its size: build time, index size, peak memory and milliseconds per query
-of BM25 (PISA) and dense retrieval (FlexIndex, searched exactly and with FAISS HNSW / IVF), at 10k / 100k / 1M
-documents, with the fitted growth exponent of each (the slope of log cost over log documents), and what 8.8M
-(MS MARCO passages) would cost by those exponents.
+of BM25 (PISA), SPLADE (learned-sparse PISA) and dense retrieval (FlexIndex, searched exactly and with FAISS HNSW /
+IVF), at 10k / 100k / 1M documents, with the fitted growth exponent of each (the slope of log cost over log
+documents), and what 8.8M (MS MARCO passages) would cost by those exponents.
 
-Corpora are synthetic and deterministic: passages of 30-90 words drawn from a 50,000-word Zipf vocabulary (BM25), and
-384-dimensional vectors around 1,000 random centres (dense; what TITE at MiniLM width writes). Encoding is not part
-of the dense build here: its cost is linear in the documents, so it is measured on a sample of real passages
-(documents per second of a random-weight TITE of MiniLM's size and of the shipped 2-layer SPLADE) and extrapolated,
-said as such in the output. Each BM25 build runs in its own process (its peak RSS is the child's ``ru_maxrss``);
-dense searches report recall@10 / @100 of the approximate searches against the exact one.
+Corpora are synthetic and deterministic: passages of 30-90 words drawn from a 50,000-word Zipf vocabulary (BM25),
+120 weighted WordPiece ids per document and 20 per query (SPLADE), and 384-dimensional vectors around 1,000 random
+centres (dense; what TITE at MiniLM width writes). Encoding is not part of the SPLADE or dense builds here: its
+cost is linear in the documents, so it is measured on a sample of passages (documents per second of a random-weight
+TITE of MiniLM's size and of the shipped 2-layer SPLADE) and extrapolated, said as such in the output. Each PISA
+build runs in its own process (its peak RSS is the child's ``VmHWM``); dense searches report recall@10 / @100 of the
+approximate searches against the exact one.
 
     python benchmarks/scale.py --quick                 # 10k documents only (CI)
     python benchmarks/scale.py --sizes 10000 100000 1000000 --out experiments/efficiency/scale.json
@@ -55,6 +56,32 @@ peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.s
 print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms, "peak_rss_mb": peak / 1024}))
 """
 
+#: one SPLADE (learned-sparse toks) PISA build and search in a child process, through the library's own writer and
+#: retriever; the weights are synthetic (encoding is timed apart, see :func:`encoding_rates`)
+SPLADE_CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[4])
+from scale import synthetic_splade_docs, synthetic_splade_queries
+from pyterrier_tite.pt.splade import SpladePisaRetriever
+from pyterrier_tite.store.pisa_build import build_toks_index
+n, path, seed = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+began = time.perf_counter()
+build_toks_index(synthetic_splade_docs(n, seed), path, lambda docs: [d["toks"] for d in docs])
+build = time.perf_counter() - began
+retriever = SpladePisaRetriever(path, 1000)
+topics = synthetic_splade_queries(int(sys.argv[5]), seed)
+retriever(topics.head(5))  # derived files, warm-up
+began = time.perf_counter()
+retriever(topics)
+ms = (time.perf_counter() - began) * 1000 / len(topics)
+size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file())
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms, "peak_rss_mb": peak / 1024}))
+"""
+
+#: a BERT WordPiece vocabulary's size, and the distinct terms of a SPLADE passage / query (doc-side expansion)
+SPLADE_VOCAB, SPLADE_DOC_TERMS, SPLADE_QUERY_TERMS = 30_522, 120, 20
+
 
 def zipf_vocabulary(size: int = 50_000) -> tuple[list[str], np.ndarray]:
     words = [f"w{i}" for i in range(size)]
@@ -86,13 +113,48 @@ def synthetic_queries(count: int, seed: int = 0):
     return pd.DataFrame({"qid": [str(i) for i in range(count)], "query": queries})
 
 
-def measure_bm25(n: int, folder: Path) -> dict:
+def synthetic_splade_docs(n: int, seed: int = 0):
+    """``n`` documents with ``toks``: about :data:`SPLADE_DOC_TERMS` distinct Zipf-drawn WordPiece ids each, with
+    log-normal weights around 0.5 (the shape of SPLADE's document vectors)."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, SPLADE_VOCAB + 1) ** 0.9
+    p /= p.sum()
+    for start in range(0, n, 10_000):
+        count = min(10_000, n - start)
+        ids = rng.choice(SPLADE_VOCAB, size=(count, SPLADE_DOC_TERMS), p=p)
+        weights = rng.lognormal(-0.7, 0.6, size=(count, SPLADE_DOC_TERMS))
+        for i in range(count):
+            toks = {f"t{t}": float(w) for t, w in zip(ids[i], weights[i], strict=True)}
+            yield {"docno": f"d{start + i}", "text": "-", "toks": toks}
+
+
+def synthetic_splade_queries(count: int, seed: int = 0):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed + 1)
+    ids = rng.integers(100, 5000, size=(count, SPLADE_QUERY_TERMS))
+    weights = rng.lognormal(-0.2, 0.5, size=(count, SPLADE_QUERY_TERMS))
+    toks = [{f"t{t}": float(w) for t, w in zip(ids[i], weights[i], strict=True)} for i in range(count)]
+    return pd.DataFrame({"qid": [str(i) for i in range(count)], "query": "q", "query_toks": toks})
+
+
+def measure_in_child(system: str, child: str, n: int, folder: Path) -> dict:
+    """One build and search of ``child`` (a script) in its own process: its peak RSS is its own."""
     here = str(Path(__file__).resolve().parent)
-    command = [sys.executable, "-c", BM25_CHILD, str(n), str(folder / f"bm25-{n}"), "0", here, str(QUERIES)]
+    command = [sys.executable, "-c", child, str(n), str(folder / f"{system}-{n}"), "0", here, str(QUERIES)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
-        raise RuntimeError(f"BM25 at {n}: {done.stderr[-2000:]}")
+        raise RuntimeError(f"{system} at {n}: {done.stderr[-2000:]}")
+    shutil.rmtree(folder / f"{system}-{n}", ignore_errors=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_bm25(n: int, folder: Path) -> dict:
+    return measure_in_child("bm25", BM25_CHILD, n, folder)
+
+
+def measure_splade(n: int, folder: Path) -> dict:
+    return measure_in_child("splade", SPLADE_CHILD, n, folder)
 
 
 def synthetic_vectors(n: int, seed: int = 0) -> np.ndarray:
@@ -196,11 +258,42 @@ def at(size: int, sizes: list[int], values: list[float]) -> float:
     return values[-1] * (size / sizes[-1]) ** (1.0 if slope is None else slope)
 
 
+SYSTEMS = {"bm25": "BM25 (PISA)", "splade": "SPLADE (PISA)", "dense": "dense (FlexIndex)"}
+QUANTITIES = {"build_s": "build time", "size_mb": "index size", "ms_per_query": "ms per query",
+              "peak_rss_mb": "peak RSS", "write_s": "write time", "exact_ms_per_query": "exact search, ms per query",
+              "hnsw_ms_per_query": "HNSW search, ms per query", "hnsw_build_s": "HNSW build time",
+              "ivf_ms_per_query": "IVF search, ms per query"}  # fmt: skip
+#: what each 8.8M estimate is, by its key's first word
+ESTIMATES = {
+    "bm25_build_min": "BM25 index build, minutes", "bm25_size_gb": "BM25 index size, GB",
+    "bm25_ms_per_query": "BM25 ms per query (top 1000)",
+    "splade_build_min": "SPLADE PISA build, minutes (given the weights: encoding is the next rows)",
+    "splade_size_gb": "SPLADE index size, GB", "splade_ms_per_query": "SPLADE ms per query (top 1000)",
+    "dense_size_gb": "dense index size (384-d float32), GB",
+    "dense_exact_ms_per_query": "dense exact search, ms per query",
+    "dense_hnsw_build_min": "dense HNSW build, minutes",
+    "tite_encode_cpu_hours": "TITE (6 x 384) encoding on this CPU, hours (from a timed sample)",
+    "splade_encode_cpu_hours": "SPLADE (2 layers) encoding on this CPU, hours (from a timed sample)",
+    "tite_late_encode_h100_min": "TITE-late (12 x 384) encoding on an H100, minutes",
+    "bert_hf_encode_h100_min": "HF BERT (12 x 384) encoding on an H100, minutes",
+}  # fmt: skip
+
+
+def estimate_label(key: str) -> str:
+    """The readable label of an estimate's key ``name (note)`` (the whole key where :data:`ESTIMATES` lacks it)."""
+    name = key.partition(" ")[0]
+    return ESTIMATES.get(name, key)
+
+
 def results_tables(report: dict, date: str, device: str) -> dict:
     """The study tables of ``experiments/efficiency/results.json`` for ``report`` (what docs/results.md shows)."""
     rows = []
     for r in report["rows"]["bm25"]:
         rows.append({"id": f"bm25-{r['docs']}", "label": f"BM25 (PISA), {r['docs']:,} documents",
+                     "values": {"build s": r["build_s"], "index MB": r["size_mb"], "peak RSS MB": r["peak_rss_mb"],
+                                "ms / query": r["ms_per_query"], "recall@10 / @100": None}})  # fmt: skip
+    for r in report["rows"].get("splade", []):
+        rows.append({"id": f"splade-{r['docs']}", "label": f"SPLADE (PISA), {r['docs']:,} documents",
                      "values": {"build s": r["build_s"], "index MB": r["size_mb"], "peak RSS MB": r["peak_rss_mb"],
                                 "ms / query": r["ms_per_query"], "recall@10 / @100": None}})  # fmt: skip
     for r in report["rows"]["dense"]:
@@ -213,9 +306,10 @@ def results_tables(report: dict, date: str, device: str) -> dict:
                       "recall@10 / @100": recall}  # fmt: skip
             rows.append({"id": f"dense-{search}-{r['docs']}", "label": f"dense {search}, {r['docs']:,} vectors",
                          "values": values})  # fmt: skip
-    exponents = [{"id": f"{system}-{key}", "label": f"{system} {key}", "values": {"exponent": value}}
+    exponents = [{"id": f"{system}-{key}", "label": f"{SYSTEMS[system]}: {QUANTITIES.get(key, key)}",
+                  "values": {"exponent": value}}
                  for system, fits in report["exponents"].items() for key, value in fits.items()]  # fmt: skip
-    marco = [{"id": key.split(" ")[0], "label": key, "values": {"estimate": value}}
+    marco = [{"id": key.split(" ")[0], "label": estimate_label(key), "values": {"estimate": value}}
              for key, value in report["ms_marco_8.8M"].items()]  # fmt: skip
     machine = {"device": device, "precision": "fp32", "threads": report["machine"]["threads"]}
     command = "python benchmarks/scale.py --into-results experiments/efficiency/results.json"
@@ -250,16 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
-    rows = {"bm25": [], "dense": []}
+    rows = {"bm25": [], "splade": [], "dense": []}
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             rows["bm25"].append({"docs": n, **measure_bm25(n, Path(tmp))})
+            rows["splade"].append({"docs": n, **measure_splade(n, Path(tmp))})
             rows["dense"].append({"docs": n, **measure_dense(n, Path(tmp))})
-            print(f"{n:>9,} docs  BM25 {rows['bm25'][-1]}\n{'':>15}dense {rows['dense'][-1]}", flush=True)
+            print(f"{n:>9,} docs  BM25 {rows['bm25'][-1]}\n{'':>15}SPLADE {rows['splade'][-1]}"
+                  f"\n{'':>15}dense {rows['dense'][-1]}", flush=True)
     sample = 16 if args.quick else args.encode_sample
     rates = encoding_rates(sample)
     fits = {}
     for system, keys in (("bm25", ("build_s", "size_mb", "ms_per_query", "peak_rss_mb")),
+                         ("splade", ("build_s", "size_mb", "ms_per_query", "peak_rss_mb")),
                          ("dense", ("write_s", "size_mb", "exact_ms_per_query", "hnsw_ms_per_query",
                                     "hnsw_build_s", "ivf_ms_per_query", "peak_rss_mb"))):  # fmt: skip
         ns = [r["docs"] for r in rows[system]]
@@ -269,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         "bm25_build_min": at(MS_MARCO, ns, [r["build_s"] for r in rows["bm25"]]) / 60,
         "bm25_size_gb": at(MS_MARCO, ns, [r["size_mb"] for r in rows["bm25"]]) / 1024,
         "bm25_ms_per_query": at(MS_MARCO, ns, [r["ms_per_query"] for r in rows["bm25"]]),
+        "splade_build_min (synthetic weights, encoding apart)": at(MS_MARCO, ns, [r["build_s"] for r in rows["splade"]])
+        / 60,
+        "splade_size_gb": at(MS_MARCO, ns, [r["size_mb"] for r in rows["splade"]]) / 1024,
+        "splade_ms_per_query": at(MS_MARCO, ns, [r["ms_per_query"] for r in rows["splade"]]),
         "dense_size_gb": MS_MARCO * DIM * 4 / 2**30,
         "dense_exact_ms_per_query": at(MS_MARCO, ns, [r["exact_ms_per_query"] for r in rows["dense"]]),
         "dense_hnsw_build_min": at(MS_MARCO, ns, [r["hnsw_build_s"] for r in rows["dense"]]) / 60,
@@ -287,6 +388,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def gpu_encoding_minutes(study: dict) -> dict:
+    """Minutes to encode 8.8M passages on the GPU the study measured (its ``encode_h100`` table: 12-layer encoders at
+    width 384, batch 512), TITE-late against HF BERT; empty without that table."""
+    table = study.get("tables", {}).get("encode_h100")
+    if not table:
+        return {}
+    column = "docs/s, width 384, batch 512"
+    rates = {row["id"]: row["values"].get(column) for row in table["rows"]}
+    labels = {"tite-late": "tite_late", "bert-hf-sdpa": "bert_hf"}
+    return {f"{labels[key]}_encode_h100_min (encode_h100 table, 12 layers x 384)": MS_MARCO / rates[key] / 60
+            for key in labels if isinstance(rates.get(key), (int, float))}  # fmt: skip
+
+
 def write_results(report: dict, args: argparse.Namespace) -> None:
     if not args.into_results:
         return
@@ -294,10 +408,11 @@ def write_results(report: dict, args: argparse.Namespace) -> None:
 
     path = Path(args.into_results)
     study = json.loads(path.read_text())
+    report = {**report, "ms_marco_8.8M": {**report["ms_marco_8.8M"], **gpu_encoding_minutes(study)}}
     study["tables"].update(results_tables(report, datetime.date.today().isoformat(), args.device))
     headline = [h for h in study.get("headline", []) if not h["table"].startswith("scale")]
     study["headline"] = headline + [{"table": t} for t in ("scale", "scale_exponents", "scale_ms_marco")]
-    path.write_text(json.dumps(study, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(study, ensure_ascii=False, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,24 @@ def test_scale_benchmark_quick(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["sizes"] == [10_000]
-    bm25, dense = report["rows"]["bm25"][0], report["rows"]["dense"][0]
+    bm25, splade, dense = (report["rows"][system][0] for system in ("bm25", "splade", "dense"))
     assert bm25["docs"] == 10_000 and bm25["build_s"] > 0 and bm25["ms_per_query"] > 0
+    assert splade["docs"] == 10_000 and splade["size_mb"] > 1 and splade["ms_per_query"] > 0
     assert 0.5 <= dense["hnsw_recall@10"] <= 1 and 0 < dense["ivf_recall@100"] <= 1
     assert report["ms_marco_8.8M"]["dense_size_gb"] > 10
+
+
+def test_ms_marco_gpu_estimates_come_from_the_studys_h100_table():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import scale
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    column = "docs/s, width 384, batch 512"
+    study = {"tables": {"encode_h100": {"rows": [{"id": "tite-late", "values": {column: 44_210.0}},
+                                                 {"id": "bert-hf-sdpa", "values": {column: None}}]}}}  # fmt: skip
+    estimates = scale.gpu_encoding_minutes(study)
+    assert list(estimates) == ["tite_late_encode_h100_min (encode_h100 table, 12 layers x 384)"]
+    assert next(iter(estimates.values())) == pytest.approx(scale.MS_MARCO / 44_210.0 / 60)
+    assert scale.gpu_encoding_minutes({"tables": {}}) == {}
+    assert scale.estimate_label("tite_late_encode_h100_min (a note)").startswith("TITE-late")
