@@ -15,6 +15,16 @@ if (HUB_FIXTURES / "expected").is_dir():
     os.environ["HF_HUB_OFFLINE"] = "1"
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist (``scripts/test.sh`` runs one worker per core, at most 4), each worker gets its share of the
+    cores as torch threads: workers x threads stays at the core count (OpenMP threads beyond the cores spin-wait)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
 def _data_available() -> bool:
     home = os.environ.get("IR_DATASETS_HOME")
     return bool(home) and os.path.isdir(os.path.join(home, "vaswani"))
