@@ -401,6 +401,27 @@ def gpu_encoding_minutes(study: dict) -> dict:
             for key in labels if isinstance(rates.get(key), (int, float))}  # fmt: skip
 
 
+def efficiency_rows(report: dict) -> list[dict]:
+    """The rows of the page's efficiency table (the full tables stay in results.json): growth of query time, recall
+    of the approximate searches at the largest size, and the 8.8M estimates."""
+    largest = max(report["sizes"])
+    return [
+        {"what": "Query time against collection size, BM25 / SPLADE (PISA) / dense exact: exponent x of n^x",
+         "table": "scale_exponents",
+         "cells": [["bm25-ms_per_query", "exponent"], ["splade-ms_per_query", "exponent"],
+                   ["dense-exact_ms_per_query", "exponent"]]},
+        {"what": f"Approximate dense search at {largest:,} synthetic clustered vectors (near-tied neighbours, a graph "
+                 "search's worst case): recall against exact, HNSW @10 / @100, IVF @10 / @100",
+         "table": "scale",
+         "cells": [[f"dense-hnsw-{largest}", "recall@10 / @100"], [f"dense-ivf-{largest}", "recall@10 / @100"]]},
+        {"what": "8.8M MS MARCO passages by the exponents: BM25 build minutes / TITE encoding CPU-hours here / "
+                 "TITE-late encoding minutes on an H100",
+         "table": "scale_ms_marco",
+         "cells": [["bm25_build_min", "estimate"], ["tite_encode_cpu_hours", "estimate"],
+                   ["tite_late_encode_h100_min", "estimate"]]},
+    ]  # fmt: skip
+
+
 def write_results(report: dict, args: argparse.Namespace) -> None:
     if not args.into_results:
         return
@@ -410,8 +431,11 @@ def write_results(report: dict, args: argparse.Namespace) -> None:
     study = json.loads(path.read_text())
     report = {**report, "ms_marco_8.8M": {**report["ms_marco_8.8M"], **gpu_encoding_minutes(study)}}
     study["tables"].update(results_tables(report, datetime.date.today().isoformat(), args.device))
-    headline = [h for h in study.get("headline", []) if not h["table"].startswith("scale")]
-    study["headline"] = headline + [{"table": t} for t in ("scale", "scale_exponents", "scale_ms_marco")]
+    study["headline"] = [h for h in study.get("headline", []) if not h["table"].startswith("scale")]
+    if not study["headline"]:
+        del study["headline"]
+    kept = [e for e in study.get("efficiency", []) if not e["table"].startswith("scale")]
+    study["efficiency"] = kept + efficiency_rows(report)
     path.write_text(json.dumps(study, ensure_ascii=False, indent=1, sort_keys=True) + "\n")
 
 

@@ -17,12 +17,15 @@ if (HUB_FIXTURES / "expected").is_dir():
 
 def pytest_configure(config) -> None:
     """Under pytest-xdist (``scripts/test.sh`` runs one worker per core, at most 4), each worker gets its share of the
-    cores as torch threads: workers x threads stays at the core count (OpenMP threads beyond the cores spin-wait)."""
+    cores as torch threads, and so do the processes its tests start (``OMP_NUM_THREADS``, unless set): workers x
+    threads stays at the core count (OpenMP threads beyond the cores spin-wait; a README run took 6x longer)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
 
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+        share = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+        torch.set_num_threads(share)
 
 
 def _data_available() -> bool:
