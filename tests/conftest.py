@@ -18,7 +18,7 @@ if (HUB_FIXTURES / "expected").is_dir():
 def pytest_configure(config) -> None:
     """Under pytest-xdist (``scripts/test.sh`` runs one worker per core, at most 4), each worker gets its share of the
     cores as torch threads, and so do the processes its tests start (``OMP_NUM_THREADS``, unless set): workers x
-    threads stays at the core count (OpenMP threads beyond the cores spin-wait; a README run took 6x longer)."""
+    threads stays at the core count (OpenMP threads beyond the cores spin-wait)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch
