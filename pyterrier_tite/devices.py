@@ -66,7 +66,7 @@ def resolve_precision(
 ) -> str:
     """The precision name (``fp32`` / ``bf16`` / ``fp16``) of a model's ``dtype`` argument: a torch dtype, a name
     (``"bfloat16"``, ``"bf16"``, ...) or None for the device's default (:func:`default_precision`). ``int8``: the
-    model also accepts ``"int8"`` / ``torch.qint8`` (dynamic int8 linear layers, CPU only). bf16 on a CPU without
+    model also accepts ``"int8"`` / ``torch.qint8`` (int8 linear layers, CPU only). bf16 on a CPU without
     native bf16 warns once (:func:`warn_emulated_bf16`)."""
     if dtype is None:
         return default_precision(device)

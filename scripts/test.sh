@@ -16,5 +16,5 @@ if [ $# -eq 0 ]; then
   ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 python -m pytest -q -p no:cacheprovider \
     -n auto --maxprocesses 4 --dist loadfile -m "not slow" tests/test_tite_model.py tests/test_tite_parity.py tests/test_sparse_ce_model.py \
     tests/test_sparse_ce_parity.py tests/test_celi.py tests/test_pooling.py tests/test_window_attention.py tests/test_hub.py \
-    tests/test_passage_speed_paths.py
+    tests/test_passage_speed_paths.py tests/test_int8_linear.py
 fi

@@ -16,6 +16,7 @@ from transformers import BertForSequenceClassification
 
 from pyterrier_tite import devices
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
+from pyterrier_tite.models.int8_linear import Int8Linear
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -79,7 +80,10 @@ def test_int8_runs_and_agrees_with_fp32(backbone):
     assert type(scorer.backbone.bert.encoder.layer[0].attention.self.query) is torch.nn.Linear  # the original stays
     assert type(int8.backbone.classifier) is torch.nn.Linear  # the head stays float32
     query = int8.backbone.bert.encoder.layer[0].attention.self.query
-    assert query.weight().qscheme() == torch.per_channel_affine  # one scale per output channel
+    assert type(query) is Int8Linear and query.weight_t.dtype == torch.int8
+    assert query.weight_scale.shape == (query.out_features,)  # one scale per output channel
+    assert query.inverse is not None  # a LayerNorm feeds it: outlier channels migrated
+    assert int8.backbone.bert.encoder.layer[0].output.dense.inverse is None  # a GELU feeds this one
     torch.manual_seed(1)
     queries = [torch.randint(3, 100, (4,)).tolist()]
     docs = [[torch.randint(3, 100, (int(n),)).tolist() for n in torch.randint(5, 30, (30,))]]

@@ -5,6 +5,7 @@ input order; the input layouts come from :mod:`pyterrier_tite.models.cross_encod
 from __future__ import annotations
 
 from collections.abc import Callable
+from copy import deepcopy
 
 import torch
 from torch import nn
@@ -19,6 +20,7 @@ from pyterrier_tite.models.cross_encoder.celi import (
 )
 from pyterrier_tite.models.cross_encoder.tokenization import PairBatch, SparseCrossEncoderBatch, config_special_id
 from pyterrier_tite.models.fused_linear import PROJECTIONS
+from pyterrier_tite.models.int8_linear import quantize_linears
 from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, supports_packed
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_positions
 
@@ -26,19 +28,6 @@ HEADS = ("cls", "mean", "celi")
 #: the joint int8 projections an attention module of a quantized scorer holds (see ``quantized_int8``); a single
 #: projection ("q") is the quantized layer itself
 INT8_PARTS = ("qkv", "kv")
-
-
-def _int8_linear(linears: list[nn.Linear]) -> nn.Module:
-    """One dynamic int8 linear layer computing ``linears`` concatenated (query | key | value): per-channel weight
-    scales make it the separate layers' exact result, from one activation quantization and one GEMM."""
-    weight = torch.cat([linear.weight.detach() for linear in linears])
-    bias = torch.cat([linear.bias.detach() for linear in linears])
-    joint = nn.Linear(weight.shape[1], weight.shape[0])
-    with torch.no_grad():
-        joint.weight.copy_(weight)
-        joint.bias.copy_(bias)
-    spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
-    return torch.ao.quantization.quantize_dynamic(nn.Sequential(joint), spec, dtype=torch.qint8)[0]
 
 
 # The score heads of transformers' *ForSequenceClassification, on the first position of the last layer ([N, 1, H]), so
@@ -112,12 +101,11 @@ class CrossEncoderScorer(nn.Module):
         return self
 
     def quantized_int8(self) -> CrossEncoderScorer:
-        """A copy whose backbone linear layers are dynamic int8 (``torch.ao.quantization.quantize_dynamic``: int8
-        weights with one scale per output channel, activations quantized per batch, CPU), inference only. On a trained
-        MonoCE it still changes rankings (DL19: Spearman per query against fp32 0.92) and costs nDCG@10
-        (``benchmarks/int8_quality.py``).
-        Q, K and V run as one int8 layer (exactly the three layers' result). Score heads (pooler, classifier, CELI /
-        mean heads) stay float32, like every head (bf16 / int8 scores tie)."""
+        """A copy whose backbone linear layers are int8 (:mod:`pyterrier_tite.models.int8_linear`: one activation
+        scale per token, per-channel weight scales, LayerNorm-fed layers' outlier channels migrated into the weights),
+        CPU inference only. On a trained MonoCE: DL19 nDCG@10 within 0.003 of fp32, Spearman per query >= 0.98 on
+        every query (``benchmarks/int8_quality.py``). Q, K and V run as one int8 layer (exactly the three layers'
+        result). Score heads (pooler, classifier, CELI / mean heads) stay float32, like every head."""
         heads = ("classifier", "pooler", "head")
         names = {
             name
@@ -126,16 +114,10 @@ class CrossEncoderScorer(nn.Module):
         }
         if not names:
             raise ValueError("dtype='int8': the backbone has no linear layers to quantize")
-        spec = dict.fromkeys(names, torch.ao.quantization.per_channel_dynamic_qconfig)
-        fused = {
-            name: {parts: _int8_linear([getattr(module, PROJECTIONS[p]) for p in parts]) for parts in INT8_PARTS}
-            for name, module in self.named_modules()
-            if all(f"{name}.{p}" in names for p in ("query", "key", "value"))
-        }
-        copy = torch.ao.quantization.quantize_dynamic(self, spec, dtype=torch.qint8, inplace=False)
-        for name, projections in fused.items():  # a plain attribute: not in the state dict
-            object.__setattr__(copy.get_submodule(name), "int8_projections", projections)
+        copy = deepcopy(self)
         copy._packed_encoder = None
+        for name, projections in quantize_linears(copy, names, PROJECTIONS, INT8_PARTS).items():
+            object.__setattr__(copy.get_submodule(name), "int8_projections", projections)  # not in the state dict
         return copy.eval()
 
     def score_parts(self, queries: list[list[int]], docs: list[list[list[int]]]) -> dict[str, torch.Tensor]:
