@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from pyterrier_tite.models.int8_linear import Int8Linear, migration_factors
+from pyterrier_tite.models.int8_linear import Int8Linear, migration_factors, weight_levels
 from pyterrier_tite.ops import backends
 from pyterrier_tite.ops.int8_rows import dequantize_rows, quantize_rows
 
@@ -61,7 +61,10 @@ def test_int8_linear_within_int8_error_and_migration_helps_an_outlier_channel(ba
     assert plain.shape == reference.shape == migrated.shape
     error = lambda y: ((y - reference).norm() / reference.norm()).item()  # noqa: E731
     assert error(plain) < 0.05
-    assert error(migrated) < error(plain) / 1.5  # 0.018 -> 0.0096 here
+    if weight_levels() == 127:
+        assert error(migrated) < error(plain) / 1.5  # 0.018 -> 0.0096 here
+    else:  # weights on 63 levels (no VNNI): the outlier's new home, the weights, lose the gain here, not the ranking
+        assert error(migrated) < error(plain) * 1.05
 
 
 def test_migration_is_exact_before_rounding():
@@ -71,3 +74,18 @@ def test_migration_is_exact_before_rounding():
     s = migration_factors([linear], norm).double()
     x = torch.randn(4, 32, dtype=torch.float64)
     assert torch.allclose((x / s) @ (linear.weight * s).T, x @ linear.weight.T, rtol=1e-12, atol=1e-12)
+
+
+def test_weights_stay_where_the_int8_gemm_is_exact():
+    """On a CPU without VNNI (AVX2 kernels), oneDNN's int8 GEMM saturates int16 pair sums: weights then use 63 levels,
+    and a worst-case row (every activation and weight at its largest level) still multiplies exactly."""
+    levels = weight_levels()
+    assert levels in (63, 127)
+    linear = nn.Linear(64, 8)
+    with torch.no_grad():
+        linear.weight.fill_(1.0)
+        linear.bias.zero_()
+    layer = Int8Linear(linear.weight, linear.bias)
+    assert int(layer.weight_t.abs().max()) == levels
+    x = torch.ones(3, 64)
+    assert torch.allclose(layer(x), linear(x), rtol=1e-5)

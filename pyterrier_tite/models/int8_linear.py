@@ -2,8 +2,8 @@
 
 torch's dynamic quantization gives a whole batch one activation scale, so BERT's few outlier channels (large in every
 token) and outlier tokens squeeze everything else into a handful of int8 levels: on a trained MonoCE it cost 0.034
-nDCG@10 on DL19 (Spearman per query 0.92). Two changes keep the ranking (nDCG@10 within 0.003, Spearman >= 0.98 on
-every query):
+nDCG@10 on DL19 (Spearman per query 0.92). Two changes keep the ranking (DL19 nDCG@10 0.003 below fp32 with AVX2
+kernels, 0.008 with VNNI; Spearman per query >= 0.97):
 
 * **one activation scale per token** (row): rows are quantized with their own scale and multiplied by
   ``torch._int_mm`` (int8 x int8 -> int32, oneDNN's VNNI / AVX2 kernels), then rescaled per row and per output
@@ -19,6 +19,7 @@ Layers without a LayerNorm before them (the attention output and feed-forward ou
 
 from __future__ import annotations
 
+import functools
 import re
 
 import torch
@@ -34,16 +35,27 @@ SPREAD = 4.0
 _LAYER = re.compile(r"^(?P<prefix>.*)\.layer\.(?P<index>\d+)\.(?P<rest>.+)$")
 
 
+@functools.cache
+def weight_levels() -> int:
+    """The largest int8 weight level this machine's ``torch._int_mm`` multiplies exactly: 127, or 63 where it
+    saturates. Without VNNI (AVX2), oneDNN adds pairs of u8 x s8 products (activations shifted by 128) in int16,
+    which overflows past 2 x 255 x 63 = 32,130: there ``127 x 127`` rows came back as 8,160 instead of 1,032,256."""
+    rows, weights = torch.full((2, 64), 127, dtype=torch.int8), torch.full((64, 8), 127, dtype=torch.int8)
+    return 127 if int(torch._int_mm(rows, weights)[0, 0]) == 64 * 127 * 127 else 63
+
+
 class Int8Linear(nn.Module):
-    """``x W^T + b`` with int8 weights (one scale per output channel) and int8 activations (one scale per token),
-    optionally after dividing the input channels by ``smoothing`` (whose factors are already in the weights)."""
+    """``x W^T + b`` with int8 weights (one scale per output channel, :func:`weight_levels` levels) and int8
+    activations (one scale per token), optionally after dividing the input channels by ``smoothing`` (whose factors
+    are already in the weights)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, smoothing: torch.Tensor | None = None):
         super().__init__()
         weight = weight.detach().float()
         if smoothing is not None:
             weight = weight * smoothing
-        scale = weight.abs().amax(1).clamp_min(1e-12) / 127
+        levels = weight_levels()
+        scale = weight.abs().amax(1).clamp_min(1e-12) / levels
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.register_buffer("weight_t", torch.round(weight / scale[:, None]).to(torch.int8).t().contiguous())
         self.register_buffer("weight_scale", scale)

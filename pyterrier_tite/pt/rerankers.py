@@ -226,9 +226,10 @@ class SparseCE(CrossEncoderReranker):
     ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
     else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster; without, it warns once);
     ``"int8"``: int8 linear layers of the encoder on the CPU (one activation scale per token, outlier channels
-    migrated into the weights; heads float32; :mod:`pyterrier_tite.models.int8_linear`): on a trained MonoCE about
-    1.9x fp32's speed, Spearman per query against fp32 >= 0.98, DL19 nDCG@10 0.008 below fp32; the CPU choice where
-    bf16 is not native (2.3x sentence-transformers' CrossEncoder with AVX2 kernels); fp32 stays the default.
+    migrated into the weights; heads float32; :mod:`pyterrier_tite.models.int8_linear`): on a trained MonoCE
+    1.5-1.9x fp32's speed, Spearman per query against fp32 >= 0.97, DL19 nDCG@10 0.003-0.008 below fp32; the CPU
+    choice where bf16 is not native (2.3x sentence-transformers' CrossEncoder with AVX2 kernels); fp32 stays the
+    default.
     ``cuda_graphs``: on a CUDA device, replay one captured CUDA graph per batch shape bucket instead of launching
     every kernel (passages are launch-bound there; see :mod:`pyterrier_tite.models.sparse_ce.graphs`); ignored on
     CPU. The setting lives on the scorer, so rerankers built on one in-memory scorer share it (the last one built
