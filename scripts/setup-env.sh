@@ -15,7 +15,9 @@ fi
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 
-pip_quiet() { python -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored" || true; }
+# --no-compile: no .pyc for every file of every package at install time (torch alone has thousands); Python writes
+# them for the modules it imports, on first import
+pip_quiet() { python -m pip install -q --disable-pip-version-check --no-compile "$@" 2>&1 | grep -v "is ignored" || true; }
 
 if ! python -c "import torch" >/dev/null 2>&1; then
   echo "[setup] installing ${TORCH_SPEC:-torch==2.13.0} (install torch before the package: the extension builds against it)"
