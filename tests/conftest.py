@@ -28,13 +28,6 @@ def pytest_configure(config) -> None:
         torch.set_num_threads(share)
 
 
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """Files with slow (end-to-end) tests first, each file's tests in their own order: the xdist workers then start on
-    the longest work and finish together, instead of one worker running a study smoke test alone at the end."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within each group is kept
-
-
 def _data_available() -> bool:
     home = os.environ.get("IR_DATASETS_HOME")
     return bool(home) and os.path.isdir(os.path.join(home, "vaswani"))
