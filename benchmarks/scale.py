@@ -33,7 +33,18 @@ MS_MARCO = 8_841_823
 QUERIES = 100
 DIM = 384
 
-#: one BM25 build and search in a child process; prints its measurements as JSON
+#: the end of each child script below: ``retriever`` searched over ``topics`` (after a warm-up), measurements printed
+CHILD_MEASURES = r"""
+retriever(topics.head(5))  # derived files, warm-up
+began = time.perf_counter()
+retriever(topics)
+ms = (time.perf_counter() - began) * 1000 / len(topics)
+size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file())
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms, "peak_rss_mb": peak / 1024}))
+"""
+
+#: one BM25 build and search in a child process (its measurements: :data:`CHILD_MEASURES`)
 BM25_CHILD = r"""
 import json, os, sys, time
 import numpy as np, pandas as pd
@@ -47,13 +58,6 @@ build = time.perf_counter() - began
 from pyterrier_tite.store.pisa_derived import open_pisa_retriever
 retriever = open_pisa_retriever(PisaIndex(path), "bm25", 1000, 1)
 topics = synthetic_queries(int(sys.argv[5]), seed)
-retriever(topics.head(5))  # derived files, warm-up
-began = time.perf_counter()
-retriever(topics)
-ms = (time.perf_counter() - began) * 1000 / len(topics)
-size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file())
-peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms, "peak_rss_mb": peak / 1024}))
 """
 
 #: one SPLADE (learned-sparse toks) PISA build and search in a child process, through the library's own writer and
@@ -70,13 +74,6 @@ build_toks_index(synthetic_splade_docs(n, seed), path, lambda docs: [d["toks"] f
 build = time.perf_counter() - began
 retriever = SpladePisaRetriever(path, 1000)
 topics = synthetic_splade_queries(int(sys.argv[5]), seed)
-retriever(topics.head(5))  # derived files, warm-up
-began = time.perf_counter()
-retriever(topics)
-ms = (time.perf_counter() - began) * 1000 / len(topics)
-size = sum(f.stat().st_size for f in __import__("pathlib").Path(path).rglob("*") if f.is_file())
-peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({"build_s": build, "size_mb": size / 2**20, "ms_per_query": ms, "peak_rss_mb": peak / 1024}))
 """
 
 #: a BERT WordPiece vocabulary's size, and the distinct terms of a SPLADE passage / query (doc-side expansion)
@@ -141,7 +138,8 @@ def synthetic_splade_queries(count: int, seed: int = 0):
 def measure_in_child(system: str, child: str, n: int, folder: Path) -> dict:
     """One build and search of ``child`` (a script) in its own process: its peak RSS is its own."""
     here = str(Path(__file__).resolve().parent)
-    command = [sys.executable, "-c", child, str(n), str(folder / f"{system}-{n}"), "0", here, str(QUERIES)]
+    script = child + CHILD_MEASURES
+    command = [sys.executable, "-c", script, str(n), str(folder / f"{system}-{n}"), "0", here, str(QUERIES)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         raise RuntimeError(f"{system} at {n}: {done.stderr[-2000:]}")
