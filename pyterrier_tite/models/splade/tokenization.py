@@ -13,6 +13,8 @@ from typing import Literal
 
 import torch
 
+from pyterrier_tite.models.batch_tensors import padded_tensors
+
 Role = Literal["query", "doc"]
 
 #: what the MLMs take (DistilBERT drops ``token_type_ids`` itself)
@@ -46,10 +48,10 @@ class SpladeInputs:
         if role not in self.tokenizers:
             raise ValueError(f"role must be 'query' or 'doc', got {role!r}")
         length = self.max_lengths[role] if max_length is None else max_length
-        encoded = self.tokenizers[role](
-            list(texts), padding=True, truncation=True, max_length=length, return_tensors="pt"
+        encoded = padded_tensors(
+            self.tokenizers[role](list(texts), padding=True, truncation=True, max_length=length), MODEL_INPUTS
         )
-        return {k: v.to(device) if device is not None else v for k, v in encoded.items() if k in MODEL_INPUTS}
+        return {k: v.to(device) if device is not None else v for k, v in encoded.items()}
 
     def vocabulary(self, vocab_size: int) -> list[str | None]:
         """The token of each of the ``vocab_size`` ids (``None`` where the tokenizer has none), which both sides
