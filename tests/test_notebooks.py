@@ -6,25 +6,13 @@ Quick mode still trains tiny models and builds indexes (about 20 s to 2.5 min pe
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
-from conftest import HUB_FIXTURES
+from _notebook_run import NOTEBOOKS, ROOT, TRAINING, outputs_text, run_in_quick_mode
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 #: absolute paths of a machine must not reach committed outputs
 ABSOLUTE = re.compile(r"(/work/|/root/|/home/|/tmp/|/private/|/Users/)")
-
-
-def _outputs_text(output: dict) -> str:
-    parts = [output.get("text", "")]
-    for mime, value in output.get("data", {}).items():
-        if mime.startswith("text/"):
-            parts.append(value if isinstance(value, str) else "".join(value))
-    return "".join(p if isinstance(p, str) else "".join(p) for p in parts)
 
 
 def test_every_notebook_has_a_source():
@@ -44,7 +32,7 @@ def test_committed_outputs_are_clean(path):
                for o in c.outputs) or path.stem.startswith("06"), f"{path.name} has no plot"  # fmt: skip
     for number, cell in enumerate(code):
         for output in cell.outputs:
-            text = _outputs_text(output)
+            text = outputs_text(output)
             assert output.get("output_type") != "error", f"{path.name} code cell {number}: {output.get('evalue')}"
             assert "Traceback (most recent call last)" not in text, f"{path.name} code cell {number}: traceback"
             assert not (output.get("output_type") == "stream" and output.get("name") == "stderr"), (
@@ -67,30 +55,10 @@ def test_notebook_matches_its_source(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem not in TRAINING], ids=lambda p: p.stem)
 def test_notebook_runs_in_quick_mode(path, irds_home, tite_cache, monkeypatch):
-    """Top to bottom in quick mode, in ``notebooks/`` with the kernel ``python3``; no cell may fail or write to stderr
-    (warnings included)."""
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    pytest.importorskip("matplotlib")
-    if path.stem.startswith("06") and not (HUB_FIXTURES / "hub").is_dir():
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"hub fixtures not found at {HUB_FIXTURES}")
-        pytest.skip(f"hub fixtures not found at {HUB_FIXTURES}")
-    monkeypatch.setenv("PYTERRIER_TITE_QUICK", "1")
-    monkeypatch.setenv("HF_HOME", str(HUB_FIXTURES))  # 06 reads the hub-layout fixtures through the environment
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    )
-    client.execute()
-    for number, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
-        for output in cell.outputs:
-            assert not (output.get("output_type") == "stream" and output.get("name") == "stderr"), (
-                f"{path.name} code cell {number} writes to stderr: {_outputs_text(output)[:300]!r}"
-            )
+    """Top to bottom in quick mode (the training notebooks: ``test_notebooks_training.py``)."""
+    run_in_quick_mode(path, monkeypatch)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem)
