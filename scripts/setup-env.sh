@@ -16,8 +16,11 @@ fi
 source "$VENV/bin/activate"
 
 # --no-compile: no .pyc for every file of every package at install time (torch alone has thousands); Python writes
-# them for the modules it imports, on first import
-pip_quiet() { python -m pip install -q --disable-pip-version-check --no-compile "$@" 2>&1 | grep -v "is ignored" || true; }
+# them for the modules it imports, on first import. Not where PYTHONDONTWRITEBYTECODE is set: Python would then write
+# none, and every process would compile torch, transformers and pandas from source again (seconds each)
+NO_COMPILE="--no-compile"
+[ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && NO_COMPILE="--compile"
+pip_quiet() { python -m pip install -q --disable-pip-version-check "$NO_COMPILE" "$@" 2>&1 | grep -v "is ignored" || true; }
 
 if ! python -c "import torch" >/dev/null 2>&1; then
   echo "[setup] installing ${TORCH_SPEC:-torch==2.13.0} (install torch before the package: the extension builds against it)"

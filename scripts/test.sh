@@ -2,6 +2,9 @@
 # Fresh machine -> the test suite: set up the virtualenv, lint, then run every test (slow integration tests included).
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow"` for the fast subset.
 set -euo pipefail
+# The suite starts hundreds of Python processes: each may write the bytecode of what it imports, once, for the next
+# (with PYTHONDONTWRITEBYTECODE every one compiles torch, transformers and pandas from source: +50% on the suite)
+unset PYTHONDONTWRITEBYTECODE
 source "$(dirname "${BASH_SOURCE[0]}")/setup-env.sh"
 cd "$ROOT"
 ruff check .
