@@ -6,8 +6,8 @@ documents), and what 8.8M (MS MARCO passages) would cost by those exponents.
 Corpora are synthetic and deterministic: passages of 30-90 words drawn from a 50,000-word Zipf vocabulary (BM25),
 120 weighted WordPiece ids per document and 20 per query (SPLADE), and 384-dimensional vectors around 1,000 random
 centres (dense; what TITE at MiniLM width writes). Encoding is not part of the SPLADE or dense builds here: its
-cost is linear in the documents, so it is measured on a sample of passages (documents per second of a random-weight
-TITE of MiniLM's size and of the shipped 2-layer SPLADE) and extrapolated, said as such in the output. Each PISA
+cost is linear in the documents, so it is measured on a sample of passages (documents per second of a TITE
+built from MiniLM and of the shipped 2-layer SPLADE) and extrapolated, said as such in the output. Each PISA
 build runs in its own process (its peak RSS is the child's ``VmHWM``); dense searches report recall@10 / @100 of the
 approximate searches against the exact one.
 
@@ -227,8 +227,9 @@ def measure_dense(n: int, folder: Path, device: str = "cpu", searches: tuple = (
 
 def encoding_rates(sample: int, device: str = "cpu", batch_size: int | None = None, minilm: str | None = None,
                    splade: str | None = None) -> dict:
-    """Documents per second of a random-weight TITE at MiniLM's size and of the shipped 2-layer SPLADE (or the folders
-    given) on ``sample`` synthetic passages, after a warm-up batch; each model's default precision on ``device``."""
+    """Documents per second of a TITE built from MiniLM (``TITE.from_bert``) and of the shipped 2-layer SPLADE (or
+    the folders given) on ``sample`` synthetic passages, after a warm-up batch; each model's default precision on
+    ``device``."""
     import warnings
 
     import torch

@@ -59,7 +59,7 @@ def gpu_results_tables(report: dict, date: str) -> dict:
                           "GPU peak MB": r.get("gpu_peak_mb"), "index MB": r["size_mb"]}}
               for r in report["rows"]["dense"]]  # fmt: skip
     encoding, marco = report["encoding"], report["ms_marco_8.8M"]
-    names = {"tite": "TITE (6 x 384, random weights)", "splade": "SPLADE (2 layers, shipped)"}
+    names = {"tite": "TITE (6 x 384, from MiniLM)", "splade": "SPLADE (2 layers, shipped)"}
     encode = [{"id": f"{model}-encode", "label": f"{names[model]} encoding, {encoding['sample']:,} passages",
                "values": {"docs / s": encoding[f"{model}_docs_per_s"],
                           "8.8M minutes": marco[f"{model}_encode_gpu_min"]}}

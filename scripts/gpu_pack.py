@@ -24,15 +24,15 @@ PROBE = Path(tempfile.gettempdir()) / "pyterrier_tite_passages_probe_ce"  # benc
 META = ("config.json", "tokenizer.json", "tokenizer_config.json", "heads.pt", "vocab.txt", "special_tokens_map.json")
 
 
-def copy_folder(source: Path, target: Path, dtype: torch.dtype, rename=lambda key: key) -> None:
+def copy_folder(source: Path, target: Path, dtype: torch.dtype) -> None:
     """``source``'s meta files and its ``model.safetensors`` with float tensors cast to ``dtype``."""
     target.mkdir(parents=True, exist_ok=True)
     for name in META:
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)
     tensors = load_file(source / "model.safetensors")
-    cast = {rename(k): v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
-    save_file({k: v.contiguous() for k, v in cast.items() if k is not None}, target / "model.safetensors")
+    save_file({k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in tensors.items()},
+              target / "model.safetensors")
 
 
 def pack(out: Path) -> None:
