@@ -72,8 +72,14 @@ def irds_home() -> str:
 
 @pytest.fixture(scope="session")
 def tite_cache(tmp_path_factory) -> str:
-    """A per-session cache for built indexes, so tests never touch the user's cache."""
-    path = str(tmp_path_factory.mktemp("tite_cache"))
+    """A per-session cache for built indexes, so tests never touch the user's cache.
+
+    One fixed folder under the session's base temp, not ``mktemp``: ``experiments/conftest.py`` imports this
+    fixture, which makes it a second fixture with its own instance, and a numbered ``tite_cache1`` from there
+    used to replace the environment variable under the tests that held ``tite_cache0``."""
+    folder = tmp_path_factory.getbasetemp() / "tite_cache"
+    folder.mkdir(exist_ok=True)
+    path = str(folder)
     os.environ["PYTERRIER_TITE_HOME"] = path
     return path
 

@@ -16,3 +16,19 @@ def test_a_test_may_change_the_thread_count():
 def test_the_next_test_finds_the_count_restored():
     assert "before" in _seen, "run the module as a whole: the previous test sets the count"
     assert torch.get_num_threads() == _seen["before"]
+
+
+def test_two_conftests_importing_the_cache_fixture_share_one_folder(pytester):
+    """``experiments/conftest.py`` imports ``tite_cache``, which gives a second fixture with its own session instance.
+    A test that holds the first folder must still find ``PYTERRIER_TITE_HOME`` naming it after the second was built
+    (it once named ``tite_cache1`` under a test holding ``tite_cache0``, and the BM25 cache test failed in CI)."""
+    check = "import os\n\ndef test_{}(tite_cache):\n    assert os.environ['PYTERRIER_TITE_HOME'] == tite_cache\n"
+    pytester.makeconftest("from tests.conftest import tite_cache  # noqa: F401\n")
+    pytester.makepyfile(test_1=check.format("first"), test_3=check.format("again"))
+    second = pytester.mkpydir("test_2")
+    (second / "conftest.py").write_text("from tests.conftest import tite_cache  # noqa: F401\n")
+    (second / "test_second.py").write_text(check.format("second"))
+    result = pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:xdist", "-v")
+    result.assert_outcomes(passed=3)
+    order = [line.split("::")[0] for line in result.outlines if "PASSED" in line]
+    assert order == ["test_1.py", "test_2/test_second.py", "test_3.py"], order  # the order that failed
