@@ -309,12 +309,14 @@ def claims_lines(claims: dict, studies: dict[str, dict]) -> list[str]:
 
 
 def efficiency_lines(studies: dict[str, dict], name: str) -> list[str]:
-    """The study's efficiency table: one figure per row, each with the machine it was measured on."""
+    """The study's efficiency table: one figure per row, each with the machines it was measured on (those of every
+    table its cells come from, once each)."""
     rows = []
     for entry in studies[name].get("efficiency", []):
         source = entry.get("study", name)
-        table = find_table(studies[source], source, entry["table"])
-        rows.append([entry["what"], figure_text(studies, name, entry), machine_text(table),
+        tables = [entry["table"]] + [cell[2] for cell in entry["cells"] if len(cell) > 2]
+        machines = dict.fromkeys(machine_text(find_table(studies[source], source, t)) for t in tables)
+        rows.append([entry["what"], figure_text(studies, name, entry), " / ".join(machines),
                      f"[{source}](../experiments/{source}/)"])  # fmt: skip
     return [""] + markdown_table(["what", "figure", "machine", "data"], rows) if rows else []
 

@@ -180,3 +180,16 @@ def test_a_csv_study_renders_as_written(tmp_path: Path) -> None:
     assert "## A tiny study" in text and "| BM25 | 0.4667 |" in text
     assert "`python -m experiments.tiny_study`" in text
     assert os.path.basename(str(study)) in text
+
+
+def test_an_efficiency_row_names_the_machine_of_every_table_it_quotes() -> None:
+    """A row quoting cells of two tables measured on two machines names both, once each: the first table's machine
+    alone would claim the second figure for a CPU it never ran on."""
+    table = {"columns": ["x"], "rows": [{"id": "a", "label": "a", "values": {"x": 1.5}}]}
+    study = {"title": "Speed", "tables": {
+        "cpu": {**table, "machine": {"device": "an AVX2 CPU", "threads": 2}},
+        "gpu": {**table, "machine": {"device": "a GPU"}},
+        "gpu_2": {**table, "machine": {"device": "a GPU"}}},
+        "efficiency": [{"what": "w", "table": "cpu", "cells": [["a", "x"], ["a", "x", "gpu"], ["a", "x", "gpu_2"]]}]}
+    row = [line for line in report.efficiency_lines({"speed": study}, "speed") if line.startswith("| w |")]
+    assert row and "| an AVX2 CPU, 2 threads / a GPU |" in row[0], row
