@@ -249,7 +249,8 @@ class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
 
 
 class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEncoder):
-    """``docno, text`` -> ``+ doc_vec``; ``transform_iter`` encodes a stream of records chunk by chunk."""
+    """``docno, text`` -> ``+ doc_vec``, each distinct text encoded once (a frame); ``transform_iter`` encodes a stream
+    of records chunk by chunk."""
 
     leave_bars = True  # False: progress bars vanish when done (one call per chunk of a longer stream)
 
@@ -272,10 +273,12 @@ class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEnco
             v.document_frame(extra_columns=[self.text_field])
             v.columns(includes=[self.text_field])
         texts = text_column(inp, self.text_field, "docno")
+        first_row: dict[str, int] = {}  # a re-ranked run repeats documents across queries: each text encoded once
+        rows = [first_row.setdefault(t, len(first_row)) for t in texts]
         progress = "Encoding Docs" if self.verbose else None
-        vectors = self.bi_encoder_model.encode(texts, "doc", self.batch_size, progress)
-        self.bi_encoder_model.refuse_non_finite(vectors, inp, "doc")
-        return inp.assign(doc_vec=list(vectors))
+        vectors = self.bi_encoder_model.encode(list(first_row), "doc", self.batch_size, progress)
+        self.bi_encoder_model.refuse_non_finite(vectors, inp, "doc", index=rows)
+        return inp.assign(doc_vec=[vectors[i] for i in rows])
 
     def __eq__(self, other) -> bool:
         return (
