@@ -225,6 +225,31 @@ def test_scorer_equals_dot_of_toks(tiny):
     assert tiny(res)["score"].tolist() == pytest.approx(scored["score"].tolist())  # dispatch by columns
 
 
+def test_scorer_encodes_each_document_once_and_keeps_row_order(tiny, monkeypatch):
+    """A re-ranked run repeats documents across queries: each distinct text is encoded once (batches of 3 here, so
+    rows of one document meet other documents' batches); each row gets its own pair's score, in the input's order."""
+    encoded: list[str] = []
+    encode = type(tiny)._encode_on_device
+
+    def counting(self, texts, *args, **kwargs):
+        encoded.extend(texts)
+        return encode(self, texts, *args, **kwargs)
+
+    docnos = ["c", "a", "b", "a", "d", "c", "e", "a"]
+    run = pd.DataFrame({"qid": ["1", "1", "1", "2", "2", "3", "3", "3"], "docno": docnos})
+    texts = {d: f"{TEXTS[i % 4]} {TEXTS[(i + 1) % 4]}" if i < 4 else TEXTS[3] for i, d in enumerate("abcde")}
+    run = run.assign(query=run["qid"].map({"1": TEXTS[0], "2": TEXTS[1], "3": TEXTS[2]}), text=run["docno"].map(texts))
+    monkeypatch.setattr(type(tiny), "_encode_on_device", counting)
+    scored = tiny.scorer()(run)
+    assert sorted(t for t in encoded if t not in TEXTS[:3]) == sorted(texts.values())  # (queries go through it too)
+    assert scored["docno"].tolist() == docnos and scored["qid"].tolist() == run["qid"].tolist()
+    monkeypatch.undo()
+    query_toks = tiny.query_encoder()(run)["query_toks"]
+    toks = tiny.doc_encoder()(run)["toks"]
+    expected = [sparse_dot(q, d) for q, d in zip(query_toks, toks, strict=True)]
+    assert scored["score"].tolist() == pytest.approx(expected, rel=1e-5)
+
+
 # pyterrier's own checks: inspection by empty frames (inputs -> outputs) and short schematic labels
 TestQueryEncoder = pt.testing.transformer_test_class(lambda: tiny_model().query_encoder())
 TestDocEncoder = pt.testing.transformer_test_class(lambda: tiny_model().doc_encoder())

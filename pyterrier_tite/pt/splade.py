@@ -341,6 +341,9 @@ class SpladeDocEncoder(_Stage):
 
 
 class SpladeScorer(_Stage):
+    """``qid, query, docno, text`` -> ``+ score, rank``: the dot product of the query's and document's term weights.
+    Each distinct query and document text is encoded once; the dense rows never leave the model's device."""
+
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         field = self.model.text_field
         pta.validate.result_frame(inp, extra_columns=["query", field])
@@ -353,15 +356,24 @@ class SpladeScorer(_Stage):
         query_reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, False, role="query")
         query_reps = query_reps.to(self.model.device)  # scored where the documents are encoded
         query_index = {q: i for i, q in enumerate(unique)}
-        rows = torch.tensor([query_index[q] for q in queries], dtype=torch.long, device=query_reps.device)
-        scores: list[float] = []
-        starts = range(0, len(texts), self.batch_size)
+        row_query = torch.tensor([query_index[q] for q in queries], dtype=torch.long, device=query_reps.device)
+        first_row: dict[str, int] = {}  # a re-ranked run repeats documents across queries: each text encoded once
+        row_doc = torch.tensor([first_row.setdefault(t, len(first_row)) for t in texts], dtype=torch.long)
+        doc_order = torch.argsort(row_doc, stable=True)  # rows grouped by document, so a batch's rows are one slice
+        grouped = row_doc[doc_order]
+        distinct = list(first_row)
+        scores = torch.empty(len(texts), dtype=torch.float32)
+        starts = range(0, len(distinct), self.batch_size)
         for start in pt.tqdm(starts, desc="SPLADE scoring", unit="batch") if self.verbose else starts:
-            batch = texts[start : start + self.batch_size]
-            docs = self.model._encode_on_device(batch, self.model.doc_max_length, "doc")
-            scores.extend((query_reps[rows[start : start + len(docs)]] * docs).sum(dim=1).cpu().tolist())
+            docs = self.model._encode_on_device(distinct[start : start + self.batch_size], self.model.doc_max_length,
+                                                "doc")  # fmt: skip
+            bounds = torch.searchsorted(grouped, torch.tensor([start, start + len(docs)])).tolist()
+            for lo in range(bounds[0], bounds[1], self.batch_size):  # at most a batch of [V] rows at a time
+                rows = doc_order[lo : min(lo + self.batch_size, bounds[1])]
+                pairs = query_reps[row_query[rows.to(row_query.device)]] * docs[(row_doc[rows] - start).to(docs.device)]
+                scores[rows] = pairs.sum(dim=1).cpu()
         self.model.refuse_non_finite(scores, inp, "scores")
-        return pt.model.add_ranks(inp.assign(score=scores))
+        return pt.model.add_ranks(inp.assign(score=scores.double().numpy()))
 
     def __repr__(self) -> str:
         return f"{self.model!r}.scorer()"
