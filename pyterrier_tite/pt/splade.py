@@ -354,9 +354,8 @@ class SpladeScorer(_Stage):
         one_query_per_qid(inp)  # ranks would mix the two queries' documents
         unique = list(dict.fromkeys(queries))
         query_reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, False, role="query")
-        query_reps = query_reps.to(self.model.device)  # scored where the documents are encoded
         query_index = {q: i for i, q in enumerate(unique)}
-        row_query = torch.tensor([query_index[q] for q in queries], dtype=torch.long, device=query_reps.device)
+        row_query = torch.tensor([query_index[q] for q in queries], dtype=torch.long)
         first_row: dict[str, int] = {}  # a re-ranked run repeats documents across queries: each text encoded once
         row_doc = torch.tensor([first_row.setdefault(t, len(first_row)) for t in texts], dtype=torch.long)
         doc_order = torch.argsort(row_doc, stable=True)  # rows grouped by document, so a batch's rows are one slice
@@ -370,7 +369,8 @@ class SpladeScorer(_Stage):
             bounds = torch.searchsorted(grouped, torch.tensor([start, start + len(docs)])).tolist()
             for lo in range(bounds[0], bounds[1], self.batch_size):  # at most a batch of [V] rows at a time
                 rows = doc_order[lo : min(lo + self.batch_size, bounds[1])]
-                pairs = query_reps[row_query[rows.to(row_query.device)]] * docs[(row_doc[rows] - start).to(docs.device)]
+                # the queries' rows go to the device a batch at a time: its memory holds batches, never all queries
+                pairs = query_reps[row_query[rows]].to(docs.device) * docs[(row_doc[rows] - start).to(docs.device)]
                 scores[rows] = pairs.sum(dim=1).cpu()
         self.model.refuse_non_finite(scores, inp, "scores")
         return pt.model.add_ranks(inp.assign(score=scores.double().numpy()))
