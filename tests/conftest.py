@@ -32,13 +32,13 @@ def pytest_configure(config) -> None:
 #: ``--dist loadfile --no-loadscope-reorder`` (scripts/test.sh) files go to the workers in collection order, longest
 #: first, and the many short files fill in at the end; xdist's own reorder (most tests first) started these last
 LONGEST_FILES = (
-    "tests/test_readme.py",  # 169 s
-    "tests/test_notebooks_training.py",  # 180 s
+    "tests/test_readme.py",  # 150 s
     "tests/test_package.py",  # 110 s
     "tests/test_notebooks.py",  # 100 s
-    "experiments/splade_from_scratch/test_smoke.py",  # 46 s
-    "experiments/aggretriever_vs_cls/test_smoke.py",  # 45 s
+    "tests/test_notebooks_training.py",  # 90 s (180 s while the notebooks ran 2 threads on a worker's 1 core)
     "tests/test_cli_batch.py",  # 80 s
+    "experiments/splade_from_scratch/test_smoke.py",  # 45 s
+    "experiments/aggretriever_vs_cls/test_smoke.py",  # 45 s
 )
 
 

@@ -25,6 +25,7 @@ warnings.filterwarnings("ignore", message=".*new weights \\(random init")  # sai
 warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
 FIGURES = Path("../docs/figures")
 
 import matplotlib
@@ -71,7 +72,7 @@ pipeline(topics.head(1))[["qid", "query", "docno", "score", "rank"]].head(3)
 # %%
 systems = {"BM25": dl19 % depth, "BM25 >> SparseCE w=4": dl19 % depth >> sparse,
            "BM25 >> MonoCE": dl19 % depth >> mono, "BM25 >> CELI": dl19 % depth >> celi}
-torch.set_num_threads(2)
+torch.set_num_threads(THREADS)
 experiment = pt.Experiment(list(systems.values()), topics, dataset.get_qrels(), [nDCG @ 10, AP @ 100, RR(rel=2)],
                            names=list(systems), baseline=0, correction="holm", round=4)
 experiment[["name", "nDCG@10", "AP@100", "RR(rel=2)", "nDCG@10 +", "nDCG@10 -", "nDCG@10 p-value corrected"]]

