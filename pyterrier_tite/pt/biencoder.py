@@ -31,7 +31,7 @@ from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.checkpoint import save_model_folder
 from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
+from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.flex import build_flex_index
 from pyterrier_tite.store.values import checked_text
 
@@ -234,10 +234,9 @@ class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
             v.columns(includes=["query"])
         texts = text_column(inp, "query", "qid")
         one_query_per_qid(inp)  # a retriever would rank both queries' results under the one qid
-        first_row: dict[str, int] = {}
-        rows = [first_row.setdefault(t, len(first_row)) for t in texts]
+        rows, distinct = distinct_texts(texts)  # each distinct query once; rows: its position in ``distinct``
         progress = "Encoding Queries" if self.verbose else None
-        vectors = self.bi_encoder_model.encode(list(first_row), "query", self.batch_size, progress)
+        vectors = self.bi_encoder_model.encode(distinct, "query", self.batch_size, progress)
         self.bi_encoder_model.refuse_non_finite(vectors, inp, "query", index=rows)
         return inp.assign(query_vec=[vectors[i] for i in rows])
 
@@ -273,10 +272,9 @@ class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEnco
             v.document_frame(extra_columns=[self.text_field])
             v.columns(includes=[self.text_field])
         texts = text_column(inp, self.text_field, "docno")
-        first_row: dict[str, int] = {}  # a re-ranked run repeats documents across queries: each text encoded once
-        rows = [first_row.setdefault(t, len(first_row)) for t in texts]
+        rows, distinct = distinct_texts(texts)  # a re-ranked run repeats documents across queries: each encoded once
         progress = "Encoding Docs" if self.verbose else None
-        vectors = self.bi_encoder_model.encode(list(first_row), "doc", self.batch_size, progress)
+        vectors = self.bi_encoder_model.encode(distinct, "doc", self.batch_size, progress)
         self.bi_encoder_model.refuse_non_finite(vectors, inp, "doc", index=rows)
         return inp.assign(doc_vec=[vectors[i] for i in rows])
 

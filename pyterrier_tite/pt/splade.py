@@ -32,7 +32,7 @@ from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
 from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name, shown_name
 from pyterrier_tite.pt.schematic import NamedSchematic
-from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
+from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.pisa_build import PISA_SCALE, build_toks_index
 from pyterrier_tite.store.pisa_derived import open_pisa_retriever
 from pyterrier_tite.store.values import checked_text
@@ -301,12 +301,12 @@ class SpladeQueryEncoder(_Stage):
             v.columns(includes=["query"])  # result frames too (one encoding per distinct query)
         queries = text_column(inp, "query", "qid")
         one_query_per_qid(inp)  # a retriever would rank both queries' results under the one qid
-        unique = list(dict.fromkeys(queries))
-        reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, self.verbose, role="query")
-        position = {q: i for i, q in enumerate(unique)}
-        self.model.refuse_non_finite(reps, inp, "query term weights", index=[position[q] for q in queries])
-        by_query = dict(zip(unique, self.model.to_toks(reps), strict=True))
-        return inp.assign(query_toks=[by_query[q] for q in queries])
+        rows, distinct = distinct_texts(queries)  # each distinct query once; rows: its position in ``distinct``
+        reps = self.model.encode(distinct, self.model.query_max_length, self.batch_size, self.verbose,
+                                 role="query")  # fmt: skip
+        self.model.refuse_non_finite(reps, inp, "query term weights", index=rows)
+        toks = self.model.to_toks(reps)
+        return inp.assign(query_toks=[toks[i] for i in rows])
 
     def __repr__(self) -> str:
         return f"{self.model!r}.query_encoder()"
@@ -352,15 +352,13 @@ class SpladeScorer(_Stage):
         queries = text_column(inp, "query", "qid")
         texts = text_column(inp, field, "docno")
         one_query_per_qid(inp)  # ranks would mix the two queries' documents
-        unique = list(dict.fromkeys(queries))
+        query_rows, unique = distinct_texts(queries)
         query_reps = self.model.encode(unique, self.model.query_max_length, self.batch_size, False, role="query")
-        query_index = {q: i for i, q in enumerate(unique)}
-        row_query = torch.tensor([query_index[q] for q in queries], dtype=torch.long)
-        first_row: dict[str, int] = {}  # a re-ranked run repeats documents across queries: each text encoded once
-        row_doc = torch.tensor([first_row.setdefault(t, len(first_row)) for t in texts], dtype=torch.long)
+        row_query = torch.from_numpy(query_rows)
+        doc_rows, distinct = distinct_texts(texts)  # a re-ranked run repeats documents: each encoded once
+        row_doc = torch.from_numpy(doc_rows)
         doc_order = torch.argsort(row_doc, stable=True)  # rows grouped by document, so a batch's rows are one slice
         grouped = row_doc[doc_order]
-        distinct = list(first_row)
         scores = torch.empty(len(texts), dtype=torch.float32)
         starts = range(0, len(distinct), self.batch_size)
         for start in pt.tqdm(starts, desc="SPLADE scoring", unit="batch") if self.verbose else starts:

@@ -28,6 +28,13 @@ def text_column(frame: pd.DataFrame, column: str, id_column: str) -> list[str]:
     return [checked_text(v, column, f"{id_column} {i!r}") for v, i in zip(frame[column], ids, strict=True)]
 
 
+def distinct_texts(texts: list[str]) -> tuple[np.ndarray, list[str]]:
+    """``(rows, distinct)``: each text once in order of first appearance, and each row's position in it, so a model
+    encodes a text once however many rows repeat it (queries of a run; documents re-ranked for several queries)."""
+    rows, distinct = pd.factorize(np.asarray(texts, dtype=object))
+    return rows, list(distinct)
+
+
 def one_query_per_qid(frame: pd.DataFrame, query_column: str = "query") -> None:
     """Refuse a frame where a qid carries two different query texts (e.g. concatenated topic sets)."""
     if frame.empty or query_column not in frame.columns or "qid" not in frame.columns:

@@ -101,16 +101,11 @@ def distributed_context() -> tuple[int, int]:
         return 0, 1
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
-        atexit.register(_destroy_process_group_at_exit)
+        # torn down before the interpreter's exit: a gloo group left to static destructors now and then aborted a
+        # rank that had finished its training ("terminate called without an active exception"), so torchrun failed
+        # a job that had succeeded. No barrier: after an error the other ranks may never reach it.
+        atexit.register(leave_process_group, wait_for_others=False)
     return dist.get_rank(), dist.get_world_size()
-
-
-def _destroy_process_group_at_exit() -> None:
-    """Tear the group down before the interpreter does: a gloo group left to static destructors at exit now and then
-    aborted a rank that had finished its training ("terminate called without an active exception"; one run in CI),
-    so torchrun failed a job that had succeeded. No barrier: after an error the other ranks may never reach it."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def leave_process_group(wait_for_others: bool = True) -> None:
