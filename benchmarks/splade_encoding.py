@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     padded = sum(b["attention_mask"].numel() for b in batches)
 
     def pooled(batch: dict) -> torch.Tensor:  # single-segment texts: token types are all 0, the MLM's default
-        with head_states(encoder.mlm) as projection:
-            states = encoder.mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        hidden = encoder.mlm.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        projection = encoder.mlm.get_output_embeddings()
+        states = head_states(encoder.mlm, hidden.last_hidden_state)
         return splade_pool_projected(states, batch["attention_mask"], projection.weight, projection.bias)
 
     def logits(batch: dict) -> torch.Tensor:

@@ -14,6 +14,8 @@ Nothing hard-codes a folder: the home is ir_datasets' own (``IR_DATASETS_HOME`` 
 from __future__ import annotations
 
 import os
+import re
+import sys
 
 import ir_datasets
 import pandas as pd
@@ -52,6 +54,97 @@ def is_evaluation_collection(name: str) -> bool:
     return irds_id(name) in EVALUATION_COLLECTIONS
 
 
+class EvaluationDataError(ValueError):
+    """Training data that is evaluation data (or mixes it in), used without saying so: one line naming the collection,
+    why it is evaluation data and the flag that allows it."""
+
+
+#: a segment of an ir_datasets ID that names a held-out split (``test``, ``dev/small``, ``split200-valid``, ``eval``,
+#: ``trec-dl-2019``, ``test-b``); ``judged`` alone is no split (``msmarco-passage/train/judged`` is training data)
+EVALUATION_SPLIT = re.compile(r"(?:^|-)(?:test|dev|eval|valid|validation)(?:$|-)|^trec-dl")
+#: the names ir_datasets gives training splits
+TRAIN_SPLITS = ("train", "training")
+#: what a training entry point reads of a collection: its queries / qrels, or only its documents
+TRAINING_USES = ("labels", "documents")
+_SAID: set[str] = set()  # each note once per process: the command and the library it calls check the same data
+
+
+def training_id(name: str) -> str:
+    """The ir_datasets ID of a training command's data: an ID, alias, ``irds:`` ID or TREC DL year."""
+    return irds_id({"2019": "dl19", "2020": "dl20"}.get(str(name), str(name)))
+
+
+def evaluation_reason(name: str) -> str | None:
+    """Why the queries and qrels of ``name`` (an ID, alias or TREC DL year) are evaluation data, or None: a collection
+    in :data:`EVALUATION_COLLECTIONS`, a held-out split (:data:`EVALUATION_SPLIT`), or a BEIR collection other than
+    a ``train`` split (BEIR's qrels are test qrels)."""
+    dataset_id = training_id(name)
+    segments = dataset_id.split("/")
+    if dataset_id in EVALUATION_COLLECTIONS:
+        return "the project reports results on it"
+    split = next((s for s in segments[1:] if EVALUATION_SPLIT.search(s)), None)
+    if split is not None:
+        return f"{split!r} is a held-out evaluation split"
+    if segments[0] == "beir" and not set(TRAIN_SPLITS) & set(segments):
+        return "a BEIR collection's qrels are its test set"
+    return None
+
+
+def _train_split(name: str) -> str:
+    """``name``, or the ``train`` split of a bare ID whose splits share it (``beir/scifact`` -> ``beir/scifact/train``,
+    said in one line); a bare ID with evaluation splits and no train split is refused (its queries mix them)."""
+    dataset_id = irds_id(name)
+    if any(EVALUATION_SPLIT.search(s) or s in TRAIN_SPLITS for s in dataset_id.split("/")[1:]):
+        return name  # already a split (its sub-splits, e.g. train/judged, are subsets of it)
+    prefix = dataset_id + "/"
+    splits = sorted({k[len(prefix) :].split("/")[0] for k in ir_datasets.registry if k.startswith(prefix)})
+    held_out = [s for s in splits if EVALUATION_SPLIT.search(s)]
+    train = next((s for s in TRAIN_SPLITS if s in splits), None)
+    if train is not None:
+        _say(f"note: {name} holds the splits {', '.join(splits)}: training on {prefix}{train}")
+        return prefix + train
+    if held_out:
+        raise EvaluationDataError(
+            f"{name} mixes the evaluation splits {', '.join(held_out)} and has no train split: name one split "
+            f"({prefix}{held_out[0]}, ...) with --allow-evaluation-data, or train on another collection"
+        )
+    return name
+
+
+def check_training_data(name: str, *, uses: str = "labels", allow: bool = False) -> str:
+    """The dataset a training entry point reads as ``name`` (``uses``: ``'labels'``, its queries / qrels, or
+    ``'documents'``, only its documents), checked here once for every command and training function.
+
+    Labels of evaluation data (:func:`evaluation_reason`) are refused with :class:`EvaluationDataError` unless
+    ``allow`` (``--allow-evaluation-data``), which is then said in one line on stderr; a bare ID that mixes splits
+    becomes its train split. Documents of an evaluation collection are allowed (pretraining on the target collection's
+    text, no queries or qrels: the transductive setting of SPLADE from scratch) and said in one line."""
+    if uses not in TRAINING_USES:
+        raise ValueError(f"uses must be one of {TRAINING_USES}, got {uses!r}")
+    if uses == "documents":
+        if evaluation_reason(name):
+            _say(f"note: training on the documents of {training_id(name)} only, an evaluation collection")
+        return name
+    dataset = _train_split(name)
+    reason = evaluation_reason(dataset)
+    if reason is None:
+        return dataset
+    if not allow:
+        raise EvaluationDataError(
+            f"{name} is evaluation data ({reason}): training on its queries would make its reported results "
+            "meaningless; train on a training split (e.g. scifact-train), or pass --allow-evaluation-data (Python: "
+            "allow_evaluation_data=True) to train on it knowingly"
+        )
+    _say(f"note: training on the queries of {training_id(dataset)}, evaluation data ({reason}), as allowed")
+    return dataset
+
+
+def _say(line: str) -> None:
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr, flush=True)
+
+
 _LOCAL_TSV = ("cisi", "cacm")
 
 
@@ -69,6 +162,32 @@ def irds_id(name: str) -> str:
     """Normalise ``'irds:beir/scifact/test'``, ``'beir/scifact/test'`` or an alias like ``'scifact'`` to an ID."""
     name = name[len("irds:") :] if name.startswith("irds:") else name
     return ALIASES.get(name, name)
+
+
+def collection_id(name: str | None) -> str | None:
+    """The ir_datasets ID that ``name`` (an ID, alias or ``irds:`` ID) names, or None where it names no registered
+    collection (a file, a folder, anything else): None is a side of a join that does not know its collection."""
+    if not isinstance(name, str) or not name or os.path.exists(name):
+        return None
+    register_local()
+    dataset_id = irds_id(name)
+    return dataset_id if dataset_id in ir_datasets.registry else None
+
+
+def same_documents(first: str | None, second: str | None) -> bool:
+    """Whether two collections (ir_datasets IDs) hold the same documents, by ir_datasets' docs handler: the splits of
+    ``beir/scifact`` share one corpus, ``msmarco-passage/trec-dl-2019/judged`` is ``msmarco-passage``'s,
+    ``local/cranfield-graded`` is ``cranfield``'s. True where a side is unknown (None) or has no documents: nothing
+    to compare."""
+    if first is None or second is None or first == second:
+        return True
+    handlers = []
+    for dataset_id in (first, second):
+        dataset = ir_datasets.load(dataset_id)
+        if not dataset.has_docs():
+            return True
+        handlers.append(dataset.docs_handler())
+    return handlers[0] is handlers[1] or handlers[0] == handlers[1]
 
 
 def get_dataset(name: str):

@@ -21,8 +21,35 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` when given, else ``cuda`` if available, else ``cpu``."""
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    """``device`` when given, else ``cuda`` if available, else ``cpu``. A device this torch cannot run on (``cuda``
+    on a CPU-only build, ``cuda:1`` with one GPU, a misspelt name) is a ``ValueError`` saying why, at once, not a
+    traceback from deep inside the first model call."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    problem = device_problem(device)
+    if problem is not None:
+        raise ValueError(f"device={str(device)!r}: {problem}; or use device='cpu'")
+    return torch.device(device)
+
+
+def device_problem(device: str | torch.device) -> str | None:
+    """Why this torch cannot run on ``device``, in words (None where it can): the one check behind ``device=`` and
+    the commands' ``--device``."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        return "not a torch device (cpu, cuda, cuda:N, mps)"
+    if parsed.type == "cuda":
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            return f"this torch ({torch.__version__}) has no CUDA (a CPU-only build): install a CUDA build of torch"
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return f"this torch ({torch.__version__}) sees no CUDA GPU (check the driver and CUDA_VISIBLE_DEVICES)"
+        if parsed.index is not None and parsed.index >= count:
+            return f"this machine has {count} CUDA GPU{'s' if count > 1 else ''} (cuda:0 to cuda:{count - 1})"
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        return "MPS (Apple GPUs) is not available here"
+    return None
 
 
 def cpu_has_native_bf16() -> bool:
@@ -71,7 +98,7 @@ def resolve_precision(
     if dtype is None:
         return default_precision(device)
     if int8 and (dtype == torch.qint8 or dtype in ("int8", "qint8")):
-        if default_device(device).type != "cpu":
+        if (torch.device(device) if device is not None else default_device()).type != "cpu":  # no check of CUDA here
             raise ValueError(f"dtype='int8' (dynamic int8 linear layers) runs on the CPU only, not on {device}")
         return "int8"
     if isinstance(dtype, torch.dtype):

@@ -13,8 +13,8 @@ from typing import NamedTuple
 class Family(NamedTuple):
     """One model family: ``format`` (``pt_meta.json``), the transformer ``module``, the class whose
     ``from_pretrained`` loads every folder of the format (``loader``), the public transformer classes (``public``),
-    how a loaded model is used (``kind``: ``dense`` FlexIndex, ``splade`` PISA or ``rerank``) and its ``folders``
-    under ``models/``."""
+    how a loaded model is used (``kind``: ``dense`` FlexIndex, ``splade`` PISA or ``rerank``), its ``folders``
+    under ``models/`` and what messages call it (``title``)."""
 
     format: str
     module: str
@@ -22,19 +22,22 @@ class Family(NamedTuple):
     public: tuple[str, ...]
     kind: str
     folders: tuple[str, ...]
+    title: str
 
 
 FAMILIES: tuple[Family, ...] = (
     Family("cross-encoder", "pyterrier_tite.pt.rerankers", "CrossEncoderReranker", ("SparseCE", "MonoCE", "CELI"),
-           "rerank", ("sparse_ce", "cross_encoder")),
-    Family("tite", "pyterrier_tite.pt.tite", "TITE", ("TITE",), "dense", ("tite",)),
+           "rerank", ("sparse_ce", "cross_encoder"), "cross-encoder"),
+    Family("tite", "pyterrier_tite.pt.tite", "TITE", ("TITE",), "dense", ("tite",), "TITE"),
     Family("bert-biencoder", "pyterrier_tite.pt.bert_biencoder", "BertBiEncoder", ("BertBiEncoder",), "dense",
-           ("bert_biencoder",)),
-    Family("splade", "pyterrier_tite.pt.splade", "Splade", ("Splade",), "splade", ("splade",)),
+           ("bert_biencoder",), "BERT bi-encoder"),
+    Family("splade", "pyterrier_tite.pt.splade", "Splade", ("Splade",), "splade", ("splade",), "SPLADE"),
     Family("aggretriever", "pyterrier_tite.pt.aggretriever", "Aggretriever", ("Aggretriever",), "dense",
-           ("aggretriever",)),
+           ("aggretriever",), "Aggretriever"),
 )  # fmt: skip
 
+#: the file a saved model folder keeps its format and settings in
+PT_META = "pt_meta.json"
 #: ``format`` -> family
 BY_FORMAT: dict[str, Family] = {f.format: f for f in FAMILIES}
 #: the formats of ``pt_meta.json`` that are models of this package
@@ -52,3 +55,46 @@ def kind_of(fmt: str) -> str:
     if fmt not in BY_FORMAT:
         raise ValueError(f"format {fmt!r} is not a model of pyterrier-tite (one of {', '.join(FORMATS)})")
     return BY_FORMAT[fmt].kind
+
+
+class Recognised(NamedTuple):
+    """A checkpoint that is recognisably one family's: the ``family``, what in the folder says so (``evidence``),
+    what messages call it (``title``: a cross-encoder's backbone is named) and the public class that loads it."""
+
+    family: Family
+    evidence: str
+    title: str
+    cls: str
+
+
+def family_of(meta: dict, config: dict, files: list[str] | tuple[str, ...] = ()) -> Recognised | None:
+    """The family a checkpoint recognisably belongs to, from its ``pt_meta.json`` (``meta``), ``config.json``
+    (``config``) and file names (``files``): a folder we saved names its format; a released layout is recognised as
+    our loaders recognise it (TITE's model types, the sparse cross-encoder's window, a sequence classifier,
+    Aggretriever's pyserini / dhr layouts). None for a plain encoder (BERT / ELECTRA / DistilBERT, with or without its
+    MLM head), which legitimately starts a model of any family, and for a folder that is not ours."""
+    fmt = meta.get("format")
+    if fmt in BY_FORMAT:
+        family, evidence = BY_FORMAT[fmt], f"{PT_META} format {fmt!r}"
+        if fmt != "cross-encoder":
+            return Recognised(family, evidence, family.title, family.loader)
+        sparse = meta.get("backbone") == "sparse" or "attention_window_size" in config
+        cls = meta["reranker"] if meta.get("reranker") in family.public else "SparseCE" if sparse else "MonoCE"
+        return Recognised(family, evidence, "sparse cross-encoder" if sparse else "cross-encoder", cls)
+    if meta:
+        return None
+    model_type, backbone = config.get("model_type"), config.get("backbone_model_type")
+    architectures = " ".join(str(a) for a in config.get("architectures") or [])
+    if model_type == "tite" or backbone == "tite":
+        shown = f"model_type {model_type!r}" + (f" on backbone_model_type {backbone!r}" if model_type != "tite" else "")
+        return Recognised(BY_FORMAT["tite"], f"config.json {shown}", "TITE", "TITE")
+    if "attention_window_size" in config:
+        family = BY_FORMAT["cross-encoder"]
+        return Recognised(family, "config.json attention_window_size", "sparse cross-encoder", "SparseCE")
+    if "Aggretriever" in architectures or "TermWeightTrans.pt" in files:
+        evidence = f"config.json architectures {architectures!r}" if architectures else "TermWeightTrans.pt"
+        return Recognised(BY_FORMAT["aggretriever"], evidence, "Aggretriever", "Aggretriever")
+    if "ForSequenceClassification" in architectures:
+        return Recognised(BY_FORMAT["cross-encoder"], f"config.json architectures {architectures!r}",
+                          "cross-encoder", "MonoCE")  # fmt: skip
+    return None

@@ -80,7 +80,8 @@ def test_fine_tuning_clis_on_tiny_settings_resume(tmp_path, irds_home, tite_cach
                  "--hidden-size", "32", "--layers", "1", "--heads", "2", "--intermediate-size", "64",
                  "--max-length", "32", "--batch-size", "8", "--steps", "2", "--quiet"]) == 0  # fmt: skip
     common = ["--dataset", "vaswani", "--init", str(mlm), "--max-queries", "3", "--depth", "10", "--batch-size", "4",
-              "--query-max-length", "16", "--doc-max-length", "32", "--quiet", "--save-every", "2"]  # fmt: skip
+              "--query-max-length", "16", "--doc-max-length", "32", "--quiet", "--save-every", "2",
+              "--allow-evaluation-data"]  # fmt: skip
     for command, extra in [("train-splade", []), ("train-aggretriever", ["--agg-dim", "16", "--cls-dim", "8"])]:
         out = tmp_path / command
         assert main([command, *common, *extra, "--output", str(out), "--steps", "2"]) == 0

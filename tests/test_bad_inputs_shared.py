@@ -316,6 +316,8 @@ BAD_PACKAGES = {  # name: (members, declared, environment, what the error says)
     "tar-bomb-over-the-cap": ([*INDEX_FILES, _member("zeros", bytes(8 << 20))], None,
                               {"PYTERRIER_TITE_MAX_PACKAGE_BYTES": str(1 << 20)}, "PYTERRIER_TITE_MAX_PACKAGE_BYTES"),
     "more-than-declared": ([*INDEX_FILES, _member("zeros", bytes(8 << 20))], {"total_size": 5000}, {}, "declares"),
+    "bomb-without-a-size-record": ([*INDEX_FILES, _member("zeros", bytes(8 << 20))], None,  # 8 MiB from 33 kB
+                                   {"PYTERRIER_TITE_MAX_PACKAGE_RATIO": "2"}, "PYTERRIER_TITE_MAX_PACKAGE_RATIO"),
     "symlink-member": ([*INDEX_FILES, _member("model", kind=tarfile.SYMTYPE, link="/etc")], None, {}, "link"),
     "hardlink-member": ([*INDEX_FILES, _member("pw", kind=tarfile.LNKTYPE, link="/etc/passwd")], None, {}, "link"),
     "device-member": ([*INDEX_FILES, _member("null", kind=tarfile.CHRTYPE)], None, {}, "device"),

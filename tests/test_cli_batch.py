@@ -245,7 +245,8 @@ def test_rerank_names_missing_texts_and_queries(files):
     (files / "in.run").write_text("1 Q0 1 1 9.0 x\n1 Q0 d99 2 8.0 x\n2 Q0 d2 1 9.0 x\n", encoding="utf-8")
     common = ["--model", SPARSE_CE, "--topics", str(files / "topics.tsv"), "--run", str(files / "in.run")]
     done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
-    assert done.returncode == 2 and "docno 'd99'" in done.stderr and not (files / "o.run").exists()
+    assert done.returncode == 2 and "1 of 3 docnos of the run" in done.stderr and "(e.g. 'd99')" in done.stderr
+    assert not (files / "o.run").exists()
     (files / "in.run").write_text("7 Q0 1 1 9.0 x\n", encoding="utf-8")
     done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
     assert done.returncode == 2 and "qid '7'" in done.stderr

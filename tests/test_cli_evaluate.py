@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from _cli import cli_here
 
 QRELS = "1 0 a 1\n1 0 b 0\n2 0 c 2\n2 0 d 1\n3 0 e 1\n"
 GOOD = "1 Q0 a 1 3.0 good\n1 Q0 b 2 2.0 good\n2 Q0 c 1 3.0 good\n2 Q0 d 2 1.0 good\n3 Q0 e 1 1.0 good\n"
@@ -52,3 +53,45 @@ def test_evaluate_against_an_ir_datasets_id(tmp_path, irds_home, tite_cache):
     done = cli("evaluate", str(tmp_path / "bm25.run.gz"), "--qrels", "vaswani", "--csv", str(tmp_path / "t.csv"))
     assert done.returncode == 0, done.stderr
     assert "0.4667" in (tmp_path / "t.csv").read_text()  # nDCG@10 of BM25 on vaswani, as in the README
+
+
+def test_evaluate_refuses_a_run_of_none_of_the_qrels_queries(tmp_path):
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text(QRELS)
+    (tmp_path / "other.run").write_text("7 Q0 a 1 3.0 s\n8 Q0 c 1 3.0 s\n")
+    done = cli_here("evaluate", str(tmp_path / "other.run"), "--qrels", str(qrels))
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert f"the run {tmp_path / 'other.run'}: none of its 2 queries (e.g. '7') are in the qrels" in done.stderr
+    assert "is --qrels the run's collection?" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_evaluate_names_swapped_columns(tmp_path):
+    (tmp_path / "qrels.txt").write_text(QRELS)
+    (tmp_path / "swapped.run").write_text("a Q0 1 1 3.0 s\nb Q0 1 2 2.0 s\nc Q0 2 1 3.0 s\nd Q0 3 1 1.0 s\n")
+    done = cli_here("evaluate", str(tmp_path / "swapped.run"), "--qrels", str(tmp_path / "qrels.txt"))
+    assert done.returncode == 2 and "the qid and docno columns look swapped" in done.stderr, done.stderr
+
+
+def test_evaluate_says_how_many_queries_of_the_qrels_a_run_covers(tmp_path):
+    """Evaluation goes on over every query of the qrels (a query without results scores 0), and says so."""
+    (tmp_path / "qrels.txt").write_text(QRELS)
+    (tmp_path / "part.run").write_text(GOOD.split("2 Q0 c")[0])
+    done = cli_here("evaluate", str(tmp_path / "part.run"), "--qrels", str(tmp_path / "qrels.txt"), "--measures",
+                    "P@1", "--json", str(tmp_path / "t.json"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "part.run: 1 of 3 queries of the qrels" in done.stderr and "average over all 3" in done.stderr
+    assert json.load(open(tmp_path / "t.json"))[0]["P@1"] == pytest.approx(1 / 3, abs=1e-4)
+    assert "part.run" in done.stdout and "1 of 3" not in done.stdout  # the table alone on stdout
+
+
+def test_evaluate_refuses_a_run_recorded_for_another_collection(tmp_path, irds_home):
+    import pandas as pd
+
+    from pyterrier_tite.store.runs import write_trec_run
+
+    run = str(tmp_path / "vaswani.run")
+    write_trec_run(pd.DataFrame({"qid": ["1", "2"], "docno": ["1", "2"], "score": [1.0, 1.0]}), run,
+                   collection="vaswani")  # fmt: skip
+    done = cli_here("evaluate", run, "--qrels", "cranfield")
+    assert done.returncode == 2, done.stderr
+    assert f"the run {run} ranks documents of vaswani ({run}.meta.json), the qrels are cranfield's" in done.stderr

@@ -264,6 +264,31 @@ def test_cuda_graphs_replay_the_eager_scores(window, symmetric, head, dtype):
         assert len(scorer._graphs) == 2
 
 
+def test_cuda_graphs_replayed_from_four_threads_give_each_thread_its_own_scores():
+    """One scorer, one bucket, so every call replays the same graph and its buffers: from 4 threads (two of them on
+    streams of their own), each call's scores equal the sequential call's bit for bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
+
+    scorer = CrossEncoderScorer(_tiny_sparse_ce(4, False)).to(CUDA).eval().use_cuda_graphs()
+    inputs = [_graph_inputs(seed) for seed in range(1, 9)]
+
+    def score(i: int) -> torch.Tensor:
+        stream = torch.cuda.Stream() if i % 4 >= 2 else torch.cuda.current_stream()
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            scores = scorer(*inputs[i % len(inputs)]).cpu()
+        return scores
+
+    expected = [score(i) for i in range(len(inputs))]
+    assert len(scorer._graphs) == 1
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(score, range(25 * len(inputs))))
+    for i, scores in enumerate(got):
+        torch.testing.assert_close(scores, expected[i % len(inputs)], atol=0, rtol=0)
+    assert len(scorer._graphs) == 1 and not scorer._graphs.failed
+
+
 def test_cuda_graphs_are_dropped_when_the_weights_change():
     """A captured graph reads the weights' addresses: after an in-place update (a training step) or a new tensor,
     the scores follow the new weights."""

@@ -210,7 +210,8 @@ def test_push_to_hub_uploads_a_model_repo_that_t_load_reads(tmp_path, monkeypatc
 
 def test_to_hf_uploads_a_dataset_repo_whose_card_says_from_hf(monkeypatch):
     """``to_hf`` keeps uploading the PyTerrier package to a *dataset* repo; its card's usage line is
-    ``pt.Artifact.from_hf(repo)``, not ``t.load(repo)`` (that needs the model repo ``push_to_hub`` makes)."""
+    ``t.TITE.from_hf(repo)`` (fetched safely: ``pt.Artifact.from_hf`` fails when two processes fetch one new package
+    at once), not ``t.load(repo)`` (that needs the model repo ``push_to_hub`` makes)."""
     import huggingface_hub
 
     require_fixtures()
@@ -226,5 +227,6 @@ def test_to_hf_uploads_a_dataset_repo_whose_card_says_from_hf(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
     t.TITE("webis/tite-2-late-msmarco").to_hf("me/my-package")
     assert uploaded["kind"] == "dataset" and "artifact.tar.lz4" in uploaded["files"]
-    assert "model = pt.Artifact.from_hf('me/my-package')" in uploaded["readme"]
+    assert "model = t.TITE.from_hf('me/my-package')" in uploaded["readme"]
+    assert "pt.Artifact.from_hf(" not in uploaded["readme"]  # named only as what not to use
     assert "t.load('me/my-package')" not in uploaded["readme"]

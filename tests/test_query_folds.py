@@ -52,8 +52,9 @@ def test_training_examples_never_come_from_the_held_out_fold(irds_home, tite_cac
     from pyterrier_tite.cli.sparse import _examples
 
     args = argparse.Namespace(
-        dataset="cranfield", depth=10, max_queries=None, seed=0, hold_out_fold="2/3", fold_seed=0, pseudo_queries=False
-    )
+        dataset="cranfield", depth=10, max_queries=None, seed=0, hold_out_fold="2/3", fold_seed=0, pseudo_queries=False,
+        allow_evaluation_data=True,
+    )  # fmt: skip
     examples = _examples(args)
     qids = {e.qid for e in examples}
     held_out = set(held_out_qids(pt.get_dataset("irds:cranfield").get_topics()["qid"].astype(str), "2/3"))

@@ -98,3 +98,30 @@ def test_tirex_output(tmp_path):
     assert back["qid"].nunique() == 6 and not back.duplicated(["qid", "docno"]).any()
     meta = (tmp_path / "out" / "ir-metadata.yml").read_text()
     assert 'tag: "tite"' in meta and 'model: "webis/x"' in meta
+
+
+def test_a_topics_tsv_with_the_header_pandas_writes(tmp_path):
+    """``to_csv(sep="\\t", index=False)`` writes a ``qid<TAB>query`` header: it is no query named ``qid``; only a
+    first line that is exactly that header is skipped."""
+    from pyterrier_tite.store.topics import load_topics
+
+    pd.DataFrame({"qid": ["1", "2"], "query": ["cats", "dogs"]}).to_csv(tmp_path / "t.tsv", sep="\t", index=False)
+    assert load_topics(str(tmp_path / "t.tsv")).values.tolist() == [["1", "cats"], ["2", "dogs"]]
+    (tmp_path / "u.tsv").write_text("1\tcats\nqid\tquery\n", encoding="utf-8")
+    assert load_topics(str(tmp_path / "u.tsv"))["qid"].tolist() == ["1", "qid"]
+
+
+def test_a_run_records_its_collection_beside_it(tmp_path):
+    """``<run>.meta.json`` names the collection; the run stays plain TREC, and a run written again over it without a
+    collection loses the old record (never another run's)."""
+    from pyterrier_tite.store.runs import run_collection
+
+    path = tmp_path / "run.txt.gz"
+    write_trec_run(RESULTS, path, system="tite", collection="vaswani")
+    assert run_collection(path) == "vaswani" and len(read_trec_run(path)) == 5
+    assert json.loads((tmp_path / "run.txt.gz.meta.json").read_text()) == {"collection": "vaswani"}
+    write_trec_run(RESULTS, path, system="tite")
+    assert run_collection(path) is None and sorted(p.name for p in tmp_path.iterdir()) == ["run.txt.gz"]
+    (tmp_path / "run.txt.gz.meta.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"run\.txt\.gz\.meta\.json is no run record"):
+        run_collection(path)

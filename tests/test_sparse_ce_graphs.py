@@ -103,3 +103,5 @@ def test_a_copied_scorer_keeps_its_graph_setting_but_not_the_graphs():
     scorer._graphs._graphs["sentinel"] = object()  # stands in for a captured graph (no GPU here)
     twin = copy.deepcopy(scorer)
     assert twin._graphs is not None and len(twin._graphs) == 0 and twin._graphs.module is twin
+    # the copy replays under a lock of its own (a lock cannot be copied; sharing one would serialise the twins)
+    assert twin._graphs._lock is not scorer._graphs._lock and twin._graphs._lock.acquire(blocking=False)

@@ -115,7 +115,8 @@ def test_tiny_end_to_end_tokenizer_pretrain_finetune_index_retrieve(tmp_path, ir
     args = training_args(tmp_path, "mlm", 10, learning_rate=1e-3)
     pretrain_mlm(corpus, tokenizer, args, size=size, objective="mlm+flops", batch_size=16, max_length=48, device="cpu")
 
-    examples = hard_negative_examples("vaswani", bm25("vaswani", num_results=20), depth=20, max_queries=3, seed=0)
+    examples = hard_negative_examples("vaswani", bm25("vaswani", num_results=20), depth=20, max_queries=3, seed=0,
+                                      allow_evaluation_data=True)  # fmt: skip
     assert examples
     before = Splade.from_pretrained(str(tmp_path / "mlm"), device="cpu", query_max_length=24, doc_max_length=48)
     splade = Splade.from_pretrained(str(tmp_path / "mlm"), device="cpu", query_max_length=24, doc_max_length=48)

@@ -29,7 +29,7 @@ from experiments.common.recipes import (
     variants_and_seeds,
 )
 from experiments.common.recipes import names as _names
-from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_evaluation_data_argument, add_training_arguments, training_arguments
 
 VARIANTS = {"aggretriever": {"agg_dim": 640, "cls_dim": 128}, "cls": {"agg_dim": 0, "cls_dim": 128}}
 DEFAULT_EVALUATION = "scifact,vaswani,cranfield"
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"collections of the final table ('none': skip; default {DEFAULT_EVALUATION})",
     )
     parser.add_argument("--encode-batch-size", type=int, default=32, help="texts per forward pass when indexing")
+    add_evaluation_data_argument(parser)
     add_training_arguments(parser, learning_rate=5e-5, max_steps=300, warmup_steps=30, batch_size=16, recipe=True)
     return parser
 
@@ -118,8 +119,9 @@ def run(args: argparse.Namespace) -> int:
     if todo:
         retriever = bm25(args.dataset, num_results=args.depth)
         examples = hard_negative_examples(
-            args.dataset, retriever, depth=args.depth, max_queries=args.max_queries, seed=DATA_SEED
-        )
+            args.dataset, retriever, depth=args.depth, max_queries=args.max_queries, seed=DATA_SEED,
+            allow_evaluation_data=args.allow_evaluation_data,
+        )  # fmt: skip
         if not examples:
             raise SystemExit(f"{args.dataset} gives no training example (no query with a judged relevant document)")
         print(f"{len(examples)} training pairs from {len({e.qid for e in examples})} queries of {args.dataset}; "

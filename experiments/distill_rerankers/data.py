@@ -41,7 +41,7 @@ def source_queries(source: str, max_queries: int | None, seed: int) -> tuple[pd.
 
     rng = random.Random(seed)
     if source.startswith("ict:"):
-        collection = source[len("ict:") :]
+        collection = datasets.check_training_data(source[len("ict:") :], uses="documents")  # said: documents only
         texts = doc_texts(collection)
         docnos = sorted(texts)
         if max_queries is not None and len(docnos) > max_queries:
@@ -54,6 +54,9 @@ def source_queries(source: str, max_queries: int | None, seed: int) -> tuple[pd.
         return pd.DataFrame(rows, columns=["qid", "query"]), collection
     if source != MSMARCO_QUERIES:
         raise ValueError(f"unknown source {source!r}: expected {MSMARCO_QUERIES!r} or 'ict:<collection>'")
+    # a dev split, so evaluation data by the library's rule: allowed knowingly (said at run time) because no result
+    # is reported on it (the studies evaluate on TREC DL and the small collections) and its qrels are never read
+    source = datasets.check_training_data(source, uses="labels", allow=True)
     topics = datasets.get_dataset(source).get_topics()[["qid", "query"]]
     if max_queries is not None and len(topics) > max_queries:
         topics = topics.iloc[sorted(rng.sample(range(len(topics)), max_queries))]

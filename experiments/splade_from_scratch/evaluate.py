@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fold-models",
         help="cross-validation instead of --model: comma-separated models, the i-th fine-tuned with --hold-out-fold "
-        "i/N; each indexes the collection and answers its own fold's queries, so the row covers every query",
+        "i/N (and --allow-evaluation-data); each indexes the collection and answers its own fold's queries, so the "
+        "row covers every query",
     )
     parser.add_argument("--fold-seed", type=int, default=0, help="seed of the query -> fold split (as in training)")
     args = parse_with_config(parser, argv)

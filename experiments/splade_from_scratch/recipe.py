@@ -25,7 +25,7 @@ import os
 from experiments.common.config import parse_with_config
 from experiments.common.recipes import finished_steps, recipe_precision, training_minutes
 from experiments.common.recipes import names as _names
-from pyterrier_tite.cli.flags import add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import add_evaluation_data_argument, add_training_arguments, training_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--evaluate", default=None, help="collections of the final table (default: --dataset; 'none': skip)"
     )
+    add_evaluation_data_argument(parser)
     add_training_arguments(parser, learning_rate=2e-4, max_steps=1000, warmup_steps=100, batch_size=16, recipe=True)
     return parser
 
@@ -87,7 +88,7 @@ def pretrain(args: argparse.Namespace, targs, folder: str) -> None:
     else:
         tokenizer = train_collection_tokenizer(args.dataset, vocabulary, vocab_size=args.vocab_size)
     queries = args.train_dataset if args.train_dataset.lower() != "none" else None
-    texts = pretraining_texts(args.dataset, queries_dataset=queries)
+    texts = pretraining_texts(args.dataset, queries_dataset=queries, allow_evaluation_data=args.allow_evaluation_data)
     size = BertSize(args.hidden_size, args.layers, args.heads, args.intermediate_size, max(512, args.max_length))
     print(f"pretraining on {len(texts)} texts, vocabulary {len(tokenizer)} -> {folder}")
     pretrain_mlm(
@@ -106,7 +107,8 @@ def fine_tune(args: argparse.Namespace, targs, start: str) -> None:
 
     splade = Splade.from_pretrained(start, query_max_length=args.query_max_length, doc_max_length=args.max_length)
     examples = hard_negative_examples(args.train_dataset, bm25(args.train_dataset, num_results=args.depth),
-                                      depth=args.depth, seed=42)  # fmt: skip
+                                      depth=args.depth, seed=42,
+                                      allow_evaluation_data=args.allow_evaluation_data)  # fmt: skip
     if not examples:
         raise SystemExit(f"{args.train_dataset} gives no training example (no judged relevant document)")
     print(f"fine-tuning on {len(examples)} pairs from {len({e.qid for e in examples})} queries -> {targs.output_dir}")

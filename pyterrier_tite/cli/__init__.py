@@ -106,17 +106,25 @@ def record_training(args: argparse.Namespace, argv: list[str]) -> None:
     from pyterrier_tite.models.model_card import write_model_card
 
     command = "pyterrier-tite " + " ".join(argv)
-    write_model_card(folder, training_command=command, training_data=getattr(args, "dataset", None))
+    data = [d for d in (getattr(args, "dataset", None), getattr(args, "queries", None)) if d]
+    write_model_card(
+        folder,
+        training_command=command,
+        training_data=data if len(data) > 1 else next(iter(data), None),
+        evaluation_data=getattr(args, "evaluation_data", None),  # what checked_training_data let through
+    )
 
 
 def user_error(exc: BaseException) -> str | None:
     """The one-line message of an error the user can fix, or None for one that is a bug: every ``OSError`` (files,
-    folders, disks, damaged indexes: :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` says how to rebuild)
-    and :class:`~pyterrier_tite.models.checkpoint.CheckpointError`."""
+    folders, disks, damaged indexes: :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` says how to rebuild),
+    :class:`~pyterrier_tite.models.checkpoint.CheckpointError` and training data that is evaluation data
+    (:class:`~pyterrier_tite.datasets.EvaluationDataError`)."""
+    from pyterrier_tite.datasets import EvaluationDataError
     from pyterrier_tite.models.checkpoint import CheckpointError
     from pyterrier_tite.store.pisa_files import CorruptIndexError
 
-    if not isinstance(exc, OSError | CheckpointError):
+    if not isinstance(exc, OSError | CheckpointError | EvaluationDataError):
         return None
     message = re.sub(r"\s*\n\s*", " ", str(exc)).strip()  # one line
     if isinstance(exc, CorruptIndexError):

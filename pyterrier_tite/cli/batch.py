@@ -94,8 +94,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     retrieve.add_argument(
         "--index", required=True,
-        help="index folder, or the URL of an index package (http(s)://.../index.tar.lz4, hf:org/name), downloaded "
-        "once into PyTerrier's artifact cache; the index brings its model",
+        help="index folder, or an index package: a URL (http(s)://.../index.tar.lz4, hf:org/name) or a local "
+        ".tar.lz4 file, unpacked once into PyTerrier's artifact cache; the index brings its model",
     )  # fmt: skip
     retrieve.add_argument("--model", default=None, help="query encoder (default: the model that built the index)")
     retrieve.add_argument(
@@ -125,7 +125,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     source = rerank.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="TREC run file to re-rank (.gz allowed)")
     source.add_argument(
-        "--first-stage", help="bm25 (over the ir_datasets id --dataset), an index folder or an index package's URL"
+        "--first-stage",
+        help="bm25 (over the ir_datasets id --dataset), an index folder or an index package (URL or file)",
     )
     rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file "
                         "(default: the collection of --topics when it is an ir_datasets id)")
@@ -217,9 +218,9 @@ def run_index(args: argparse.Namespace) -> int:
 @input_errors("retrieve")
 @writes_to(lambda args: args.out)
 def run_retrieve(args: argparse.Namespace) -> int:
-    from pyterrier_tite.cli.service import index_retriever, retrieve
+    from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve
     from pyterrier_tite.store.atomic import refuse_existing
-    from pyterrier_tite.store.index_info import index_info
+    from pyterrier_tite.store.index_info import index_info, indexed_collection
     from pyterrier_tite.store.packages import index_folder
     from pyterrier_tite.store.runs import write_trec_run
     from pyterrier_tite.store.topics import load_topics
@@ -228,16 +229,17 @@ def run_retrieve(args: argparse.Namespace) -> int:
     _check_k(args.k)
     refuse_existing(args.out, args.overwrite)
     topics = load_topics(args.topics)
-    index = index_folder(args.index)  # a package URL: downloaded into the artifact cache
+    index = index_folder(args.index)  # a package URL or file: unpacked into the artifact cache
+    info = index_info(index)
+    check_topics_collection(args.index, info, args.topics)
     options = {"hnsw": {"ef_search": args.search_width}, "ivf": {"n_probe": args.search_width}}.get(args.search, {})
     retriever = index_retriever(
         index, args.model, args.k, device=args.device, batch_size=args.batch_size,
         precision=args.precision, threads=args.threads or 1, search=args.search, search_options=options,
     )
     results = retrieve(retriever, topics, verbose=not args.quiet)
-    info = index_info(index)
     model = args.model or info.get("model_name") or info.get("model") or "bm25"
-    written = write_trec_run(results, args.out, system=_system(model))
+    written = write_trec_run(results, args.out, system=_system(model), collection=indexed_collection(info))
     print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.out}")
     return 0
 
@@ -252,6 +254,7 @@ def _system(model: str) -> str:
 @writes_to(lambda args: args.out)
 def run_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.cli.service import attach_queries, load_model, rerank, scorer_of
+    from pyterrier_tite.datasets import collection_id
     from pyterrier_tite.store.atomic import refuse_existing
     from pyterrier_tite.store.corpus import DocumentTexts
     from pyterrier_tite.store.runs import read_trec_run, top_k, write_trec_run
@@ -265,6 +268,7 @@ def run_rerank(args: argparse.Namespace) -> int:
         args.dataset = args.topics  # topics by ir_datasets id: the texts (and BM25) of their collection
     if args.model.lower() == "bm25":
         raise ValueError("bm25 is a first stage, not a re-ranker: use --first-stage bm25 with a neural --model")
+    _check_collections(args)
     topics = load_topics(args.topics)
     if args.run is not None:
         if not os.path.isfile(args.run):
@@ -276,21 +280,48 @@ def run_rerank(args: argparse.Namespace) -> int:
         raise ValueError("--dataset (an ir_datasets id or a corpus file) is needed for the document texts")
     candidates = attach_queries(top_k(run, args.k), topics)
     texts = DocumentTexts(args.dataset, docnos=candidates["docno"])
+    docnos = candidates["docno"].unique()
+    missing = texts.missing(docnos)
+    if missing:
+        source = f"run {args.run}" if args.run is not None else f"first stage {args.first_stage}"
+        raise ValueError(f"{len(missing)} of {len(docnos)} docnos of the {source} are not in the documents of "
+                         f"{args.dataset} (e.g. {missing[0]!r}): is --dataset the run's collection?")  # fmt: skip
     _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
     scored = rerank(scorer_of(model), candidates[["qid", "query", "docno"]], texts, verbose=not args.quiet)
-    written = write_trec_run(scored, args.out, system=_system(args.model))
+    written = write_trec_run(scored, args.out, system=_system(args.model), collection=collection_id(args.dataset))
     print(f"{len(written)} re-ranked results for {written['qid'].nunique()} queries written to {args.out}")
     return 0
 
 
+def _check_collections(args: argparse.Namespace) -> None:
+    """``rerank``: the texts (``--dataset``) are of the collection the run records (``<run>.meta.json``) and of the
+    topics, where each side names an ir_datasets collection (different corpora are refused)."""
+    from pyterrier_tite.datasets import collection_id, same_documents
+    from pyterrier_tite.store.runs import run_collection
+
+    dataset = collection_id(args.dataset)
+    recorded = run_collection(args.run) if args.run is not None and os.path.isfile(args.run) else None
+    if not same_documents(collection_id(recorded), dataset):
+        raise ValueError(f"the run {args.run} ranks documents of {recorded} ({args.run}.meta.json), but --dataset is "
+                         f"{args.dataset}: pass --dataset {recorded}")  # fmt: skip
+    topics = collection_id(args.topics)
+    if not same_documents(topics, dataset):
+        raise ValueError(f"the topics are {args.topics}'s but --dataset is {args.dataset}, another collection: pass "
+                         f"--dataset {args.topics} (or topics of {args.dataset})")  # fmt: skip
+
+
 def _first_stage(args: argparse.Namespace, topics):
     """The candidates of ``--first-stage``: BM25 over the (cached) PISA index of ``--dataset``, or an index folder."""
-    from pyterrier_tite.cli.service import index_retriever, retrieve
+    from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve
+    from pyterrier_tite.store.index_info import index_info
     from pyterrier_tite.store.packages import index_folder, is_package_url
 
-    if os.path.isdir(args.first_stage) or is_package_url(args.first_stage):
+    stage = args.first_stage
+    if os.path.isdir(stage) or is_package_url(stage) or (os.path.isfile(stage) and stage.lower() != "bm25"):
+        index = index_folder(args.first_stage)
+        check_topics_collection(args.first_stage, index_info(index), args.topics)
         retriever = index_retriever(
-            index_folder(args.first_stage), None, args.k, device=args.device, batch_size=args.batch_size,
+            index, None, args.k, device=args.device, batch_size=args.batch_size,
             precision=args.precision, threads=args.threads or 1,
         )
         return retrieve(retriever, topics, verbose=not args.quiet)

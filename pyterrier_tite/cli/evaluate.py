@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from pyterrier_tite.cli.batch import input_errors
 
@@ -66,7 +67,9 @@ def _names(args: argparse.Namespace) -> list[str]:
 
 def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str], baseline=None, correction=None):
     """``pt.Experiment`` over the runs (read as result frames) on the queries of the qrels. Every argument is checked
-    before any file is read; a bad run or qrels file is a ``ValueError`` naming the file and line."""
+    before any file is read; a bad run or qrels file is a ``ValueError`` naming the file and line, and so is a run
+    that cannot belong to the qrels (:func:`check_run`); a run covering part of the qrels' queries is said on
+    stderr (the measures average over every query of the qrels: one without results scores 0)."""
     import ir_measures
     import pandas as pd
     import pyterrier as pt
@@ -83,10 +86,40 @@ def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str],
     _check_correction(correction, baseline)
     judged = load_qrels(qrels)
     systems = [read_trec_run(path) for path in runs]
+    for path, run in zip(runs, systems, strict=True):
+        check_run(path, run, judged, qrels)
     topics = pd.DataFrame({"qid": sorted(judged["qid"].unique()), "query": ""})
     return pt.Experiment(
         systems, topics, judged, parsed, names=names, baseline=baseline, correction=correction, round=4
     )
+
+
+def check_run(path: str, run, judged, qrels: str) -> None:
+    """Refuse a run that cannot belong to the qrels, where today's tools print a row of zeros: one that records the
+    documents of another collection (``<run>.meta.json``), one whose qid and docno columns look swapped (its docnos
+    are the qrels' qids, its qids are not), one with none of the qrels' queries. A run covering part of them: a
+    line on stderr."""
+    from pyterrier_tite.datasets import collection_id, same_documents
+    from pyterrier_tite.store.runs import run_collection
+
+    recorded = run_collection(path)
+    if not same_documents(collection_id(recorded), collection_id(qrels)):
+        raise ValueError(f"the run {path} ranks documents of {recorded} ({path}.meta.json), the qrels are {qrels}'s: "
+                         f"evaluate it with --qrels {recorded}")  # fmt: skip
+    judged_qids = set(judged["qid"])
+    qids, docnos = set(run["qid"]), set(run["docno"])
+    covered = len(qids & judged_qids)
+    if len(docnos & judged_qids) >= 0.9 * len(docnos) and covered < 0.5 * len(qids):
+        raise ValueError(f"the run {path}: its docnos are the qrels' query ids and its qids are not: the qid and "
+                         "docno columns look swapped; a TREC run line is `qid Q0 docno rank score system`")  # fmt: skip
+    if covered == 0:
+        example = sorted(qids)[0]
+        raise ValueError(f"the run {path}: none of its {len(qids)} queries (e.g. {example!r}) are in the qrels "
+                         f"{qrels}: is --qrels the run's collection?")  # fmt: skip
+    total = len(judged_qids)
+    if covered < total:
+        print(f"pyterrier-tite evaluate: run {path}: {covered} of {total} queries of the qrels (the measures average "
+              f"over all {total}; a query without results scores 0)", file=sys.stderr)  # fmt: skip
 
 
 def _check_correction(correction: str | None, baseline: int | None) -> None:

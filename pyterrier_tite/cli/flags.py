@@ -131,13 +131,51 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, batch_size: int | Non
 
 
 def apply_runtime_arguments(args: argparse.Namespace) -> None:
-    """Apply ``--threads`` to torch and ``--quiet`` to transformers; check ``--batch-size`` / ``--threads``."""
+    """Apply ``--threads`` to torch and ``--quiet`` to transformers; check ``--batch-size`` / ``--threads`` and
+    ``--device`` (a device this torch cannot run on is a ``ValueError``: one line, before any work)."""
     for flag in ("batch_size", "threads"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise SystemExit(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+    if getattr(args, "device", None):
+        from pyterrier_tite.devices import device_problem
+
+        problem = device_problem(args.device)
+        if problem is not None:
+            raise ValueError(f"--device {args.device}: {problem}; or use --device cpu")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     quiet_progress(args)
+
+
+def add_evaluation_data_argument(parser: argparse.ArgumentParser) -> None:
+    """``--allow-evaluation-data``: the one way a training command reads the queries / qrels of evaluation data."""
+    parser.add_argument(
+        "--allow-evaluation-data", action="store_true",
+        help="train on the queries and qrels of evaluation data (a collection the results are reported on: vaswani, "
+        "cranfield, cisi, cacm, scifact = beir/scifact/test, TREC DL; or any test / dev / trec-dl split): refused "
+        "without this flag; said at run time and recorded in the model card. A bare ID holding several splits "
+        "(beir/scifact) means its train split",
+    )  # fmt: skip
+
+
+def checked_training_data(args: argparse.Namespace, name: str, uses: str = "labels") -> str:
+    """``datasets.check_training_data`` of a command's data flag, called before any model is loaded or data read;
+    evaluation data it lets through is noted in ``args.evaluation_data``, which the model card records. Returns the
+    dataset to read (a bare ID's train split)."""
+    from pyterrier_tite import datasets
+
+    allow = getattr(args, "allow_evaluation_data", False)
+    dataset = datasets.check_training_data(name, uses=uses, allow=allow)
+    reason = datasets.evaluation_reason(dataset)
+    if reason:
+        if uses == "documents":
+            note = f"{datasets.training_id(dataset)}: documents only (no queries or qrels)"
+        else:
+            fold = getattr(args, "hold_out_fold", None)
+            queries = f"queries outside fold {fold} (its fold {fold.split('/')[0]} held out)" if fold else "queries"
+            note = f"{datasets.training_id(dataset)}: {queries} and qrels, {reason} (--allow-evaluation-data)"
+        args.evaluation_data = [*getattr(args, "evaluation_data", []), note]
+    return dataset

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from pyterrier_tite.cli.flags import add_length_arguments, add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import (
+    add_evaluation_data_argument,
+    add_length_arguments,
+    add_training_arguments,
+    checked_training_data,
+    training_arguments,
+)
 
 
 def window(value: str) -> int | None | str:
@@ -59,9 +65,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--dataset", required=True,
         help="queries + qrels to train on: an ir_datasets id or alias, or a TREC DL year (2019/2020). There is no "
-        "default: the collections the results are reported on (TREC DL 2019/2020, vaswani, scifact test, ...) would "
-        "be training on the evaluation set; name a training split (e.g. scifact-train) or accept that knowingly",
+        "default: the collections the results are reported on (TREC DL 2019/2020, vaswani, scifact test, ...) are "
+        "refused as evaluation data; name a training split (e.g. scifact-train) or pass --allow-evaluation-data",
     )  # fmt: skip
+    add_evaluation_data_argument(train)
     train.add_argument("--depth", type=int, default=100, help="first-stage candidates per query (negatives pool)")
     train.add_argument("--max-queries", type=int, default=None, help="use only the first N judged queries")
     train.add_argument("--loss", choices=["lce", "margin_mse", "ranknet"], default="lce", help="training loss")
@@ -85,6 +92,7 @@ def run_train(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.loss == "margin_mse" and not args.teacher_run:
         raise SystemExit("--loss margin_mse needs --teacher-run")
+    args.dataset = checked_training_data(args, args.dataset)  # before any model is loaded
     seed_everything(args.seed)  # new heads are initialised reproducibly
     reranker = build_reranker(args)
     topics, qrels = topics_and_qrels(args.dataset)

@@ -61,7 +61,20 @@ def load_model(
         model = load(name, **kwargs)
     except OSError as exc:  # hub id not cached offline, missing folder, ...
         raise ValueError(f"cannot load the model {name!r}: {exc}") from exc
+    warn_untrained(name, getattr(model, "card", None))
     return model_kind(model), model
+
+
+def warn_untrained(name: str, card: dict | None) -> None:
+    """A warning when the model card's own record (``pt_meta.json`` ``card.fresh_weights``, set by a save of fresh
+    weights, cleared by training) says some weights were never trained: its scores or vectors are random."""
+    fresh = card.get("fresh_weights") if isinstance(card, dict) else None
+    if fresh and isinstance(fresh, str):
+        from pyterrier_tite._user_warnings import warn_user
+
+        verb = "are" if fresh.endswith("s") else "is"
+        warn_user(f"{name}: its model card says its {fresh} {verb} untrained (random init, saved before any training):"
+                  " its scores mean nothing; train it first")  # fmt: skip
 
 
 def model_kind(model) -> str:
@@ -130,11 +143,15 @@ def build_index(
         return kind
     counted = _Counted(corpus)
     packaged = model if package_model and kind != BM25 else None
+    from pyterrier_tite.datasets import collection_id
+
+    collection = collection_id(corpus_name)  # an ir_datasets ID, recorded so that queries of another are refused
 
     def finalize(staging: Path) -> None:
         write_index_info(staging, kind, recorded, corpus_name, counted.count, packaged,
                          hub_id=None if kind == BM25 else hub_id(recorded),
-                         fingerprint=None if kind == BM25 else weights_fingerprint(model))  # fmt: skip
+                         fingerprint=None if kind == BM25 else weights_fingerprint(model),
+                         collection=collection)  # fmt: skip
 
     if kind == BM25:
         build_pisa_index(counted, path, ["text"], threads=threads, progress=label, overwrite=overwrite,
@@ -252,6 +269,19 @@ def index_retriever(
             raise ValueError(f"--search {search} is for dense indexes; {path} is a SPLADE (PISA) index")
         return model.retriever(str(path), num_results=k, threads=threads, verbose=False)  # checked; k cut
     return dense_retriever(model, path, k, search, **(search_options or {}))
+
+
+def check_topics_collection(index: str | os.PathLike, info: dict, topics: str) -> None:
+    """Refuse topics of one collection (``topics``: an ir_datasets ID / alias, or a file: no check) against an index
+    that records the documents of another (different corpora, :func:`~pyterrier_tite.datasets.same_documents`)."""
+    from pyterrier_tite.datasets import collection_id, same_documents
+    from pyterrier_tite.store.index_info import indexed_collection
+
+    indexed, asked = indexed_collection(info), collection_id(topics)
+    if not same_documents(indexed, asked):
+        raise ValueError(f"the index {index} holds the documents of {indexed}, the topics are {asked}'s: their "
+                         f"results would be documents of another collection; retrieve with topics of {indexed}, or "
+                         f"from an index of {asked}")  # fmt: skip
 
 
 def dense_retriever(model, index, k: int = 1000, search: str = "exact", **search_options) -> pt.Transformer:

@@ -6,21 +6,31 @@ from __future__ import annotations
 import argparse
 import json
 
-from pyterrier_tite.cli.flags import add_length_arguments, add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import (
+    add_evaluation_data_argument,
+    add_length_arguments,
+    add_training_arguments,
+    checked_training_data,
+    training_arguments,
+)
 from pyterrier_tite.start_points import resolve
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     tok = commands.add_parser("train-tokenizer", help="WordPiece vocabulary from a collection's documents (HF format)")
-    tok.add_argument("--dataset", required=True, help="ir_datasets ID or alias (vaswani, scifact, ...)")
+    mlm = commands.add_parser("pretrain-mlm", help="MLM or MLM+FLOPS pretraining on a collection (from scratch)")
+    for parser in (tok, mlm):
+        parser.add_argument(
+            "--dataset", required=True,
+            help="ir_datasets ID or alias whose documents are the corpus (vaswani, scifact, ...): documents only, so "
+            "an evaluation collection is allowed (transductive, as in SPLADE from scratch; said at run time)",
+        )  # fmt: skip
     tok.add_argument("--output-dir", "--output", dest="output_dir", required=True, help="folder for the tokenizer")
     tok.add_argument("--vocab-size", type=int, default=32_000, help="WordPiece vocabulary size")
     tok.add_argument("--min-frequency", type=int, default=2, help="occurrences a token needs to enter the vocabulary")
     tok.add_argument("--limit", type=int, default=None, help="only the first N documents")
     tok.set_defaults(func=run_train_tokenizer)
 
-    mlm = commands.add_parser("pretrain-mlm", help="MLM or MLM+FLOPS pretraining on a collection (from scratch)")
-    mlm.add_argument("--dataset", required=True, help="collection whose documents are the pretraining corpus")
     mlm.add_argument("--tokenizer", help="tokenizer folder; default: train one on the collection (--vocab-size)")
     mlm.add_argument("--vocab-size", type=int, default=32_000, help="vocabulary size when training the tokenizer")
     mlm.add_argument(
@@ -37,7 +47,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     mlm.add_argument("--mlm-probability", type=float, default=0.15, help="share of tokens masked")
     mlm.add_argument("--flops-weight", type=float, default=1e-3, help="lambda of FLOPS (paper: 1e-3)")
     mlm.add_argument("--flops-warmup-steps", type=int, default=0, help="quadratic warm-up of lambda")
-    mlm.add_argument("--queries", help="also pretrain on this dataset's queries (e.g. scifact-train)")
+    mlm.add_argument(
+        "--queries",
+        help="also pretrain on this dataset's queries (e.g. scifact-train); evaluation queries need "
+        "--allow-evaluation-data",
+    )
+    add_evaluation_data_argument(mlm)
     mlm.add_argument("--limit", type=int, default=None, help="only the first N documents")
     _add_optimisation_flags(mlm, lr=1e-4, batch_size=32, steps=1000)
     mlm.set_defaults(func=run_pretrain_mlm)
@@ -58,7 +73,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", required=True, help="dataset with queries and qrels (e.g. scifact-train)")
+    parser.add_argument(
+        "--dataset", required=True,
+        help="dataset with queries and qrels (e.g. scifact-train; evaluation data needs --allow-evaluation-data)",
+    )  # fmt: skip
+    add_evaluation_data_argument(parser)
     start = parser.add_mutually_exclusive_group(required=True)
     start.add_argument(
         "--model", dest="init", metavar="MODEL",
@@ -72,7 +91,8 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "--hold-out-fold",
         metavar="I/N",
         type=_fold_spec,
-        help="cross-validation: train on the queries outside fold I of N (for collections without training queries)",
+        help="cross-validation: train on the queries outside fold I of N (for collections without training queries: "
+        "evaluation data, so with --allow-evaluation-data; the model card names the fold)",
     )
     parser.add_argument(
         "--pseudo-queries",
@@ -110,6 +130,8 @@ def _summary(history: list[dict[str, float]], output: str) -> None:
 def run_train_tokenizer(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 
+    args.dataset = checked_training_data(args, args.dataset, "documents")
+
     tokenizer = train_collection_tokenizer(
         args.dataset, args.output_dir, vocab_size=args.vocab_size, min_frequency=args.min_frequency, limit=args.limit
     )
@@ -126,6 +148,9 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.mlm import BertSize, pretrain_mlm, pretraining_texts
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 
+    if args.queries:  # before any model is loaded; a refusal is the one line
+        args.queries = checked_training_data(args, args.queries)
+    args.dataset = checked_training_data(args, args.dataset, "documents")
     train_args = training_arguments(args)
     model = None
     if args.init:
@@ -141,7 +166,9 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
                 tokenizer = load_tokenizer(path)
             else:
                 tokenizer = train_collection_tokenizer(args.dataset, path, vocab_size=args.vocab_size, limit=args.limit)
-    texts = pretraining_texts(args.dataset, limit=args.limit, queries_dataset=args.queries)
+    texts = pretraining_texts(
+        args.dataset, limit=args.limit, queries_dataset=args.queries, allow_evaluation_data=args.allow_evaluation_data
+    )
     size = BertSize(args.hidden_size, args.layers, args.heads, args.intermediate_size, max(512, args.max_length))
     print(f"pretraining on {len(texts)} texts, vocabulary {len(tokenizer)}, objective {args.objective}")
     _, history = pretrain_mlm(
@@ -185,17 +212,26 @@ def _examples(args: argparse.Namespace):
         all_qids = datasets.get_dataset(args.dataset).get_topics()["qid"].astype(str)
         qids = training_qids(all_qids, args.hold_out_fold)  # folds of query_folds.assign_folds, seed 0
     examples = hard_negative_examples(
-        args.dataset, negatives, depth=args.depth, max_queries=args.max_queries, qids=qids, seed=args.seed
-    )
+        args.dataset, negatives, depth=args.depth, max_queries=args.max_queries, qids=qids, seed=args.seed,
+        allow_evaluation_data=args.allow_evaluation_data,
+    )  # fmt: skip
     fold = f" (fold {args.hold_out_fold} held out)" if args.hold_out_fold else ""
     print(f"{len(examples)} training pairs from {len({e.qid for e in examples})} queries of {args.dataset}{fold}")
     return examples
+
+
+def _check_dataset(args: argparse.Namespace) -> None:
+    """``--dataset`` checked before any model is loaded: only its documents with ``--pseudo-queries``, else its
+    queries and qrels (a bare ID becomes its train split)."""
+    args.dataset = checked_training_data(args, args.dataset, "documents" if args.pseudo_queries else "labels")
 
 
 def run_train_splade(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.splade import Splade
     from pyterrier_tite.training.splade import fine_tune_splade
     from pyterrier_tite.training.splade_data import add_teacher_scores
+
+    _check_dataset(args)
 
     train_args = training_arguments(args)
     lengths = dict(query_max_length=args.query_max_length, doc_max_length=args.doc_max_length)
@@ -224,6 +260,7 @@ def run_train_aggretriever(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.aggretriever import Aggretriever
     from pyterrier_tite.training.aggretriever import fine_tune_aggretriever
 
+    _check_dataset(args)
     train_args = training_arguments(args)
     model = Aggretriever.from_pretrained(
         resolve(args.init),

@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.flags import add_length_arguments, add_training_arguments, training_arguments
+from pyterrier_tite.cli.flags import (
+    add_length_arguments,
+    add_training_arguments,
+    checked_training_data,
+    training_arguments,
+)
 from pyterrier_tite.start_points import resolve
 
 
@@ -30,7 +35,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     pre = commands.add_parser("pretrain", help="TITE pretraining: enhanced masked auto-encoding + bag-of-words")
-    pre.add_argument("--dataset", required=True, help="ir_datasets ID or alias whose documents are the corpus")
+    pre.add_argument(
+        "--dataset", required=True,
+        help="ir_datasets ID or alias whose documents are the corpus: documents only, so an evaluation collection "
+        "is allowed (transductive, no queries or qrels; said at run time)",
+    )  # fmt: skip
     pre.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
     pre.add_argument("--max-length", type=int, default=128, help="tokens per text")
     pre.add_argument("--mae-mask-rate", type=float, default=0.5, help="share of positions each MAE query cannot see")
@@ -97,6 +106,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     from pyterrier_tite.text import document_text, text_fields
     from pyterrier_tite.training.tite_pretraining import pretrain
 
+    args.dataset = checked_training_data(args, args.dataset, "documents")
     if args.threads:
         torch.set_num_threads(args.threads)
     start = resolve(args.start)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from pyterrier_tite._user_warnings import warn_user
+from pyterrier_tite.families import Recognised, family_of
 from pyterrier_tite.models.folder_checks import check_folder
 from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json, read_meta  # noqa: F401 - re-exported
 
@@ -66,19 +67,35 @@ class Checkpoint:
     config: dict = field(repr=False)
     meta: dict = field(repr=False)
 
+    def family(self) -> Recognised | None:
+        """The family this checkpoint recognisably is (:func:`~pyterrier_tite.families.family_of`; None for a plain
+        encoder, which starts a model of any family)."""
+        return family_of(self.meta, self.config, os.listdir(self.folder))
 
-def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint) -> Checkpoint:
+
+def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint, family: str | None = None) -> Checkpoint:
     """:class:`Checkpoint` of a folder or hub id (as :func:`local_checkpoint`; a ``Checkpoint`` is returned as is):
-    each JSON settings file is read once, a malformed one raises ``ValueError`` naming it."""
+    each JSON settings file is read once, a malformed one raises ``ValueError`` naming it. ``family`` (a
+    ``pt_meta.json`` format): the family loader opening it; a checkpoint that is recognisably another family's raises
+    :class:`CheckpointError` naming that family and the class that loads it (every family's one check, here)."""
     if isinstance(path_or_id, Checkpoint):
-        return path_or_id
-    name = os.fspath(path_or_id)
-    folder = _resolve(name)
-    config_file, meta_file = os.path.join(folder, "config.json"), os.path.join(folder, PT_META)
-    config = read_json(config_file) if os.path.isfile(config_file) else {}
-    meta = read_json(meta_file) if os.path.isfile(meta_file) else {}
-    check_folder(folder, config)  # no remote code; sizes that match the weights, before anything is built
-    return Checkpoint(name, folder, config, meta)
+        checkpoint = path_or_id
+    else:
+        name = os.fspath(path_or_id)
+        folder = _resolve(name)
+        config_file, meta_file = os.path.join(folder, "config.json"), os.path.join(folder, PT_META)
+        config = read_json(config_file) if os.path.isfile(config_file) else {}
+        meta = read_json(meta_file) if os.path.isfile(meta_file) else {}
+        check_folder(folder, config)  # no remote code; sizes that match the weights, before anything is built
+        checkpoint = Checkpoint(name, folder, config, meta)
+    found = checkpoint.family() if family is not None else None
+    if found is not None and found.family.format != family:
+        article = "an" if found.title[0] in "AEIOU" else "a"
+        raise CheckpointError(
+            f"{checkpoint.name} is {article} {found.title} model ({found.evidence}): load it with t.{found.cls}(...) "
+            "or t.load(...)"
+        )
+    return checkpoint
 
 
 @dataclass
@@ -237,12 +254,18 @@ def integer_into_float(stored: Mapping[str, torch.dtype], own: Mapping[str, torc
     return sorted(found)
 
 
-def loaded_integer_into_float(model: nn.Module, folder: str | os.PathLike) -> list:
-    """:func:`integer_into_float` for a model transformers loaded from ``folder`` (its base model prefix added or
-    stripped, as transformers does)."""
-    folder = os.fspath(folder)
-    stored = stored_integer_dtypes(folder if os.path.isdir(folder) else local_checkpoint(folder))
-    return integer_into_float(stored, model.state_dict(), getattr(model, "base_model_prefix", "")) if stored else []
+def transformers_from_pretrained(model_class, path: str | os.PathLike, **kwargs) -> tuple[nn.Module, dict, list]:
+    """``model_class.from_pretrained(path, **kwargs)`` (quiet, no remote code) -> the model, transformers' loading
+    info and the tensors it cast from an integer into a float dtype (:func:`integer_into_float`; base model prefix
+    added or stripped, as transformers does). The weight files are read by us first: a ``pytorch_model.bin`` that
+    holds code is refused in one line naming it (:func:`_load_weights`) for every family, where transformers' own
+    refusal is a traceback."""
+    path = os.fspath(path)
+    stored = stored_integer_dtypes(path if os.path.isdir(path) else local_checkpoint(path))
+    with quiet_transformers():
+        model, info = model_class.from_pretrained(path, output_loading_info=True, trust_remote_code=False, **kwargs)
+    prefix = getattr(model, "base_model_prefix", "")
+    return model, info, integer_into_float(stored, model.state_dict(), prefix) if stored else []
 
 
 def load_exactly(
@@ -296,11 +319,9 @@ def strict_from_pretrained(model_class, path: str, *, fresh: Iterable[str] = (),
     tensors are missing, unused or mis-shaped, or stored as integers where the model holds floats (transformers casts
     them silently); ``fresh`` / ``unused`` prefixes as in :func:`load_exactly`."""
     fresh, unused = tuple(fresh), tuple(unused)
-    with quiet_transformers():
-        model, info = model_class.from_pretrained(path, output_loading_info=True, trust_remote_code=False, **kwargs)
+    model, info, wrong_dtype = transformers_from_pretrained(model_class, path, **kwargs)
     missing = [k for k in info.get("missing_keys", ()) if not (fresh and k.startswith(fresh))]
     unexpected = [k for k in info.get("unexpected_keys", ()) if not (unused and k.startswith(unused))]
-    wrong_dtype = loaded_integer_into_float(model, path)
     raise_on_mismatch(path, missing, unexpected, info.get("mismatched_keys", ()), wrong_dtype)
     warn_fresh(path, sorted(k for k in info.get("missing_keys", ()) if fresh and k.startswith(fresh)))
     return model

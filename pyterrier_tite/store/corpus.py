@@ -186,6 +186,19 @@ class DocumentTexts:
             self.dataset = datasets.get_dataset(source)
             self.fields = text_fields(datasets.irds_id(source))
 
+    def missing(self, docnos: Iterable[str], chunk: int = 10_000) -> list[str]:
+        """The ``docnos`` (each once) that the source does not hold: a run checked against its texts before any model
+        scores it (a collection's docstore is asked ``chunk`` docnos at a time, so memory stays bounded)."""
+        wanted = list(dict.fromkeys(docnos))
+        if self.texts is not None:
+            return [d for d in wanted if d not in self.texts]
+        store = self.dataset.irds_ref().docs_store()
+        missing = []
+        for start in range(0, len(wanted), chunk):
+            found = store.get_many(wanted[start : start + chunk])
+            missing += [d for d in wanted[start : start + chunk] if d not in found]
+        return missing
+
     def add_text(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame`` with a ``text`` column; a docno the source lacks is an error naming it."""
         if self.texts is not None:

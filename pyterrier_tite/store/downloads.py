@@ -1,8 +1,8 @@
 """Packages downloaded into the artifact cache safely: what ``pt.Artifact.from_url`` does, without its holes.
 
 A package URL (``http(s)://``, ``file://``, ``hf:org/name``, ``zenodo:ID``: PyTerrier's resolvers) is fetched once into
-PyTerrier's artifact cache (``$PYTERRIER_HOME/artifacts/<sha256 of the URL>``, so PyTerrier finds it too) by
-:func:`fetch_package`:
+PyTerrier's artifact cache (``$PYTERRIER_HOME/artifacts/<sha256 of the URL>``, so PyTerrier finds it too; a local
+file's: of its path, size and time) by :func:`fetch_package`:
 
 - one process at a time per URL (the write lock of the cache folder, :func:`~pyterrier_tite.store.locks.write_lock`,
   waiting): a second process fetching the same new URL waits, then uses what the first cached;
@@ -11,6 +11,10 @@ PyTerrier's artifact cache (``$PYTERRIER_HOME/artifacts/<sha256 of the URL>``, s
   sha256 (``<url>.json``, written by ``build_package``) matched. A cut download is never cached;
 - with a size cap: the declared ``total_size`` (the sum of the members' sizes) when the package declares one, never
   above :data:`MAX_BYTES_ENV` (default 20 GiB; set it to lift the cap);
+- with an expansion cap: at most :data:`MAX_RATIO_ENV` (default 100) extracted bytes per compressed byte read so far
+  (counted from 1 MiB up), so a small package cannot fill the disk up to the size cap (a decompression bomb: 1.4 MB
+  of lz4 unpack to 200 MiB). Packages of models and indexes expand less than 10 times; set it (0: no cap) to allow
+  more;
 - members are plain files and folders only: a link, hard link, device or FIFO member, an absolute name, a name with
   ``..`` and a name given twice are refused naming the member; files are created exclusively, never through a link;
 - the cached folder follows the umask (PyTerrier makes it 0777: anyone could swap the model or index in it). A folder
@@ -42,6 +46,9 @@ from pyterrier_tite.store.locks import write_lock
 #: environment variable: the most bytes a package may extract to (default :data:`DEFAULT_MAX_BYTES`)
 MAX_BYTES_ENV = "PYTERRIER_TITE_MAX_PACKAGE_BYTES"
 DEFAULT_MAX_BYTES = 20 * 2**30
+#: environment variable: the most extracted bytes per compressed byte (default :data:`DEFAULT_MAX_RATIO`, 0: no cap)
+MAX_RATIO_ENV = "PYTERRIER_TITE_MAX_PACKAGE_RATIO"
+DEFAULT_MAX_RATIO = 100
 #: bytes after the tar's end-of-archive blocks that are still read (tar pads to records of 10 KiB)
 _TRAILER = 1 << 20
 _CHUNK = 1 << 20
@@ -58,6 +65,17 @@ def max_package_bytes() -> int:
         return DEFAULT_MAX_BYTES
     if not value.isdigit():
         raise ValueError(f"{MAX_BYTES_ENV}={value!r} is not a number of bytes")
+    return int(value)
+
+
+def max_package_ratio() -> int:
+    """The expansion cap of a package: ``$PYTERRIER_TITE_MAX_PACKAGE_RATIO`` extracted bytes per compressed byte, else
+    100 (0: none)."""
+    value = os.environ.get(MAX_RATIO_ENV, "").strip()
+    if not value:
+        return DEFAULT_MAX_RATIO
+    if not value.isdigit():
+        raise ValueError(f"{MAX_RATIO_ENV}={value!r} is not a whole number (extracted bytes per compressed byte)")
     return int(value)
 
 
@@ -108,7 +126,7 @@ def fetch_package(url: str, expected_sha256: str | None = None) -> str:
         return resolved
     cache = artifact_cache()
     os.makedirs(cache, exist_ok=True)
-    final = os.path.join(cache, hashlib.sha256(resolved.encode()).hexdigest())
+    final = os.path.join(cache, hashlib.sha256(_cache_key(resolved).encode()).hexdigest())
     if os.path.isdir(final):
         return checked_cache_folder(final, url)
     with write_lock(final, wait=True):
@@ -133,6 +151,19 @@ def fetch_package(url: str, expected_sha256: str | None = None) -> str:
             shutil.rmtree(staging, ignore_errors=True)
             raise
     return final
+
+
+def _cache_key(resolved: str) -> str:
+    """What names a package's cache folder: its URL; a local file's (a path or ``file://``) also its size and time,
+    so a package rebuilt under the same name is unpacked afresh, never answered from the copy of the old one."""
+    parsed = urllib.parse.urlparse(resolved)
+    if parsed.scheme not in ("", "file"):
+        return resolved
+    try:
+        status = os.stat(urllib.request.url2pathname(parsed.path) if parsed.scheme else resolved)
+    except OSError:
+        return resolved
+    return f"{resolved}\0{status.st_size}\0{status.st_mtime_ns}"
 
 
 def checked_cache_folder(folder: str, url: str) -> str:
@@ -250,7 +281,7 @@ def _download_and_extract(url: str, headers: dict, shown: str, dest: Path, cap: 
         plain = _Counting(inner, window=_TRAILER + 2 * tarfile.BLOCKSIZE)
         try:
             tar = stack.enter_context(tarfile.open(fileobj=plain, mode="r|"))
-            _extract_members(tar, dest, shown, cap, bound)
+            _extract_members(tar, dest, shown, cap, bound, _ExpansionCap(raw, shown))
             _check_end(tar, plain, shown)
             raw.drain(_TRAILER)
         except (tarfile.TarError, EOFError, RuntimeError, OSError) as exc:
@@ -270,7 +301,25 @@ def _member_path(dest: Path, name: str, shown: str) -> Path:
     return dest.joinpath(*parts) if parts else dest
 
 
-def _extract_members(tar: tarfile.TarFile, dest: Path, shown: str, cap: int, bound: int) -> None:
+class _ExpansionCap:
+    """Refuses a package that extracts to more than :func:`max_package_ratio` times the compressed bytes read so far
+    (at least 1 MiB of them: a small package may expand as it likes up to that)."""
+
+    def __init__(self, compressed: _Counting, shown: str):
+        self.compressed, self.shown, self.ratio, self.extracted = compressed, shown, max_package_ratio(), 0
+
+    def add(self, n: int, member: str) -> None:
+        self.extracted += n
+        read = max(self.compressed.count, _CHUNK)
+        if self.ratio and self.extracted > self.ratio * read:
+            so_far = f"{self.extracted} bytes from {self.compressed.count} compressed, at member {member!r}"
+            raise PackageError(f"{self.shown} expands more than {self.ratio} times ({so_far}), like a decompression "
+                               f"bomb; set {MAX_RATIO_ENV} above {self.ratio} (0: no limit) to allow it; nothing was "
+                               "cached")  # fmt: skip
+
+
+def _extract_members(tar: tarfile.TarFile, dest: Path, shown: str, cap: int, bound: int,
+                     expansion: _ExpansionCap) -> None:  # fmt: skip
     total = 0
     for member in tar:
         target = _member_path(dest, member.name, shown)
@@ -298,6 +347,7 @@ def _extract_members(tar: tarfile.TarFile, dest: Path, shown: str, cap: int, bou
         written = 0
         with os.fdopen(fd, "wb") as out:
             while chunk := source.read(min(_CHUNK, member.size - written)):
+                expansion.add(len(chunk), member.name)
                 out.write(chunk)
                 written += len(chunk)
         if written != member.size:

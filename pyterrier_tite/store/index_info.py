@@ -88,11 +88,13 @@ def write_index_info(
     transformer=None,
     hub_id: str | None = None,
     fingerprint: str | None = None,
+    collection: str | None = None,
 ) -> None:
     """:data:`INDEX_INFO`: kind; the model as a hub id or a folder inside the index, never the builder's absolute
     path (``model``: the hub id, else ``model/`` when the model is packaged, else None); ``model_name`` (the hub id
     or the folder's name, for display); ``hub_id``; ``model_fingerprint`` (the weights' hash, see
-    :func:`check_fingerprint`); corpus, size, date. With ``transformer`` (anything with ``save_pretrained``), a model
+    :func:`check_fingerprint`); corpus (as given), ``collection`` (its ir_datasets ID, None for a corpus file: see
+    :func:`indexed_collection`), size, date. With ``transformer`` (anything with ``save_pretrained``), a model
     from a folder is saved into the index (``packaged_model``: the folder inside it)."""
     if kind == BM25:
         info = {"kind": kind, "model": BM25}
@@ -105,8 +107,18 @@ def write_index_info(
             info["packaged_model"] = packaged
         if fingerprint:
             info["model_fingerprint"] = fingerprint
-    info.update(corpus=corpus, documents=count, built=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    built = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    info.update(corpus=corpus, collection=collection, documents=count, built=built)
     (Path(folder) / INDEX_INFO).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+
+
+def indexed_collection(info: dict) -> str | None:
+    """The ir_datasets ID of the documents an index holds (:data:`INDEX_INFO`'s ``collection``; an index built before
+    it was recorded: its ``corpus`` where that names a collection), or None where the index does not know it (a
+    corpus file, an index built elsewhere)."""
+    from pyterrier_tite.datasets import collection_id
+
+    return collection_id(info.get("collection") if "collection" in info else info.get("corpus"))
 
 
 def should_package(name: str) -> bool:

@@ -20,11 +20,14 @@ def is_package_url(location: str) -> bool:
 
 
 def index_folder(location: str | os.PathLike) -> str:
-    """The index folder for a folder or a package URL: a URL is fetched once into PyTerrier's artifact cache
+    """The index folder for a folder, a package URL or a local package file (``build_package``'s ``.tar.lz4``, as
+    ``file://`` takes it): a package is fetched once into PyTerrier's artifact cache
     (:func:`~pyterrier_tite.store.downloads.fetch_package`: one process per URL, size-capped, only a verified complete
     package is cached, the folder follows the umask) and its folder returned; anything else is returned as is."""
     location = os.fspath(location)
-    if not is_package_url(location):
+    if os.path.isfile(location):
+        location = os.path.abspath(location)
+    elif not is_package_url(location):
         return location
     from pyterrier_tite.store.downloads import fetch_package
 

@@ -1,11 +1,16 @@
 """TREC run files written so that evaluation tools and TIRA accept them: ids checked, one line per (query, document),
 ranks from 1 in descending score order, and the file appears complete or not at all (written beside, then renamed).
-``.gz`` names are compressed."""
+``.gz`` names are compressed. A run written here records the collection whose documents it ranks, where that is an
+ir_datasets collection, in ``<run>.meta.json`` beside it (:data:`RUN_RECORD`): the run itself stays the plain TREC
+format that trec_eval, ir_measures and TIRA read, and ``evaluate`` / ``rerank`` refuse it against another corpus."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import json
 import os
+import stat
 
 import pandas as pd
 
@@ -37,17 +42,52 @@ def normalised_run(results: pd.DataFrame) -> pd.DataFrame:
     return run[["qid", "docno", "rank", "score"]].reset_index(drop=True)
 
 
-def write_trec_run(results: pd.DataFrame, path: str | os.PathLike, system: str = "pyterrier-tite") -> pd.DataFrame:
+#: the suffix of the record beside a run (``<run>.meta.json``: ``{"collection": ID}``)
+RUN_RECORD = ".meta.json"
+
+
+def write_trec_run(
+    results: pd.DataFrame, path: str | os.PathLike, system: str = "pyterrier-tite", collection: str | None = None
+) -> pd.DataFrame:
     """Write ``results`` as ``qid Q0 docno rank score system`` lines (see :func:`normalised_run`); returns the rows
     written. All or nothing, one writer at a time (:func:`write_file`): a crash, a full disk or a second writer never
-    leaves half a run."""
+    leaves half a run. ``collection`` (the ir_datasets ID of the documents ranked) is recorded beside the run
+    (:data:`RUN_RECORD`); the record of a run written before over the same path is removed first, so a run never
+    keeps another run's record."""
     if not system or any(c.isspace() for c in system):
         raise ValueError(f"the system name must be one token without whitespace, got {system!r}")
     run = normalised_run(results)
     lines = "".join(f"{q} Q0 {d} {r} {s!r} {system}\n" for q, d, r, s in run.itertuples(index=False, name=None))
     data = lines.encode("utf-8")
+    record = os.fspath(path) + RUN_RECORD
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(record)
     write_file(path, gzip.compress(data, mtime=0) if str(path).endswith(".gz") else data, "run file")
+    if collection is not None:
+        write_file(record, (json.dumps({"collection": collection}) + "\n").encode(), "run record")
     return run
+
+
+def run_collection(path: str | os.PathLike) -> str | None:
+    """The collection recorded beside a run (:data:`RUN_RECORD`), or None where there is no record. The record is
+    data: read without following a link, at most 64 KiB; a damaged one is an error naming it."""
+    record = os.fspath(path) + RUN_RECORD
+    try:
+        fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        message = f"{record} cannot be read as the record of the run {path} ({exc.strerror}): remove it"
+        raise ValueError(message) from None
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(1 << 16) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else b""
+    try:
+        collection = json.loads(raw).get("collection")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        collection = 0
+    if collection is not None and not isinstance(collection, str):
+        raise ValueError(f'{record} is no run record ({{"collection": ID}}): remove it, or write the run again')
+    return collection
 
 
 def top_k(run: pd.DataFrame, k: int) -> pd.DataFrame:

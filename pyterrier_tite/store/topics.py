@@ -1,6 +1,7 @@
 """Topics (``qid, query``) from a file or an ir_datasets id: ``.jsonl`` (qid, query), ``.tsv`` (``qid<TAB>query``, no
-quoting: a ``"`` is part of the query), ``.xml`` (TREC topic XML: ``<topic number=..><query>..</query></topic>``) or a
-TREC topics file (``<top> <num> .. <title> .. </top>``). Ids stay the strings written (``001`` is not ``1``)."""
+quoting: a ``"`` is part of the query; a first line ``qid<TAB>query`` is a header), ``.xml`` (TREC topic XML:
+``<topic number=..><query>..</query></topic>``) or a TREC topics file (``<top> <num> .. <title> .. </top>``). Ids stay
+the strings written (``001`` is not ``1``)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,10 @@ def _topics_file(path: str) -> Iterator[tuple[str, str]]:
 
 
 def _tsv_topics(path: str) -> Iterator[tuple[str, str]]:
-    """``qid<TAB>query`` lines, read without quoting: the query is the rest of the line, exactly."""
+    """``qid<TAB>query`` lines, read without quoting: the query is the rest of the line, exactly. A first line that is
+    exactly ``qid<TAB>query`` is the header pandas writes (``to_csv(sep="\\t", index=False)``), not a query."""
     for number, line in text_lines(path):
-        if not line.strip():
+        if not line.strip() or (number == 1 and line == "qid\tquery"):
             continue
         fields = line.split("\t")
         if len(fields) != 2:

@@ -64,14 +64,20 @@ def pretraining_texts(
     fields: Sequence[str] | None = None,
     limit: int | None = None,
     queries_dataset: str | None = None,
+    allow_evaluation_data: bool = False,
 ) -> list[str]:
     """A collection's document texts (fields as BM25 indexes them), plus the queries of ``queries_dataset`` if given.
 
-    The paper pretrains on the MS MARCO passages together with the training queries.
+    The paper pretrains on the MS MARCO passages together with the training queries. Documents of an evaluation
+    collection are allowed (and said); its queries only with ``allow_evaluation_data``
+    (:func:`~pyterrier_tite.datasets.check_training_data`).
     """
     from pyterrier_tite import datasets
     from pyterrier_tite.training.tokenizer import collection_texts
 
+    if queries_dataset:
+        queries_dataset = datasets.check_training_data(queries_dataset, uses="labels", allow=allow_evaluation_data)
+    dataset = datasets.check_training_data(dataset, uses="documents")
     texts = [t for t in collection_texts(dataset, fields=fields, limit=limit) if t.strip()]
     if queries_dataset:
         topics = datasets.get_dataset(queries_dataset).get_topics()

@@ -53,8 +53,12 @@ def pseudo_query_examples(
     fields: Sequence[str] | None = None,
 ) -> list[Example]:
     """One Inverse-Cloze example per document (a seeded sample of ``max_docs``), negatives from ``retriever`` (a
-    PyTerrier retriever over the collection, e.g. ``pyterrier_tite.bm25(dataset, num_results=depth)``)."""
-    texts = doc_texts(dataset, fields)
+    PyTerrier retriever over the collection, e.g. ``pyterrier_tite.bm25(dataset, num_results=depth)``). Only documents
+    are read, so an evaluation collection is allowed and said (:func:`~pyterrier_tite.datasets.check_training_data`).
+    """
+    from pyterrier_tite import datasets
+
+    texts = doc_texts(datasets.check_training_data(dataset, uses="documents"), fields)
     rng = random.Random(seed)
     docnos = sorted(texts)
     if max_docs is not None and len(docnos) > max_docs:

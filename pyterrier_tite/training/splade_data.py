@@ -52,15 +52,18 @@ def hard_negative_examples(
     qids: Sequence[str] | None = None,
     fields: Sequence[str] | None = None,
     seed: int = 42,
+    allow_evaluation_data: bool = False,
 ) -> list[Example]:
     """Examples from a dataset's qrels (label > 0) with negatives from ``retriever`` (a PyTerrier retriever over the
     collection, e.g. ``pyterrier_tite.bm25(dataset, num_results=depth)``).
 
     ``qids`` restricts to those queries (e.g. a training split); ``max_queries`` takes a seeded sample of them.
-    Queries whose retrieved list holds no non-relevant document are dropped.
+    Queries whose retrieved list holds no non-relevant document are dropped. Evaluation data is refused unless
+    ``allow_evaluation_data`` (:func:`~pyterrier_tite.datasets.check_training_data`; a bare ID means its train split).
     """
     from pyterrier_tite import datasets
 
+    dataset = datasets.check_training_data(dataset, uses="labels", allow=allow_evaluation_data)
     ds = datasets.get_dataset(dataset)
     topics = ds.get_topics().assign(qid=lambda f: f["qid"].astype(str))
     qrels = ds.get_qrels().assign(qid=lambda f: f["qid"].astype(str), docno=lambda f: f["docno"].astype(str))

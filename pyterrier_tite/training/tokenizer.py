@@ -74,9 +74,13 @@ def train_collection_tokenizer(
 ):
     """Train a WordPiece vocabulary on a collection's documents and (with ``path``) save it in HF format.
 
-    A small collection may hold fewer distinct pieces than ``vocab_size``; the vocabulary is then smaller.
+    A small collection may hold fewer distinct pieces than ``vocab_size``; the vocabulary is then smaller. Only
+    documents are read, so an evaluation collection is allowed and said
+    (:func:`~pyterrier_tite.datasets.check_training_data`).
     """
-    texts = collection_texts(dataset, fields=fields, limit=limit)
+    from pyterrier_tite import datasets
+
+    texts = collection_texts(datasets.check_training_data(dataset, uses="documents"), fields=fields, limit=limit)
     if verbose:
         from tqdm.auto import tqdm
 

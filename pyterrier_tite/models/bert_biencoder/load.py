@@ -19,7 +19,7 @@ def load(
 ) -> Loaded:
     """Encoder, tokenizer and ``settings`` (``pooling``, ``normalize`` and the stored lengths / markers of
     :data:`SETTINGS`); ``pooling`` / ``normalize`` given override the stored ones."""
-    checkpoint = open_checkpoint(path_or_id)
+    checkpoint = open_checkpoint(path_or_id, "bert-biencoder")
     folder = checkpoint.folder
     meta = {**sentence_transformers_settings(folder), **checkpoint.meta}
     settings = {k: meta[k] for k in SETTINGS if k in meta}

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from pyterrier_tite.models.batch_tensors import padded_tensors
+from pyterrier_tite.models.batch_tensors import padded_tensors, tokenize
+from pyterrier_tite.models.meta_files import tokenizer_files_load
 
 QUERY_MARKER, DOC_MARKER = "[QUE]", "[DOC]"
 #: tokenizer classes of the TITE ecosystem that transformers does not know (both are unchanged BertTokenizerFast)
@@ -45,26 +46,12 @@ def load_tokenizer(folder: str | os.PathLike):
                 tokenizer_class = json.load(f).get("tokenizer_class")
         except (json.JSONDecodeError, AttributeError) as exc:
             raise ValueError(f"{settings_file} is not a JSON object: {exc}") from exc
-    try:
+    with tokenizer_files_load(folder):  # a damaged tokenizer.json / vocab: one line naming the files
         if tokenizer_class not in UNREGISTERED_TOKENIZERS:
             return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         if os.path.isfile(os.path.join(folder, "tokenizer.json")):
             return PreTrainedTokenizerFast.from_pretrained(folder)
         return BertTokenizerFast.from_pretrained(folder)
-    except OSError:
-        raise
-    except Exception as exc:  # a damaged tokenizer.json / vocab: the tokenizers library's own parse errors
-        from pyterrier_tite.models.meta_files import CheckpointError
-
-        files = [
-            n
-            for n in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
-            if os.path.isfile(os.path.join(folder, n))
-        ]
-        raise CheckpointError(
-            f"{folder}: its tokenizer files ({', '.join(files) or 'none'}) do not load "
-            f"({type(exc).__name__}: {str(exc)[:120]})"
-        ) from None
 
 
 def takes_token_types(model) -> bool:
@@ -116,7 +103,8 @@ class BiEncoderInputs:
     def __call__(self, texts: Sequence[str], role: Role) -> dict:
         """One padded batch of ``texts`` as CPU tensors: ``input_ids``, ``attention_mask`` (and ``token_type_ids``
         for models that take them), each text cut to the role's length, marker included."""
-        batch = self.tokenizer(
+        batch = tokenize(
+            self.tokenizer,
             self.marked(texts, role),
             padding=True,
             truncation=True,

@@ -14,11 +14,10 @@ from pyterrier_tite.models.checkpoint import (
     Checkpoint,
     CheckpointError,
     load_exactly,
-    loaded_integer_into_float,
     note_fresh,
     open_checkpoint,
-    quiet_transformers,
     raise_on_mismatch,
+    transformers_from_pretrained,
     write_pt_meta,
 )
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
@@ -64,10 +63,7 @@ def load_sequence_classifier(folder: str | os.PathLike | Checkpoint) -> nn.Modul
     checkpoint = open_checkpoint(folder)
     folder = checkpoint.folder
     check_type(checkpoint.config.get("model_type"), folder)
-    with quiet_transformers():
-        model, info = AutoModelForSequenceClassification.from_pretrained(
-            folder, num_labels=1, output_loading_info=True, trust_remote_code=False
-        )
+    model, info, wrong_dtype = transformers_from_pretrained(AutoModelForSequenceClassification, folder, num_labels=1)
     missing, unexpected = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
     base = model.base_model_prefix + "."
     new_head = all(k in missing for k in model.state_dict() if k.startswith("classifier."))
@@ -77,7 +73,6 @@ def load_sequence_classifier(folder: str | os.PathLike | Checkpoint) -> nn.Modul
         missing = [k for k in missing if k not in fresh]
         unexpected = [k for k in unexpected if k not in ignored]
         note_fresh(f"score head {', '.join(fresh)}" + (f" (ignored: {', '.join(ignored)})" if ignored else ""))
-    wrong_dtype = loaded_integer_into_float(model, folder)  # transformers casts integer tensors silently
     raise_on_mismatch(folder, missing, unexpected, info.get("mismatched_keys", ()), wrong_dtype)
     return model
 

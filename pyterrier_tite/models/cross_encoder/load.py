@@ -62,7 +62,7 @@ def load(
     ``tokenizer``: default the folder's. Fresh parts (a plain encoder's new score head) are said in one warning and
     leave ``source`` None. ``settings``: ``query_max_length`` / ``doc_max_length`` as stored (``stored_lengths``) and
     ``reranker`` (the class ``pt_meta.json`` names, None for checkpoints we did not save)."""
-    checkpoint = open_checkpoint(path_or_id)
+    checkpoint = open_checkpoint(path_or_id, "cross-encoder")
     if sparse is True:
         sparse = Sparse() if is_sparse_model(checkpoint) else None
     tokenizer = folder_tokenizer(checkpoint.folder) if tokenizer is None else tokenizer

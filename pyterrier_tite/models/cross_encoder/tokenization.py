@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pyterrier_tite.models.batch_tensors import tokenize
 from pyterrier_tite.models.sparse_ce.tokenization import (
     QUERY_MAX_LENGTH,
     REFERENCE_QUERY_WORD_PIECES,
@@ -88,7 +89,7 @@ class CrossEncoderInputs:
         """Raw token ids (no special tokens), truncated to ``max_length``."""
         if len(texts) == 0:
             return []
-        enc = self.tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length)
+        enc = tokenize(self.tokenizer, list(texts), add_special_tokens=False, truncation=True, max_length=max_length)
         return enc["input_ids"]
 
     def queries(self, texts: Sequence[str]) -> list[list[int]]:

@@ -19,7 +19,7 @@ def load(path_or_id: str | os.PathLike | Checkpoint, tokenizer=None, **overrides
     :class:`~pyterrier_tite.models.sparse_ce.configuration.SparseCrossEncoderConfig`. ``tokenizer``: default the
     folder's; special ids the config lacks come from it. ``settings``: the query / doc caps (word pieces) the
     checkpoint was trained with: ``pt_meta.json``'s, the reference's for a released checkpoint, else ours."""
-    checkpoint = open_checkpoint(path_or_id)
+    checkpoint = open_checkpoint(path_or_id, "cross-encoder")
     tokenizer = folder_tokenizer(checkpoint.folder) if tokenizer is None else tokenizer
     module = load_sparse_cross_encoder(checkpoint, special_ids(tokenizer), **overrides)
     return Loaded(module, tokenizer, stored_lengths(checkpoint), os.path.realpath(checkpoint.folder))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pyterrier_tite.models.meta_files import tokenizer_files_load
+
 #: query cap (word pieces) of our own models when the checkpoint stores none
 QUERY_MAX_LENGTH = 32
 #: the released sparse cross-encoders' query cap: ``TirexDataModule(max_query_length=32)`` counts [CLS] and [SEP]
@@ -25,13 +27,14 @@ VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sen
 # ------------------------------------------------------------------------------------------------ tokenizer, specials
 def folder_tokenizer(folder: str | os.PathLike):
     """The folder's tokenizer; a folder without vocabulary files raises (transformers 5 would silently build an
-    empty one whose [SEP] id is wrong) instead of scoring with made-up ids."""
+    empty one whose [SEP] id is wrong) instead of scoring with made-up ids, damaged ones raise naming the files."""
     from transformers import AutoTokenizer
 
     folder = os.fspath(folder)
     if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
         raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
-    return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    with tokenizer_files_load(folder):
+        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
 
 
 def special_ids(tokenizer) -> dict[str, int]:

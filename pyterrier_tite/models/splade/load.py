@@ -18,7 +18,7 @@ def _name(path_or_id: Name) -> str:
 
 def _side(path_or_id: Name, new_head: bool) -> tuple[SpladeEncoder, object]:
     """One MLM checkpoint and its own tokenizer, both from the same local folder."""
-    folder = open_checkpoint(path_or_id).folder
+    folder = open_checkpoint(path_or_id, "splade").folder
     return SpladeEncoder.from_pretrained(folder, new_head=new_head), load_tokenizer(folder)
 
 
@@ -32,7 +32,7 @@ def load(path_or_id: Name | None = None, *, query: Name | None = None, doc: Name
         raise TypeError("Splade.from_pretrained takes a path, or both query= and doc=, not a mix")
     name = f"query={_name(query)}, doc={_name(doc)}" if path_or_id is None else _name(path_or_id)
     if path_or_id is not None:
-        checkpoint = open_checkpoint(path_or_id)
+        checkpoint = open_checkpoint(path_or_id, "splade")
         pair = checkpoint.meta.get("pair")
         if not pair:
             encoder, tokenizer = _side(checkpoint, new_head)

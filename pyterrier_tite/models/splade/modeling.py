@@ -105,29 +105,33 @@ class SpladeEncoder(nn.Module):
         """
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._token_types else {}
         if self._projection_last and not torch.is_grad_enabled() and input_ids.device.type == "cpu":
-            pairs = self._packed_rows(input_ids, attention_mask, kwargs.get("token_type_ids"))
-            if pairs is not None:  # every token's states with no padding, then the MLM head on real tokens only
-                with head_states(self.mlm) as projection:
-                    states = self.mlm.cls(self._packed_encoder.tokens(pairs))
+            projection = self.mlm.get_output_embeddings()
+            packed = self._packed_rows(input_ids, attention_mask, kwargs.get("token_type_ids"))
+            if packed is not None:  # every token's states with no padding, then the MLM head on real tokens only
+                encoder, pairs = packed
+                states = head_states(self.mlm, encoder.tokens(pairs))
                 lengths = attention_mask.sum(dim=1).tolist()
                 return splade_pool_tokens(states, lengths, projection.weight, projection.bias)
-            with head_states(self.mlm) as projection:
-                hidden = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
-            return splade_pool_projected(hidden, attention_mask, projection.weight, projection.bias)
+            hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+            return splade_pool_projected(head_states(self.mlm, hidden), attention_mask, projection.weight,
+                                         projection.bias)  # fmt: skip
         logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
         return splade_pool(logits, attention_mask, inplace=not torch.is_grad_enabled())
 
     def _packed_rows(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
-    ) -> PackedPairs | None:
-        """The batch packed for :mod:`pyterrier_tite.models.packed_bert`, where it applies: a BERT MLM, inference, a
-        right-padded batch with no empty text."""
-        self._packed_encoder = packed_mlm_encoder(self.mlm, self._packed_encoder) if self.packed else None
-        if self._packed_encoder is None:
+    ) -> tuple[PackedEncoder, PackedPairs] | None:
+        """The packed encoder and the batch packed for :mod:`pyterrier_tite.models.packed_bert`, where it applies: a
+        BERT MLM, inference, a right-padded batch with no empty text. The encoder is kept for the next call (its fused
+        projections); this call uses the one it got, whatever another thread stores meanwhile."""
+        encoder = packed_mlm_encoder(self.mlm, self._packed_encoder) if self.packed else None
+        self._packed_encoder = encoder
+        if encoder is None:
             return None
-        return PackedPairs.from_padded(
+        pairs = PackedPairs.from_padded(
             {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         )
+        return None if pairs is None else (encoder, pairs)
 
     @classmethod
     def from_pretrained(cls, path: str, new_head: bool = False, **kwargs) -> SpladeEncoder:

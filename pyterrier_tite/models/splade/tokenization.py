@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from pyterrier_tite.models.batch_tensors import padded_tensors
+from pyterrier_tite.models.batch_tensors import padded_tensors, tokenize
 
 Role = Literal["query", "doc"]
 
@@ -49,7 +49,7 @@ class SpladeInputs:
             raise ValueError(f"role must be 'query' or 'doc', got {role!r}")
         length = self.max_lengths[role] if max_length is None else max_length
         encoded = padded_tensors(
-            self.tokenizers[role](list(texts), padding=True, truncation=True, max_length=length), MODEL_INPUTS
+            tokenize(self.tokenizers[role], list(texts), padding=True, truncation=True, max_length=length), MODEL_INPUTS
         )
         return {k: v.to(device) if device is not None else v for k, v in encoded.items()}
 

@@ -10,9 +10,6 @@ slower than its full logits on the CPU, so it keeps them.)
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 from torch import nn
 
@@ -27,21 +24,21 @@ def projection_is_last(mlm: nn.Module) -> bool:
     return model_type in PROJECTION_LAST and isinstance(projection, nn.Linear)
 
 
-@contextlib.contextmanager
-def head_states(mlm: nn.Module) -> Iterator[nn.Linear]:
-    """Within the block the MLM's output projection passes its input through, so ``mlm(...).logits`` are the head's
-    states ``[B, L, H]`` before the projection; yields the projection (an instance attribute shadows its ``forward``
-    until the block ends)."""
-    projection = mlm.get_output_embeddings()
-    projection.forward = _passthrough
-    try:
-        yield projection
-    finally:
-        del projection.forward
+def head_states(mlm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The MLM head's states ``[..., H]`` just before its output projection, for the encoder's last-layer ``hidden``
+    (what the head of :data:`PROJECTION_LAST` architectures computes before ``get_output_embeddings()``). The head's
+    layers are called one by one: the module is shared by every thread calling the model, so nothing on it (a
+    ``forward``, a hook) may be swapped for one call."""
+    model_type = mlm.config.model_type
+    if model_type == "bert":
+        return mlm.cls.predictions.transform(hidden)
+    if model_type == "distilbert":
+        return mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(hidden)))
+    if model_type == "roberta":
+        from transformers.activations import gelu
 
-
-def _passthrough(states: torch.Tensor) -> torch.Tensor:
-    return states
+        return mlm.lm_head.layer_norm(gelu(mlm.lm_head.dense(hidden)))
+    raise ValueError(f"no head states for a {model_type!r} MLM (projection_is_last is False for it)")
 
 
 def max_over_tokens(

@@ -17,7 +17,7 @@ def load(path_or_id: str | os.PathLike | Checkpoint, **overrides) -> Loaded:
     """``TiteModel``, tokenizer and ``settings``: stored lengths / markers / ``normalize`` as ``TITE`` keyword
     arguments, plus ``query_encoder`` (the folder of the saved query model) when there is one. ``overrides``: stored
     ``TiteConfig`` fields to replace. Another model type raises ``CheckpointError`` pointing to ``TITE.from_bert``."""
-    checkpoint = open_checkpoint(path_or_id)
+    checkpoint = open_checkpoint(path_or_id, "tite")
     layout = tite_layout(checkpoint.config, checkpoint.name)
     settings = lightning_ir_settings(checkpoint.config, checkpoint.name) if layout == "lightning-ir" else {}
     meta = checkpoint.meta
