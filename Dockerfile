@@ -8,7 +8,7 @@
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 
-# a C++ compiler for the package's CPU kernels (csrc/, compiled against the torch installed first)
+# a C++ compiler for the package's CPU kernels (csrc/, compiled for the torch installed first)
 RUN apt-get update && apt-get install -y --no-install-recommends g++ && rm -rf /var/lib/apt/lists/*
 
 ARG TORCH_SPEC="torch==2.13.0"
@@ -19,8 +19,10 @@ RUN if python -c "import torch" 2>/dev/null; then echo "torch from the base imag
 
 WORKDIR /opt/pyterrier-tite
 COPY . .
-# the tirex extra: ir-metadata.yml recorded by tirex-tracker, as TIREx records it
-RUN pip install --no-cache-dir ninja && pip install --no-cache-dir --no-build-isolation ".[tirex]"
+# the tirex extra: ir-metadata.yml recorded by tirex-tracker, as TIREx records it; `doctor` compiles the CPU kernels
+# now, into a folder of the image, so that no run of the container compiles them
+ENV TORCH_EXTENSIONS_DIR=/opt/torch_extensions
+RUN pip install --no-cache-dir ".[tirex]" && pyterrier-tite doctor
 
 # The weights are fetched now, at build time: TIRA runs the container without network.
 ARG MODEL=webis/sparse-cross-encoder-4-512

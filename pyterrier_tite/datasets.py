@@ -6,7 +6,6 @@ does not know are read from ``$IR_DATASETS_HOME/local/`` and registered here und
 
 - ``irds:local/cisi``, ``irds:local/cacm``: docs, queries, qrels
 - ``irds:local/cranfield-graded``: Cranfield docs and queries with graded qrels (gain = 5 - Cleverdon code)
-- :func:`msmarco_train_triples`: the 100 MS MARCO train triples (query, positive, negative text)
 
 Nothing hard-codes a folder: the home is ir_datasets' own (``IR_DATASETS_HOME`` or ``~/.ir_datasets``).
 """
@@ -18,7 +17,6 @@ import re
 import sys
 
 import ir_datasets
-import pandas as pd
 import pyterrier as pt
 
 #: short names accepted everywhere a dataset is expected, mapped to their ir_datasets IDs
@@ -46,12 +44,6 @@ EVALUATION_COLLECTIONS = (
     "msmarco-passage/trec-dl-2019",
     "msmarco-passage/trec-dl-2020",
 )
-
-
-def is_evaluation_collection(name: str) -> bool:
-    """Whether ``name`` (an ID, alias or TREC DL year) names a collection the project reports results on."""
-    name = {"2019": "dl19", "2020": "dl20"}.get(str(name), str(name))
-    return irds_id(name) in EVALUATION_COLLECTIONS
 
 
 class EvaluationDataError(ValueError):
@@ -216,24 +208,6 @@ def register_local() -> list[str]:
         _register("local/cranfield-graded", lambda: _cranfield_graded(graded))
         registered.append("local/cranfield-graded")
     return registered
-
-
-def msmarco_train_triples(name: str = "msmarco-train-triples-100") -> pd.DataFrame:
-    """Text triples ``query, text_pos, text_neg`` from ``<home>/local/<name>/triples.tsv``."""
-    path = local_dir(name, "triples.tsv")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{path} not found: the MS MARCO triples are read from the local folder of the ir_datasets home "
-            f"(set IR_DATASETS_HOME to a mirror that has local/{name}/triples.tsv)"
-        )
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 3:
-                raise ValueError(f"{path}:{line_no}: expected 3 tab-separated fields, got {len(parts)}")
-            rows.append(parts)
-    return pd.DataFrame(rows, columns=["query", "text_pos", "text_neg"])
 
 
 def _register(dataset_id: str, make) -> None:

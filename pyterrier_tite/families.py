@@ -1,6 +1,7 @@
 """The model families of pyterrier-tite, listed once. ``setup.py`` (the ``pyterrier.artifact`` entry points, read with
 ``runpy``: this module imports nothing), ``pt/artifacts.py`` (``t.load``), ``models/model_card.py``, the package's
-public names (``__init__.py``) and the CLI all read this list.
+public names (``__init__.py``), the transformers' ``ARTIFACT_FORMAT`` (checked by ``tests/test_loaders.py``) and
+the CLI's kinds all read this list.
 
 A family here is a ``format`` of ``pt_meta.json`` (the artifact format ``model.<format>``) and the transformers that
 load it; its code lives in ``models/<folder>`` for each of ``folders`` and in ``module``."""
@@ -14,7 +15,8 @@ class Family(NamedTuple):
     """One model family: ``format`` (``pt_meta.json``), the transformer ``module``, the class whose
     ``from_pretrained`` loads every folder of the format (``loader``), the public transformer classes (``public``),
     how a loaded model is used (``kind``: ``dense`` FlexIndex, ``splade`` PISA or ``rerank``), its ``folders``
-    under ``models/`` and what messages call it (``title``)."""
+    under ``models/``, what messages call it (``title``) and, per public class, its model card's hub tag and what it
+    is (``cards``)."""
 
     format: str
     module: str
@@ -23,17 +25,31 @@ class Family(NamedTuple):
     kind: str
     folders: tuple[str, ...]
     title: str
+    cards: tuple[tuple[str, str], ...]
 
 
 FAMILIES: tuple[Family, ...] = (
     Family("cross-encoder", "pyterrier_tite.pt.rerankers", "CrossEncoderReranker", ("SparseCE", "MonoCE", "CELI"),
-           "rerank", ("sparse_ce", "cross_encoder"), "cross-encoder"),
-    Family("tite", "pyterrier_tite.pt.tite", "TITE", ("TITE",), "dense", ("tite",), "TITE"),
+           "rerank", ("sparse_ce", "cross_encoder"), "cross-encoder", (
+               ("sparse-cross-encoder", "a sparse cross-encoder re-ranker, query and document in one transformer with "
+                "windowed document attention"),
+               ("cross-encoder", "a cross-encoder re-ranker with full attention over query and document (monoBERT)"),
+               ("celi", "a re-ranker that adds late interaction over a cross-encoder's token vectors to its [CLS] "
+                "score"))),
+    Family("tite", "pyterrier_tite.pt.tite", "TITE", ("TITE",), "dense", ("tite",), "TITE", (
+        ("tite", "a bi-encoder whose transformer pools tokens inside its layers, so each text becomes one vector early "
+         "and cheaply; scored by dot product"),)),
     Family("bert-biencoder", "pyterrier_tite.pt.bert_biencoder", "BertBiEncoder", ("BertBiEncoder",), "dense",
-           ("bert_biencoder",), "BERT bi-encoder"),
-    Family("splade", "pyterrier_tite.pt.splade", "Splade", ("Splade",), "splade", ("splade",), "SPLADE"),
+           ("bert_biencoder",), "BERT bi-encoder", (
+               ("bert-biencoder", "a dense bi-encoder over a BERT-like encoder ([CLS] or mean pooling), one vector per "
+                "text, scored by dot product"),)),
+    Family("splade", "pyterrier_tite.pt.splade", "Splade", ("Splade",), "splade", ("splade",), "SPLADE", (
+        ("splade", "sparse term weights over the vocabulary (SPLADE), indexed with PISA and scored by their dot "
+         "product"),)),
     Family("aggretriever", "pyterrier_tite.pt.aggretriever", "Aggretriever", ("Aggretriever",), "dense",
-           ("aggretriever",), "Aggretriever"),
+           ("aggretriever",), "Aggretriever", (
+               ("aggretriever", "a bi-encoder whose one vector per text joins a projected [CLS] vector and aggregated "
+                "MLM term weights, scored by dot product"),)),
 )  # fmt: skip
 
 #: the file a saved model folder keeps its format and settings in

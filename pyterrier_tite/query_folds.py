@@ -41,9 +41,3 @@ def training_qids(qids: Iterable[str], spec: str, seed: int = 0) -> list[str]:
     """The queries a model for fold ``spec`` (``I/N``) is trained on: all but fold I's."""
     fold, folds = parse_fold(spec)
     return sorted(q for q, f in assign_folds(qids, folds, seed).items() if f != fold)
-
-
-def held_out_qids(qids: Iterable[str], spec: str, seed: int = 0) -> list[str]:
-    """The queries of fold ``spec`` (``I/N``): those its model answers and never trained on."""
-    fold, folds = parse_fold(spec)
-    return sorted(q for q, f in assign_folds(qids, folds, seed).items() if f == fold)

@@ -32,6 +32,7 @@ def pytest_configure(config) -> None:
 #: ``--dist loadfile --no-loadscope-reorder`` (scripts/test.sh) files go to the workers in collection order, longest
 #: first, and the many short files fill in at the end; xdist's own reorder (most tests first) started these last
 LONGEST_FILES = (
+    "tests/test_install.py",  # 240 s: a fresh virtualenv, the kernels compiled on one core
     "tests/test_readme.py",  # 150 s
     "tests/test_package.py",  # 110 s
     "tests/test_notebooks.py",  # 100 s

@@ -16,7 +16,7 @@ import torch
 from _tiny import bert_config
 from transformers import BertForMaskedLM
 
-from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder, agg_plus, agg_star, lexical_representation
+from pyterrier_tite.models.aggretriever.modeling import AggretrieverEncoder, agg_star, lexical_representation
 from pyterrier_tite.models.checkpoint import CheckpointError
 from pyterrier_tite.pt.aggretriever import Aggretriever
 from pyterrier_tite.training.tokenizer import train_wordpiece
@@ -81,7 +81,6 @@ def test_agg_star_matches_the_paper(vocab, d):
     torch.manual_seed(vocab + d)
     lexical = torch.rand(3, vocab)  # v >= 0 (softmax times relu weight)
     torch.testing.assert_close(agg_star(lexical, d), direct_agg(lexical, d, full=True))
-    torch.testing.assert_close(agg_plus(lexical, d), direct_agg(lexical, d, full=False))
 
 
 def test_agg_star_bert_layout():

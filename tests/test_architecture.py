@@ -6,6 +6,7 @@ package (lazy imports inside functions count, for every rule), and no module gro
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ FORBIDDEN = {
 #: rooms that must not import torch (nor what imports it): the storage floor gets encoders passed in
 NO_TORCH = {"store"}
 #: what the storage floor may import of ours besides itself: the package root and plain modules without models
-STORE_MAY_IMPORT = {"store", "text", "datasets", "_native_output"}
+STORE_MAY_IMPORT = {"store", "text", "datasets"}
 #: rooms that must not import PyTerrier (the DataFrame layer is pt/)
 NO_PYTERRIER = {"ops", "models", "training"}
 #: rooms that must not import pandas either (training reads its data tables with it)
@@ -187,3 +188,41 @@ def test_no_study_or_benchmark_file_over_500_lines(folder):
     root = PACKAGE.parent / folder
     lengths = {str(f.relative_to(PACKAGE.parent)): len(f.read_text().splitlines()) for f in root.rglob("*.py")}
     assert lengths and not {name: n for name, n in lengths.items() if n > 500}
+
+
+# ------------------------------------------------------------------------------------------------ ARCHITECTURE.md
+ROOT = PACKAGE.parent
+#: where a path cited in ARCHITECTURE.md may be relative to (a room's files are named from the package or models/)
+CITED_FROM = (ROOT, PACKAGE, PACKAGE / "models")
+_FILE = re.compile(r"^[\w.*-]+(?:/[\w.*-]+)*\.(?:py|cpp|md|toml|sh)$")
+
+
+def cited_files(text: str) -> set[str]:
+    """The file paths a page cites: words in backticks and link targets that name a source, docs or config file (a
+    placeholder such as ``experiments/<name>/config.toml`` is no path)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # the picture
+    quoted = re.findall(r"`([^`]+)`", text) + re.findall(r"\]\(([^)#\s]+)", text)
+    return {word for cited in quoted for word in cited.split() if _FILE.match(word)}
+
+
+def cited_file_exists(cited: str) -> bool:
+    """A path with a folder exists under one of :data:`CITED_FROM` (globs too); a bare file name at the top level, in
+    the package or one of its rooms, or in a study (``config.toml``)."""
+    if "/" in cited:
+        return any(list(base.glob(cited)) for base in CITED_FROM)
+    return any(list(ROOT.glob(pattern + cited)) for pattern in ("", "pyterrier_tite/", "pyterrier_tite/*/",
+                                                                 "experiments/*/"))  # fmt: skip
+
+
+def test_every_file_architecture_md_cites_exists():
+    cited = cited_files((ROOT / "ARCHITECTURE.md").read_text())
+    assert len(cited) > 30  # the page is read: rooms, modules and tests
+    missing = sorted(c for c in cited if not cited_file_exists(c))
+    assert not missing, f"ARCHITECTURE.md names files that do not exist: {missing}"
+
+
+def test_a_cited_file_that_is_gone_is_found():
+    assert cited_files("see `store/values.py` and [x](docs/nothing.md); `pt_meta.json`") == {
+        "store/values.py", "docs/nothing.md"}  # fmt: skip
+    assert cited_file_exists("store/values.py") and cited_file_exists("tests/test_bad_inputs*.py")
+    assert not cited_file_exists("docs/nothing.md") and not cited_file_exists("demo_gone.py")

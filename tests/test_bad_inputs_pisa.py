@@ -443,7 +443,7 @@ def test_tracebacks_stay_for_bugs_and_on_request(small, tmp_path, monkeypatch):
     def broken(args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(demo_cli, "run_demo", broken)
+    monkeypatch.setattr(demo_cli, "demo_command", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         cli_here("demo")
     from pyterrier_tite.store.pisa_files import CorruptIndexError

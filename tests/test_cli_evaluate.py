@@ -95,3 +95,17 @@ def test_evaluate_refuses_a_run_recorded_for_another_collection(tmp_path, irds_h
     done = cli_here("evaluate", run, "--qrels", "cranfield")
     assert done.returncode == 2, done.stderr
     assert f"the run {run} ranks documents of vaswani ({run}.meta.json), the qrels are cranfield's" in done.stderr
+
+
+def test_evaluate_refuses_a_run_of_another_collection_that_records_none(tmp_path, irds_home):
+    """A vaswani run from elsewhere (no record beside it) against cranfield's qrels: the qids are shared (1..93), so
+    only the docnos tell: most are not cranfield documents (1..1400). A run whose docnos all exist is evaluated."""
+    lines = [f"{q} Q0 {d} {r} {100 - r} s\n" for q in (1, 2) for r, d in enumerate((11, 1500, 3000, 9000, 11000), 1)]
+    (tmp_path / "vaswani.run").write_text("".join(lines))
+    done = cli_here("evaluate", str(tmp_path / "vaswani.run"), "--qrels", "cranfield")
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert "4 of 5 docnos looked up in the run" in done.stderr and "not documents of cranfield" in done.stderr
+    assert len([line for line in done.stderr.splitlines() if "pyterrier-tite" in line]) == 1  # ir_datasets logs too
+    (tmp_path / "cranfield.run").write_text("".join(line.replace(" 1500 ", " 150 ") for line in lines[:2]))
+    done = cli_here("evaluate", str(tmp_path / "cranfield.run"), "--qrels", "cranfield", "--measures", "P@1")
+    assert done.returncode == 0, done.stderr

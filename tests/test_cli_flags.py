@@ -15,7 +15,7 @@ from pyterrier_tite.cli import build_parser
 CLI = pathlib.Path(__file__).resolve().parent.parent / "pyterrier_tite" / "cli"
 MAX_FLAG_DEFINITIONS = 120
 PRODUCT_COMMANDS = {
-    "index", "retrieve", "rerank", "evaluate", "tirex", "demo", "backends",
+    "index", "retrieve", "rerank", "evaluate", "tirex", "demo", "backends", "doctor",
     "train-reranker", "train-biencoder", "pretrain", "train-tokenizer", "pretrain-mlm", "train-splade",
     "train-aggretriever",
 }  # fmt: skip
@@ -153,7 +153,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def test_training_never_defaults_to_an_evaluation_collection(command):
     """A training command's data is named by the user or defaults to a training split: never to a collection whose
     results the project reports (training on the evaluation set by default)."""
-    from pyterrier_tite.datasets import is_evaluation_collection
+    from pyterrier_tite.datasets import evaluation_reason
 
     parser = _subparsers(build_parser())[command]
     data_flags = [a for a in parser._actions if a.dest in ("dataset", "train_data", "topics", "qrels")]
@@ -161,15 +161,15 @@ def test_training_never_defaults_to_an_evaluation_collection(command):
     for action in data_flags:
         if action.required or action.default is None:
             continue
-        assert not is_evaluation_collection(action.default), (
+        assert not evaluation_reason(action.default), (
             f"{command} {action.option_strings[0]} defaults to the evaluation collection {action.default!r}"
         )
 
 
 def test_evaluation_collections_are_recognised_by_any_name():
-    from pyterrier_tite.datasets import is_evaluation_collection
+    from pyterrier_tite.datasets import evaluation_reason
 
     for name in ("2020", "dl19", "vaswani", "scifact", "irds:beir/scifact/test", "msmarco-passage/trec-dl-2020/judged"):
-        assert is_evaluation_collection(name), name
+        assert evaluation_reason(name), name
     for name in ("scifact-train", "beir/scifact/train", "msmarco-passage/train", "samples.jsonl"):
-        assert not is_evaluation_collection(name), name
+        assert not evaluation_reason(name), name

@@ -49,18 +49,6 @@ def test_local_collections_registered(irds_home):
     assert doc["docno"] and doc["text"]
 
 
-def test_msmarco_triples(irds_home):
-    triples = datasets.msmarco_train_triples()
-    assert list(triples.columns) == ["query", "text_pos", "text_neg"]
-    assert len(triples) == 100
-    assert (triples.map(len) > 0).all().all()
-
-
-def test_msmarco_triples_missing_is_clear(tmp_path):
-    with pytest.raises(FileNotFoundError, match="IR_DATASETS_HOME"):
-        datasets.msmarco_train_triples("no-such-triples")
-
-
 @pytest.mark.parametrize("year,queries,rows", [("2019", 43, 4300), ("2020", 54, 5400)])
 def test_trec_dl_first_stage(irds_home, year, queries, rows):
     ds = datasets.get_dataset("dl19" if year == "2019" else "dl20")

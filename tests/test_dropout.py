@@ -13,9 +13,10 @@ from torch import nn
 from transformers import BertModel
 
 from pyterrier_tite.ops import Dropout, dropout, use_fast_dropout
-from pyterrier_tite.ops.dropout import _CounterDropout, _has_op
+from pyterrier_tite.ops._extension import has_csrc
+from pyterrier_tite.ops.dropout import _CounterDropout
 
-pytestmark = pytest.mark.skipif(not _has_op(), reason="compiled extension without the dropout kernel")
+pytestmark = pytest.mark.skipif(not has_csrc(), reason="the compiled CPU kernels are not available")
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from pyterrier_tite.cli import main
-from pyterrier_tite.demo import run_demo
+from pyterrier_tite.cli.demo import run_demo
 
-NO_EXTENSION = """
-import sys, warnings
-sys.modules['pyterrier_tite._C'] = None          # makes `from pyterrier_tite import _C` raise ImportError
+NO_COMPILER = """
+import warnings
 import torch
 import pyterrier_tite as t
 with warnings.catch_warnings(record=True) as caught:
@@ -20,13 +20,23 @@ with warnings.catch_warnings(record=True) as caught:
     names = t.ops.backends()['packed_mean_pool']
     x = torch.randn(5, 3)
     out, cu = t.ops.packed_mean_pool(x, torch.tensor([0, 5], dtype=torch.int32), 2, 2)
-print(names, out.shape[0], sum('compiled extension not available' in str(w.message) for w in caught))
+print(names, out.shape[0], [str(w.message) for w in caught if 'kernels not available' in str(w.message)])
 """
 
 
-def test_missing_extension_falls_back_to_reference_with_one_warning():
-    out = subprocess.run([sys.executable, "-c", NO_EXTENSION], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['torch'] 3 1"
+@pytest.mark.parametrize("compiler, why", [("no-such-c++", "no C++ compiler"), ("/bin/false", "failed")])
+def test_without_a_working_compiler_the_reference_ops_run_after_one_warning(tmp_path, compiler, why):
+    """Kernels not yet compiled for this torch (an empty cache) and no compiler, or one that fails: one line says so
+    and why, every op runs on the pure-torch reference, and nothing half-built is left in the cache."""
+    cxx = str(tmp_path / compiler) if compiler == "no-such-c++" else compiler
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "kernels"), "CXX": cxx}
+    out = subprocess.run([sys.executable, "-c", NO_COMPILER], capture_output=True, text=True, check=True, env=env)
+    names, rows, warned = out.stdout.strip().split(" ", 2)
+    assert (names, rows) == ("['torch']", "3")
+    assert warned.count("kernels not available") == 1 and why in warned and "\\n" not in warned
+    left = os.listdir(tmp_path / "kernels") if (tmp_path / "kernels").exists() else []
+    assert len(left) == (why == "failed") and all(name.endswith(".log") for name in left)  # the compiler's output
+    assert all(str(tmp_path / "kernels" / name) in warned for name in left)  # named in the warning
 
 
 HELP_IMPORTS = """
@@ -87,7 +97,7 @@ def test_demo_finds_model_folders_of_a_recipe_but_not_inside_a_model(tmp_path):
     indexes (artifacts of another format) are never rows."""
     import os
 
-    from pyterrier_tite.demo import model_folders
+    from pyterrier_tite.cli.demo import model_folders
 
     for folder in ("a-tite", "rerankers/mono/seed-1", "rerankers/mono/seed-2", "rerankers/teacher-cache",
                    "a-tite/checkpoint/model", "x/y/z/too-deep", "agg/indexes/cls-1a2b/scifact.flex"):  # fmt: skip
@@ -118,7 +128,7 @@ def test_demo_adds_a_row_per_trained_model_folder(irds_home, tite_cache, tmp_pat
     from _hub import require_fixtures
 
     import pyterrier_tite as t
-    from pyterrier_tite.demo import trained_system
+    from pyterrier_tite.cli.demo import trained_system
 
     require_fixtures()
     models = tmp_path / "models"

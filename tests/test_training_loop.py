@@ -11,7 +11,7 @@ import torch
 from _torchrun import torchrun
 from torch import nn
 
-from pyterrier_tite.training.loop import Trainer, TrainingArguments, check_recipe, steps_for, training_seconds
+from pyterrier_tite.training.loop import Trainer, TrainingArguments, check_recipe, training_seconds
 
 TRUE_W = torch.tensor([[1.5, -2.0, 0.5]])
 
@@ -151,11 +151,6 @@ def test_bad_arguments_raise():
         TrainingArguments("x", max_steps=1, grad_accumulation=0)
     with pytest.raises(ValueError, match="precision must be one of"):
         TrainingArguments("x", max_steps=1, precision="int8")
-
-
-def test_steps_for():
-    assert steps_for(100, batch_size=8, epochs=1) == 13
-    assert steps_for(100, batch_size=8, epochs=2, grad_accumulation=2, world_size=2) == 7
 
 
 SCRIPT = textwrap.dedent(

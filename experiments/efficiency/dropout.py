@@ -23,7 +23,7 @@ import torch
 from pyterrier_tite.benchmarking import Setting, build
 from pyterrier_tite.devices import cpu_has_native_bf16
 from pyterrier_tite.ops import dropout, use_fast_dropout
-from pyterrier_tite.ops.dropout import _has_op
+from pyterrier_tite.ops._extension import has_csrc
 
 NATIVE = {"PYTERRIER_TITE_BACKEND_DROPOUT": "torch"}
 
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = parser.parse_args(argv)
-    if not _has_op():
-        raise SystemExit("the compiled extension has no dropout kernel: pip install --no-build-isolation -e .")
+    if not has_csrc():
+        raise SystemExit("the compiled CPU kernels are not available (see the warning above; pyterrier-tite doctor)")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -139,7 +139,7 @@ def sparse_costs(model, index: str, topics) -> dict[str, float]:
 
 def _indexed_model(folder: str, dataset: str, index_root: str, verbose: bool):
     """The model saved in ``folder`` and its cached PISA index over ``dataset``."""
-    from pyterrier_tite.demo import splade_index
+    from pyterrier_tite.cli.demo import splade_index
     from pyterrier_tite.pt.splade import Splade
     from pyterrier_tite.store.cache import model_key
 

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "pyterrier_tite.cli.evaluate",
     "pyterrier_tite.cli.batch",
     "pyterrier_tite.cli.tirex",
+    "pyterrier_tite.cli.doctor",
 ]
 
 

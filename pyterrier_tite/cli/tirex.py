@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.batch import input_errors, writes_to
+from pyterrier_tite.cli.batch import check_k, input_errors, writes_to
 from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
 
 
@@ -61,8 +61,7 @@ def run_tirex_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.tira import read_rerank, write_tirex_output
 
     apply_runtime_arguments(args)
-    if args.k < 1:
-        raise ValueError(f"-k must be at least 1, got {args.k}")
+    check_k(args.k)
     source, target = _folders(args)
     candidates = top_k(read_rerank(source), args.k)
     if args.model.lower() == "bm25":
@@ -86,8 +85,7 @@ def run_tirex_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.tira import iter_documents, read_queries, write_tirex_output
 
     apply_runtime_arguments(args)
-    if args.k < 1:
-        raise ValueError(f"-k must be at least 1, got {args.k}")
+    check_k(args.k)
     source, target = _folders(args)
     topics = read_queries(source)  # read first: a missing file is reported before any indexing
     threads = args.threads or 1

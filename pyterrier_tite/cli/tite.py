@@ -98,8 +98,6 @@ def tite_kwargs(args: argparse.Namespace) -> dict:
 def run_pretrain(args: argparse.Namespace) -> int:
     import itertools
 
-    import torch
-
     from pyterrier_tite import datasets
     from pyterrier_tite.models import TiteModel, tite_from_bert
     from pyterrier_tite.models.checkpoint import load_tokenizer
@@ -107,8 +105,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.tite_pretraining import pretrain
 
     args.dataset = checked_training_data(args, args.dataset, "documents")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    training = training_arguments(args)  # --threads and --quiet applied before any work
     start = resolve(args.start)
     encoder = TiteModel.from_pretrained(start) if is_tite_folder(start) else tite_from_bert(start, **tite_kwargs(args))
     tokenizer = load_tokenizer(start)
@@ -119,7 +116,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         encoder,
         tokenizer,
         texts,
-        training_arguments(args),
+        training,
         batch_size=args.batch_size,
         max_length=args.max_length,
         mae_mask_rate=args.mae_mask_rate,
@@ -191,19 +188,16 @@ def load_train_samples(args: argparse.Namespace):
 
 
 def run_train_biencoder(args: argparse.Namespace) -> int:
-    import torch
-
     from pyterrier_tite.training.biencoder import LossWeights, fine_tune
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    training = training_arguments(args)  # --threads and --quiet applied before any work
     samples = load_train_samples(args)[: args.max_samples]
     model = build_model(args)
     distill = not args.no_distill and args.teacher != "none"
     log = fine_tune(
         model,
         samples,
-        training_arguments(args),
+        training,
         batch_size=args.batch_size,
         docs_per_query=args.docs_per_query,
         weights=LossWeights(theta=args.theta),

@@ -12,7 +12,7 @@ import os
 import torch
 from torch import nn
 
-from pyterrier_tite.models.checkpoint import local_checkpoint, read_json, strict_from_pretrained
+from pyterrier_tite.models.checkpoint import Checkpoint, open_checkpoint, read_json, strict_from_pretrained
 
 
 def _on_meta(auto_class, config) -> nn.Module | None:
@@ -58,16 +58,34 @@ def base_model_kwargs(config) -> dict:
     return {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class).parameters else {}
 
 
-def encoder_from_pretrained(path: str, **kwargs) -> nn.Module:
+def encoder_from_pretrained(path: str | Checkpoint, **kwargs) -> nn.Module:
     """``AutoModel`` from a folder or hub id without its pooler, loaded exactly. A checkpoint's pooler and
     pre-training heads (MLM, next sentence) are legitimately unused, since the caller pools itself; any other unused
     or missing tensor raises, naming it."""
     from transformers import AutoConfig, AutoModel
 
-    folder = local_checkpoint(path)
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    checkpoint = open_checkpoint(path)
+    config = AutoConfig.from_pretrained(checkpoint.folder, trust_remote_code=False)
     unused = ("pooler.", *pretraining_only_keys(config), *mlm_head_prefixes(config))
-    return strict_from_pretrained(AutoModel, folder, unused=unused, **{**base_model_kwargs(config), **kwargs})
+    return strict_from_pretrained(AutoModel, checkpoint, unused=unused, **{**base_model_kwargs(config), **kwargs})
+
+
+@torch.no_grad()
+def reference_init(module: nn.Module, std: float, norms: tuple[type, ...] = (nn.LayerNorm,)) -> None:
+    """The reference (BERT) init our own ``PreTrainedModel``s share: normal(0, ``std``) weights, zero biases, zero
+    padding row, unit ``norms``; other modules are left as they are."""
+    if isinstance(module, nn.Linear):
+        module.weight.normal_(0.0, std)
+        if module.bias is not None:
+            module.bias.zero_()
+    elif isinstance(module, nn.Embedding):
+        module.weight.normal_(0.0, std)
+        if module.padding_idx is not None:
+            module.weight[module.padding_idx].zero_()
+    elif isinstance(module, norms):
+        module.weight.fill_(1.0)
+        if getattr(module, "bias", None) is not None:
+            module.bias.zero_()
 
 
 def sentence_transformers_settings(folder: str) -> dict:

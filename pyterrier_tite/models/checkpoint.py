@@ -20,8 +20,14 @@ from torch import nn
 
 from pyterrier_tite._user_warnings import warn_user
 from pyterrier_tite.families import Recognised, family_of
-from pyterrier_tite.models.folder_checks import check_folder
-from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json, read_meta  # noqa: F401 - re-exported
+from pyterrier_tite.models.folder_checks import check_folder, weight_header
+from pyterrier_tite.models.meta_files import (  # noqa: F401 - re-exported
+    PT_META,
+    CheckpointError,
+    read_json,
+    read_meta,
+    tokenizer_files_load,
+)
 
 #: files a model needs; a hub repo's other formats (ONNX, TF, Flax, OpenVINO) are not downloaded
 CHECKPOINT_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model", "*.yaml"]
@@ -44,28 +50,25 @@ def quiet_transformers() -> Iterator[None]:
 
 def local_checkpoint(path_or_id: str | os.PathLike | Checkpoint) -> str:
     """The local folder of a checkpoint: a folder as given, or a hub id (``org/name``) resolved through the Hugging
-    Face cache (downloaded when online; ``HF_HUB_OFFLINE=1`` uses the cache only).
-
-    A path that does not exist and cannot be a hub id raises ``FileNotFoundError`` at once (no hub retries); a
-    ``config.json`` or ``pt_meta.json`` that is not a JSON object raises ``ValueError`` naming the file, whichever
-    loader reads it (transformers would raise an ``OSError``, some layouts would ignore the file). A loader that needs
-    those files too calls :func:`open_checkpoint` instead, which reads each once."""
-    if isinstance(path_or_id, Checkpoint):
-        return path_or_id.folder
-    folder = _resolve(os.fspath(path_or_id))
-    return _readable(folder)
+    Face cache (downloaded when online; ``HF_HUB_OFFLINE=1`` uses the cache only), checked as
+    :func:`open_checkpoint` checks it. A path that does not exist and cannot be a hub id raises ``FileNotFoundError``
+    at once (no hub retries). A loader that needs the folder's settings too keeps the :class:`Checkpoint` instead."""
+    return open_checkpoint(path_or_id).folder
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint resolved and read once: the name as given (hub id or path), its local folder, its ``config.json``
-    and ``pt_meta.json`` (``{}`` when absent). The family loaders (``models/<family>/load.py``) take one and pass its
-    values down, so no layer below opens the files again."""
+    """A checkpoint resolved and read once: the name as given (hub id or path), its local folder, its ``config.json``,
+    ``pt_meta.json`` and ``tokenizer_config.json`` (``{}`` when absent) and its safetensors header (``tensors``:
+    name -> ``{"dtype", "shape"}``; ``{}`` for ``.bin`` weights). The family loaders (``models/<family>/load.py``)
+    take one and pass it down to the tokenizer and weight loaders, so no layer below opens these files again."""
 
     name: str
     folder: str
     config: dict = field(repr=False)
     meta: dict = field(repr=False)
+    tokenizer_config: dict = field(default_factory=dict, repr=False)
+    tensors: dict = field(default_factory=dict, repr=False)
 
     def family(self) -> Recognised | None:
         """The family this checkpoint recognisably is (:func:`~pyterrier_tite.families.family_of`; None for a plain
@@ -75,7 +78,9 @@ class Checkpoint:
 
 def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint, family: str | None = None) -> Checkpoint:
     """:class:`Checkpoint` of a folder or hub id (as :func:`local_checkpoint`; a ``Checkpoint`` is returned as is):
-    each JSON settings file is read once, a malformed one raises ``ValueError`` naming it. ``family`` (a
+    each settings file and the safetensors header are read once, a malformed JSON file raises ``ValueError`` naming
+    it, a ``config.json`` or ``pt_meta.json`` that is not a JSON object too (transformers would raise an ``OSError``,
+    some layouts would ignore the file), and the folder is checked (:func:`~.folder_checks.check_folder`). ``family`` (a
     ``pt_meta.json`` format): the family loader opening it; a checkpoint that is recognisably another family's raises
     :class:`CheckpointError` naming that family and the class that loads it (every family's one check, here)."""
     if isinstance(path_or_id, Checkpoint):
@@ -83,11 +88,11 @@ def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint, family: str | No
     else:
         name = os.fspath(path_or_id)
         folder = _resolve(name)
-        config_file, meta_file = os.path.join(folder, "config.json"), os.path.join(folder, PT_META)
-        config = read_json(config_file) if os.path.isfile(config_file) else {}
-        meta = read_json(meta_file) if os.path.isfile(meta_file) else {}
-        check_folder(folder, config)  # no remote code; sizes that match the weights, before anything is built
-        checkpoint = Checkpoint(name, folder, config, meta)
+        files = ("config.json", PT_META, "tokenizer_config.json")
+        config, meta, tokenizer_config = (_json_or_empty(folder, file) for file in files)
+        tensors = weight_header(folder)
+        check_folder(folder, config, tokenizer_config, tensors)  # no remote code; sizes that match the weights
+        checkpoint = Checkpoint(name, folder, config, meta, tokenizer_config, tensors)
     found = checkpoint.family() if family is not None else None
     if found is not None and found.family.format != family:
         article = "an" if found.title[0] in "AEIOU" else "a"
@@ -137,25 +142,40 @@ def _resolve(name: str) -> str:
         raise FileNotFoundError(f"no local folder {name!r} and no hub repository of that name") from exc
 
 
-def _readable(folder: str) -> str:
-    """``folder`` once its JSON settings files (those present) parse as JSON objects."""
-    config = {}
-    for name in ("config.json", PT_META):
-        if os.path.isfile(os.path.join(folder, name)):
-            settings = read_json(os.path.join(folder, name))
-            config = settings if name == "config.json" else config
-    check_folder(folder, config)
-    return folder
+def _json_or_empty(folder: str, name: str) -> dict:
+    file = os.path.join(folder, name)
+    return read_json(file) if os.path.isfile(file) else {}
 
 
-def load_tokenizer(path_or_id: str | os.PathLike):
-    """The tokenizer of a checkpoint (folder or hub id) with the template it was trained with
-    (:func:`pyterrier_tite.models.bert_biencoder.tokenization.load_tokenizer`; TITE's unregistered classes included)."""
-    from pyterrier_tite.models.bert_biencoder.tokenization import load_tokenizer as load_folder_tokenizer
+#: files that hold a vocabulary: without one, transformers 5 builds an empty tokenizer instead of failing
+VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+#: tokenizer classes of the TITE ecosystem that transformers does not know (both are unchanged BertTokenizerFast)
+UNREGISTERED_TOKENIZERS = ("TiteTokenizer", "BiEncoderTokenizer")
 
-    folder = local_checkpoint(path_or_id)
-    with quiet_transformers():
-        return load_folder_tokenizer(folder)
+
+def load_tokenizer(path_or_id: str | os.PathLike | Checkpoint):
+    """The tokenizer of a checkpoint (folder, hub id or opened :class:`Checkpoint`, whose ``tokenizer_config.json``
+    is not read again) with the template it was trained with. A folder without vocabulary files raises
+    ``FileNotFoundError`` (transformers 5 would silently build an empty tokenizer whose ids are wrong); damaged ones
+    raise one :class:`CheckpointError` naming the files.
+
+    ``TiteTokenizer`` / ``BiEncoderTokenizer`` load from ``tokenizer.json`` as stored (``$A``: no [CLS]/[SEP]; added
+    marker tokens kept); without a ``tokenizer.json`` they are what they subclass, ``BertTokenizerFast`` on the
+    vocabulary (4.x ``AutoTokenizer`` raises on them, 5.x loads a generic one, and 5.x ``BertTokenizerFast`` rebuilds a
+    ``[CLS] $A [SEP]`` template the checkpoint never used). Any other class loads with ``AutoTokenizer``."""
+    from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
+
+    checkpoint = open_checkpoint(path_or_id)
+    folder = checkpoint.folder
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
+        raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
+    tokenizer_class = checkpoint.tokenizer_config.get("tokenizer_class")
+    with quiet_transformers(), tokenizer_files_load(folder):
+        if tokenizer_class not in UNREGISTERED_TOKENIZERS:
+            return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+        if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+            return PreTrainedTokenizerFast.from_pretrained(folder)
+        return BertTokenizerFast.from_pretrained(folder)
 
 
 def read_config(folder: str | os.PathLike | Checkpoint) -> dict:
@@ -221,20 +241,14 @@ _SAFETENSORS_INTEGERS = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8
                          "U64": torch.uint64}  # fmt: skip
 
 
-def stored_integer_dtypes(folder: str | os.PathLike) -> dict[str, torch.dtype]:
-    """``{name: dtype}`` of the checkpoint's integer / boolean tensors, read from the safetensors headers (a ``.bin``
-    is memory-mapped) without loading the weights."""
-    found: dict[str, torch.dtype] = {}
-    for file in weight_files(folder):
-        if file.endswith(".safetensors"):
-            from safetensors import safe_open
-
-            with safe_open(file, "pt") as f:
-                dtypes = {k: _SAFETENSORS_INTEGERS.get(f.get_slice(k).get_dtype()) for k in f.keys()}
-        else:
-            dtypes = {k: v.dtype for k, v in _load_weights(file, mmap=True).items()}
-        found.update({k: d for k, d in dtypes.items() if d is not None and not (d.is_floating_point or d.is_complex)})
-    return found
+def stored_integer_dtypes(checkpoint: Checkpoint) -> dict[str, torch.dtype]:
+    """``{name: dtype}`` of the checkpoint's integer / boolean tensors: from the safetensors header read when it was
+    opened, else from its ``.bin`` files memory-mapped, without loading the weights."""
+    dtypes = {k: _SAFETENSORS_INTEGERS.get(v.get("dtype")) for k, v in checkpoint.tensors.items()}
+    for file in weight_files(checkpoint.folder):
+        if not file.endswith(".safetensors"):
+            dtypes.update({k: v.dtype for k, v in _load_weights(file, mmap=True).items()})
+    return {k: d for k, d in dtypes.items() if d is not None and not (d.is_floating_point or d.is_complex)}
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -254,16 +268,20 @@ def integer_into_float(stored: Mapping[str, torch.dtype], own: Mapping[str, torc
     return sorted(found)
 
 
-def transformers_from_pretrained(model_class, path: str | os.PathLike, **kwargs) -> tuple[nn.Module, dict, list]:
-    """``model_class.from_pretrained(path, **kwargs)`` (quiet, no remote code) -> the model, transformers' loading
+def transformers_from_pretrained(
+    model_class, path: str | os.PathLike | Checkpoint, **kwargs
+) -> tuple[nn.Module, dict, list]:
+    """``model_class.from_pretrained(folder, **kwargs)`` (quiet, no remote code) -> the model, transformers' loading
     info and the tensors it cast from an integer into a float dtype (:func:`integer_into_float`; base model prefix
     added or stripped, as transformers does). The weight files are read by us first: a ``pytorch_model.bin`` that
     holds code is refused in one line naming it (:func:`_load_weights`) for every family, where transformers' own
     refusal is a traceback."""
-    path = os.fspath(path)
-    stored = stored_integer_dtypes(path if os.path.isdir(path) else local_checkpoint(path))
+    checkpoint = open_checkpoint(path)
+    stored = stored_integer_dtypes(checkpoint)
     with quiet_transformers():
-        model, info = model_class.from_pretrained(path, output_loading_info=True, trust_remote_code=False, **kwargs)
+        model, info = model_class.from_pretrained(
+            checkpoint.folder, output_loading_info=True, trust_remote_code=False, **kwargs
+        )
     prefix = getattr(model, "base_model_prefix", "")
     return model, info, integer_into_float(stored, model.state_dict(), prefix) if stored else []
 
@@ -314,12 +332,16 @@ def raise_on_mismatch(
         raise CheckpointError(f"cannot load {source} exactly; " + "; ".join(found))
 
 
-def strict_from_pretrained(model_class, path: str, *, fresh: Iterable[str] = (), unused: Iterable[str] = (), **kwargs):
-    """``model_class.from_pretrained(path, **kwargs)`` that raises :class:`CheckpointError` instead of logging when
+def strict_from_pretrained(
+    model_class, path: str | Checkpoint, *, fresh: Iterable[str] = (), unused: Iterable[str] = (), **kwargs
+):
+    """``model_class.from_pretrained(folder, **kwargs)`` that raises :class:`CheckpointError` instead of logging when
     tensors are missing, unused or mis-shaped, or stored as integers where the model holds floats (transformers casts
     them silently); ``fresh`` / ``unused`` prefixes as in :func:`load_exactly`."""
     fresh, unused = tuple(fresh), tuple(unused)
-    model, info, wrong_dtype = transformers_from_pretrained(model_class, path, **kwargs)
+    checkpoint = open_checkpoint(path)
+    path = checkpoint.folder
+    model, info, wrong_dtype = transformers_from_pretrained(model_class, checkpoint, **kwargs)
     missing = [k for k in info.get("missing_keys", ()) if not (fresh and k.startswith(fresh))]
     unexpected = [k for k in info.get("unexpected_keys", ()) if not (unused and k.startswith(unused))]
     raise_on_mismatch(path, missing, unexpected, info.get("mismatched_keys", ()), wrong_dtype)

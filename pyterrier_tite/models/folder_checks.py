@@ -33,12 +33,18 @@ SIZED_BY = {
 _LAYER = re.compile(r"\.(?:layer|layers)\.(\d+)\.")
 
 
-def check_folder(folder: str, config: dict) -> None:
+def check_folder(folder: str, config: dict, tokenizer_config: dict, tensors: dict[str, dict]) -> None:
     """Refuse remote code, a folder of ours that lost its settings, and settings that contradict the weights (module
-    docstring); ``config`` is the folder's ``config.json`` as already read."""
-    refuse_remote_code(folder, config)
+    docstring), from the folder's ``config.json``, ``tokenizer_config.json`` and safetensors header as already read
+    (:func:`~pyterrier_tite.models.checkpoint.open_checkpoint`)."""
+    for name, settings in (("config.json", config), ("tokenizer_config.json", tokenizer_config)):
+        if "auto_map" in settings:
+            raise CheckpointError(
+                f"{os.path.join(folder, name)} names Python code of its own (auto_map); code in a model folder is "
+                "never run: use a checkpoint of a standard architecture"
+            )
     refuse_incomplete_save(folder)
-    check_sizes(folder, config)
+    check_sizes(folder, config, {name: entry["shape"] for name, entry in tensors.items()})
 
 
 def refuse_incomplete_save(folder: str) -> None:
@@ -58,23 +64,9 @@ def refuse_incomplete_save(folder: str) -> None:
         )
 
 
-def refuse_remote_code(folder: str, config: dict) -> None:
-    files = {"config.json": config}
-    tokenizer_config = os.path.join(folder, "tokenizer_config.json")
-    if os.path.isfile(tokenizer_config):
-        files["tokenizer_config.json"] = read_json(tokenizer_config)
-    for name, settings in files.items():
-        if isinstance(settings, dict) and "auto_map" in settings:
-            raise CheckpointError(
-                f"{os.path.join(folder, name)} names Python code of its own (auto_map); code in a model folder is "
-                "never run: use a checkpoint of a standard architecture"
-            )
-
-
-def check_sizes(folder: str, config: dict) -> None:
+def check_sizes(folder: str, config: dict, shapes: dict[str, list[int]]) -> None:
     """Each size in :data:`SIZED_BY` and ``num_hidden_layers`` against the weights' shapes, where both exist."""
-    shapes = weight_shapes(folder)
-    if not shapes or not isinstance(config, dict):
+    if not shapes:
         return
     for setting, (suffix, dim) in SIZED_BY.items():
         wanted = config.get(setting)
@@ -93,8 +85,9 @@ def check_sizes(folder: str, config: dict) -> None:
         )
 
 
-def weight_shapes(folder: str) -> dict[str, list[int]]:
-    """Tensor name -> shape of the folder's safetensors weights, from the headers alone ({} without them)."""
+def weight_header(folder: str) -> dict[str, dict]:
+    """Tensor name -> ``{"dtype": "F32", "shape": [...]}`` of the folder's safetensors weights, from the headers alone
+    ({} without them)."""
     files = []
     index = os.path.join(folder, WEIGHTS_INDEX)
     if os.path.isfile(os.path.join(folder, WEIGHTS)):
@@ -103,14 +96,15 @@ def weight_shapes(folder: str) -> dict[str, list[int]]:
         weight_map = read_json(index).get("weight_map", {})
         names = sorted({v for v in weight_map.values() if isinstance(v, str) and os.path.basename(v) == v})
         files = [os.path.join(folder, name) for name in names if os.path.isfile(os.path.join(folder, name))]
-    shapes: dict[str, list[int]] = {}
+    tensors: dict[str, dict] = {}
     for file in files:
-        shapes.update(_header_shapes(file))
-    return shapes
+        tensors.update(_header(file))
+    return tensors
 
 
-def _header_shapes(file: str) -> dict[str, list[int]]:
-    """The shapes a safetensors file declares (8-byte little-endian header length, then a JSON header)."""
+def _header(file: str) -> dict[str, dict]:
+    """The tensors a safetensors file declares, with a list shape (8-byte little-endian header length, then a JSON
+    header)."""
     with open(file, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
@@ -126,7 +120,7 @@ def _header_shapes(file: str) -> dict[str, list[int]]:
     if not isinstance(header, dict):
         raise CheckpointError(f"{file}: not a safetensors file (its header is not a JSON object)")
     return {
-        name: entry["shape"]
+        name: entry
         for name, entry in header.items()
         if name != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("shape"), list)
     }

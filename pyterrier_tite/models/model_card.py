@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from pyterrier_tite.families import BY_FORMAT, RERANKERS, kind_of
+from pyterrier_tite.families import BY_FORMAT, FAMILIES, RERANKERS, kind_of
 from pyterrier_tite.models.meta_files import PT_META, read_meta
 
 CARD_FILE = "README.md"
@@ -36,55 +36,12 @@ KNOWN_LICENSES = {
 #: shipped start points (:mod:`pyterrier_tite.start_points`) -> the hub model they package
 SHIPPED_HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
 
-#: transformer class of each family (``families.py``; cross-encoders: the reranker class) -> family tag, class, what
-#: it is, pipeline tag
-CARDS = {
-    "TITE": (
-        "tite",
-        "TITE",
-        "a bi-encoder whose transformer pools tokens inside its layers, so each text becomes one "
-        "vector early and cheaply; scored by dot product",
-        "feature-extraction",
-    ),
-    "BertBiEncoder": (
-        "bert-biencoder",
-        "BertBiEncoder",
-        "a dense bi-encoder over a BERT-like encoder ([CLS] or mean "
-        "pooling), one vector per text, scored by dot product",
-        "feature-extraction",
-    ),
-    "Aggretriever": (
-        "aggretriever",
-        "Aggretriever",
-        "a bi-encoder whose one vector per text joins a projected [CLS] "
-        "vector and aggregated MLM term weights, scored by dot product",
-        "feature-extraction",
-    ),
-    "Splade": (
-        "splade",
-        "Splade",
-        "sparse term weights over the vocabulary (SPLADE), indexed with PISA and scored by their dot product",
-        "feature-extraction",
-    ),
-    "SparseCE": (
-        "sparse-cross-encoder",
-        "SparseCE",
-        "a sparse cross-encoder re-ranker, query and document in one transformer with windowed document attention",
-        "text-ranking",
-    ),
-    "MonoCE": (
-        "cross-encoder",
-        "MonoCE",
-        "a cross-encoder re-ranker with full attention over query and document (monoBERT)",
-        "text-ranking",
-    ),
-    "CELI": (
-        "celi",
-        "CELI",
-        "a re-ranker that adds late interaction over a cross-encoder's token vectors to its [CLS] score",
-        "text-ranking",
-    ),
-}
+#: the hub's pipeline tag of each kind of model (``families.py``)
+PIPELINE_TAGS = {"dense": "feature-extraction", "splade": "feature-extraction", "rerank": "text-ranking"}
+#: transformer class of each family (``families.py``, which holds the card text) -> family tag, class, what it is,
+#: pipeline tag
+CARDS = {name: (tag, name, text, PIPELINE_TAGS[f.kind]) for f in FAMILIES
+         for name, (tag, text) in zip(f.public, f.cards, strict=True)}  # fmt: skip
 #: how each family is used once loaded (``model`` is the loaded transformer)
 USAGE = {
     "dense": "index = pyterrier_dr.FlexIndex('vaswani.flex')\n"
@@ -285,7 +242,7 @@ def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, p
     lines += ["", "## Usage", "", "```python", "import pyterrier as pt"]
     if kind == "dense":
         lines.append("import pyterrier_dr")
-    lines.append("import pyterrier_tite as t  # not on PyPI yet: pip install --no-build-isolation -e <a checkout>")
+    lines.append("import pyterrier_tite as t  # not on PyPI yet: pip install <a checkout or its git URL>")
     lines.append("")
     if dataset:
         lines.append(f"model = t.{cls}.from_hf({where!r})  # the package model.to_hf({where!r}) uploaded")

@@ -1,43 +1,148 @@
-"""Loading of the compiled extension ``pyterrier_tite._C`` and the registry of kernel backends.
+"""The compiled CPU kernels (``csrc/``) and the registry of kernel backends.
 
-The package must work without the extension (pure-torch reference ops), so a failed import is reported once as a
-warning and every dispatcher falls back to the reference.
+The package is pure Python: its C++ sources ship inside it and are compiled on first use for the torch at hand
+(``torch.utils.cpp_extension.load`` with ninja, the C++ standard torch's headers ask for), so the kernels always match
+the installed torch, whichever version or build it is. The result is cached per torch version, C++ ABI, Python and a
+hash of the sources in torch's own extension cache (``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``);
+one process compiles while others wait on the cache's lock. Without a compiler (or when the build fails) one warning
+says so and every dispatcher falls back to the pure-torch reference. ``pyterrier-tite doctor`` compiles them ahead
+of time and reports what was chosen.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
-import warnings
+import platform
+import shutil
+import sys
+import threading
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import torch
 
+from pyterrier_tite._user_warnings import warn_user
+
 _BACKEND_ENV = "PYTERRIER_TITE_BACKEND"
+_NAME = "pyterrier_tite_C"  # the module csrc/module.cpp defines (TORCH_EXTENSION_NAME)
+_FLAGS = ("-O3", "-fopenmp")  # the C++ standard is left to cpp_extension: the one the torch at hand needs
+_LOADING = threading.Lock()
+
+
+def sources() -> list[Path]:
+    """The kernels' C++ sources (``*.cpp``, ``*.h``): ``pyterrier_tite/csrc`` of an installed wheel, else ``csrc/``
+    of a checkout; empty when neither exists."""
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / "csrc", package.parent / "csrc"):
+        if (folder / "module.cpp").is_file():
+            return sorted(p for p in folder.iterdir() if p.suffix in (".cpp", ".h"))
+    return []
+
+
+def build_folder(sources: list[Path]) -> str:
+    """The cache folder of the kernels compiled from ``sources`` for this torch, C++ ABI, Python and machine."""
+    digest = hashlib.sha256(repr(_FLAGS).encode())
+    for path in sources:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    abi = "cxx11abi" if torch.compiled_with_cxx11_abi() else "oldabi"
+    key = f"pyterrier_tite-torch{torch.__version__}-{abi}-{sys.implementation.cache_tag}-{platform.machine()}"
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch_extensions"
+    )
+    return os.path.join(root, f"{key}-{digest.hexdigest()[:12]}".replace("+", "_"))
+
+
+def extension() -> ModuleType | None:
+    """The compiled kernels (compiled now if this torch has none yet), or None with one warning saying why."""
+    with _LOADING:  # two threads asking at once: one loads, the other gets its module
+        return _extension()
 
 
 @functools.cache
-def extension():
-    """The compiled module, or None (with one warning) when it is not built."""
+def _extension() -> ModuleType | None:
+    found = sources()
+    if not found:
+        return _unavailable("the package carries no csrc/ sources")
+    target = build_folder(found)
+    library = os.path.join(target, _NAME + ".so")
+    if os.path.isfile(library):
+        try:
+            return _import(library)
+        except ImportError as exc:  # a cache folder another machine wrote (a shared home)
+            return _unavailable(f"{library} does not load: {exc}; remove its folder to compile them again")
     try:
-        from pyterrier_tite import _C  # noqa: F401  (importing registers torch.ops.tite.*)
-    except ImportError as exc:
-        warnings.warn(
-            f"pyterrier_tite: compiled extension not available ({exc}); using the pure-torch reference ops. "
-            "Build it with `pip install --no-build-isolation -e .`.",
-            stacklevel=2,
+        return _build([s for s in found if s.suffix == ".cpp"], target)
+    except _NoToolchain as exc:
+        return _unavailable(str(exc))
+    except Exception as exc:  # a compile error: its output goes to a log, the warning names it
+        log = target + ".log"
+        try:
+            os.makedirs(os.path.dirname(log), exist_ok=True)
+            with open(log, "w", encoding="utf-8") as f:
+                f.write(str(exc))
+        except OSError:
+            log = "not written"
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        return _unavailable(f"compiling {found[0].parent} failed: {first}; compiler output: {log}")
+
+
+class _NoToolchain(RuntimeError):
+    """No C++ compiler or no ninja: nothing to compile with."""
+
+
+def _build(cpp: list[Path], target: str) -> ModuleType:
+    """Compile ``cpp`` into ``target`` under its lock (another process compiling them is waited for), all or
+    nothing: an interrupted build leaves no half-built library behind."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise _NoToolchain(f"no C++ compiler ({compiler}) found: install g++ or set CXX")
+    if shutil.which("ninja") is None:
+        try:
+            import ninja  # the PyPI package; its binary is not on PATH when the virtualenv is not activated
+        except ImportError:
+            raise _NoToolchain("ninja is not installed: pip install ninja") from None
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+    from pyterrier_tite.store.atomic import atomic_build
+    from pyterrier_tite.store.cache import cache_lock
+
+    with cache_lock(target) as to_build:
+        if not to_build:  # compiled by another process while this one waited
+            return _import(os.path.join(target, _NAME + ".so"))
+        print(
+            f"pyterrier_tite: compiling the CPU kernels for torch {torch.__version__} (once, about 2 minutes on 2 "
+            f"cores) into {target}",
+            file=sys.stderr,
+            flush=True,
         )
-        return None
-    return _C
+        from torch.utils import cpp_extension
+
+        with atomic_build(target) as staging:
+            return cpp_extension.load(
+                _NAME, [str(s) for s in cpp], extra_cflags=list(_FLAGS), extra_ldflags=["-fopenmp"],
+                build_directory=str(staging),
+            )  # fmt: skip
+
+
+def _import(library: str) -> ModuleType:
+    """The compiled module at ``library`` (importing it registers ``torch.ops.tite.*``; torch is imported first)."""
+    spec = importlib.util.spec_from_file_location(_NAME, library)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _unavailable(reason: str) -> None:
+    warn_user(f"pyterrier_tite: compiled CPU kernels not available ({reason}); using the pure-torch reference ops")
+    return None
 
 
 def has_csrc(device: torch.device | str = "cpu") -> bool:
     """Whether the compiled kernels exist for ``device``."""
-    ext = extension()
-    if ext is None:
-        return False
-    return torch.device(device).type == "cpu"
+    return torch.device(device).type == "cpu" and extension() is not None
 
 
 @functools.cache
@@ -69,6 +174,8 @@ def choose_backend(op: str, device: torch.device, requested: str | None) -> str:
     """The backend to run ``op`` on ``device``: ``requested``, else $PYTERRIER_TITE_BACKEND_<OP> (e.g.
     ``PYTERRIER_TITE_BACKEND_DROPOUT=torch``: one op alone), else $PYTERRIER_TITE_BACKEND, else the fastest."""
     requested = requested or os.environ.get(f"{_BACKEND_ENV}_{op.upper()}") or os.environ.get(_BACKEND_ENV) or None
+    if requested == "torch":  # the reference: nothing to probe (nor to compile)
+        return requested
     candidates = [name for name, available in _REGISTRY[op] if available()]
     if requested is not None:
         if requested not in {name for name, _ in _REGISTRY[op]}:

@@ -18,13 +18,7 @@ from torch import nn
 
 from pyterrier_tite.ops._extension import choose_backend, has_csrc, register_backends
 
-
-def _has_op() -> bool:
-    """The compiled CPU kernel exists (an extension built before this op lacks it)."""
-    return has_csrc("cpu") and hasattr(torch.ops.tite, "dropout")
-
-
-register_backends("dropout", [("csrc-cpu", _has_op), ("torch", lambda: True)])
+register_backends("dropout", [("csrc-cpu", has_csrc), ("torch", lambda: True)])
 
 
 class _CounterDropout(torch.autograd.Function):

@@ -9,13 +9,7 @@ import torch
 
 from pyterrier_tite.ops._extension import choose_backend, has_csrc, register_backends
 
-
-def _has_op() -> bool:
-    """The compiled CPU kernels exist (an extension built before them lacks them)."""
-    return has_csrc("cpu") and hasattr(torch.ops.tite, "quantize_rows")
-
-
-register_backends("int8_rows", [("csrc-cpu", _has_op), ("torch", lambda: True)])
+register_backends("int8_rows", [("csrc-cpu", has_csrc), ("torch", lambda: True)])
 
 
 def quantize_rows(

@@ -11,14 +11,7 @@ import torch
 
 from pyterrier_tite.ops._extension import choose_backend, has_csrc, has_triton, register_backends
 
-register_backends(
-    "packed_mean_pool",
-    [
-        ("triton", has_triton),
-        ("csrc-cpu", lambda: has_csrc("cpu")),
-        ("torch", lambda: True),
-    ],
-)
+register_backends("packed_mean_pool", [("triton", has_triton), ("csrc-cpu", has_csrc), ("torch", lambda: True)])
 
 
 def pooled_lengths(lengths: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:

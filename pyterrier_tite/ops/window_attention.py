@@ -20,22 +20,7 @@ import torch.nn.functional as F
 from pyterrier_tite.ops._extension import choose_backend, has_csrc, has_triton, register_backends
 from pyterrier_tite.ops.dropout import dropout as dropout_op
 
-
-def _has_op(name: str) -> bool:
-    """The compiled CPU kernel exists (an extension built before these ops lacks them)."""
-    if not has_csrc("cpu"):
-        return False
-    try:
-        getattr(torch.ops.tite, name)
-    except (AttributeError, RuntimeError):
-        return False
-    return True
-
-
-register_backends(
-    "window_attention",
-    [("triton", has_triton), ("csrc-cpu", lambda: _has_op("window_attention")), ("torch", lambda: True)],
-)
+register_backends("window_attention", [("triton", has_triton), ("csrc-cpu", has_csrc), ("torch", lambda: True)])
 
 
 @dataclass

@@ -59,6 +59,18 @@ def _online_update(s, valid, m_i, l_i, acc, v_ptrs, vmask):
 
 
 @triton.jit
+def _row_block(len_ptr, sb, sh, D, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's row block of (batch row b, head h): first row, rows, head dims, their masks, q / k / v offset."""
+    m0 = tl.program_id(0) * BLOCK_M
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    length = tl.load(len_ptr + b)
+    rows = m0 + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_D)
+    return m0, h, b, length, rows, cols, rows < length, cols[None, :] < D, b.to(tl.int64) * sb + h * sh
+
+
+@triton.jit
 def _fwd_group(q, m_i, l_i, acc, gk, gv, glen_ptr, gidx_ptr, gsb, gsh, gsl, b, h, row_ok, cols, dmask, scale,
                BLOCK_N: tl.constexpr):  # fmt: skip
     """Fold the full key group of batch row b (its group row r = index[b], keys < lengths[r]) into the softmax."""
@@ -85,15 +97,7 @@ def _fwd(
     NUM_GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    m0 = tl.program_id(0) * BLOCK_M
-    h = tl.program_id(1)
-    b = tl.program_id(2)
-    length = tl.load(len_ptr + b)
-    rows = m0 + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_D)
-    row_ok = rows < length
-    dmask = cols[None, :] < D
-    base = b.to(tl.int64) * sb + h * sh
+    m0, h, b, length, rows, cols, row_ok, dmask, base = _row_block(len_ptr, sb, sh, D, BLOCK_M, BLOCK_D)
     q = tl.load(q_ptr + base + rows[:, None] * sl + cols[None, :], mask=row_ok[:, None] & dmask, other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -169,16 +173,8 @@ def _bwd_rows(
     H, L, D, window, scale,
     NUM_GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    m0 = tl.program_id(0) * BLOCK_M
-    h = tl.program_id(1)
-    b = tl.program_id(2)
-    length = tl.load(len_ptr + b)
-    rows = m0 + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_D)
-    row_ok = rows < length
-    dmask = cols[None, :] < D
+    m0, h, b, length, rows, cols, row_ok, dmask, base = _row_block(len_ptr, sb, sh, D, BLOCK_M, BLOCK_D)
     rmask = row_ok[:, None] & dmask
-    base = b.to(tl.int64) * sb + h * sh
     obase = b.to(tl.int64) * ob + h * oh
     q = tl.load(q_ptr + base + rows[:, None] * sl + cols[None, :], mask=rmask, other=0.0)
     do = tl.load(do_ptr + obase + rows[:, None] * ol + cols[None, :], mask=rmask, other=0.0)

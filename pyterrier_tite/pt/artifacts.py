@@ -121,7 +121,8 @@ def index_retriever(folder: str | os.PathLike, num_results: int = 1000, **kwargs
 
 def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     """The transformer for a model name (shipped start point, folder or hub id): a reranker, a dense bi-encoder
-    (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE. Keyword arguments go to its ``from_pretrained``.
+    (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE, built by its family's ``loader`` class (``families.py``;
+    ``CrossEncoderReranker`` picks SparseCE / MonoCE / CELI). Keyword arguments go to its constructor.
 
     An index folder (or an index artifact, e.g. what ``pt.Artifact.from_url`` returns for an index package) gives
     its retriever instead: the query encoder of the model the index records ``>>`` the index
@@ -148,7 +149,7 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
             checked_cache_folder(name, name)  # PyTerrier leaves it 0777
     if is_index_folder(name):
         return index_retriever(name, **kwargs)
-    checkpoint = open_checkpoint(name)  # read once; the transformer's from_pretrained gets it, not the name
+    checkpoint = open_checkpoint(name)  # read once; the transformer gets it, not the name
     fmt = model_format(checkpoint)
     if fmt == "splade":
         refuse_splade_half(checkpoint)

@@ -9,21 +9,32 @@ from typing import Literal
 
 import torch
 
-from pyterrier_tite.models.bert_biencoder.load import SETTINGS, load
+from pyterrier_tite.models.bert_biencoder.load import load
 from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
 from pyterrier_tite.models.checkpoint import Checkpoint
-from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.pt.model_artifact import is_model_name, shown_name
+from pyterrier_tite.pt.biencoder import STORED, DenseBiEncoder, merged_settings
+from pyterrier_tite.pt.model_artifact import given_name, opened, shown_name
 
-__all__ = ["SETTINGS", "BertBiEncoder", "DenseBiEncoder"]
+__all__ = ["BertBiEncoder", "DenseBiEncoder"]
+
+#: the BERT bi-encoder's settings where neither the call nor the checkpoint gives them
+DEFAULTS = {"pooling": "cls", "normalize": False, "query_max_length": 32, "doc_max_length": 256, "query_marker": None,
+            "doc_marker": None}  # fmt: skip
 
 
 class BertBiEncoder(DenseBiEncoder):
     """Queries cut to ``query_max_length`` and documents to ``doc_max_length`` tokens; ``query_marker`` /
     ``doc_marker`` (e.g. ``[QUE]`` / ``[DOC]``) are prepended as single tokens after [CLS] (new tokens start from
-    their name's word pieces). ``model``: a folder or hub id (``BertBiEncoder(name, **kw)`` is
-    ``from_pretrained(name, **kw)``) or an encoder module with its ``tokenizer``.
+    their name's word pieces).
+
+    ``model``: a folder or hub id, loaded by the family loader (``models/bert_biencoder/load.py``): a folder saved by
+    ``save_pretrained`` (settings from ``pt_meta.json``), a sentence-transformers folder (pooling and normalisation
+    from its ``modules.json``, e.g. all-MiniLM-L6-v2: mean + L2 = cosine), or any BERT-like checkpoint (BERT,
+    DistilBERT). A setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the checkpoint's, else the default in
+    parentheses. Loading is exact: a tensor the encoder lacks or an unused one raises ``CheckpointError``, except the
+    checkpoint's pooler and MLM head, which a bi-encoder that pools itself legitimately drops. An encoder module in
+    memory: :meth:`from_module` (or the module with ``tokenizer=``).
 
     Example::
 
@@ -31,27 +42,39 @@ class BertBiEncoder(DenseBiEncoder):
         pipeline = t.bm25('vaswani') % 50 >> t.datasets.get_dataset('vaswani').text_loader() >> minilm.scorer()
     """
 
+    ARTIFACT_FORMAT = "bert-biencoder"  # families.py's format: pt_meta.json's, a pt.Artifact of type "model"
+
+    PRETRAINED_POSITIONAL = ("pooling", "normalize")
+
     def __init__(
         self,
-        model: torch.nn.Module | str | os.PathLike,
+        model: torch.nn.Module | str | os.PathLike | Checkpoint,
         tokenizer=None,
-        pooling: Literal["cls", "mean"] = "cls",
-        normalize: bool = False,
+        pooling: Literal["cls", "mean"] | str = STORED,  # ("cls")
+        normalize: bool | str = STORED,  # (False)
         *,
-        query_max_length: int = 32,
-        doc_max_length: int = 256,
-        query_marker: str | None = None,
-        doc_marker: str | None = None,
-        **kwargs,
+        query_max_length: int | str = STORED,  # (32)
+        doc_max_length: int | str = STORED,  # (256)
+        query_marker: str | None = STORED,  # (None)
+        doc_marker: str | None = STORED,  # (None)
+        batch_size: int = 32,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
     ):
-        if is_model_name(model):
-            return  # built by from_pretrained (LoadsByName)
-        if tokenizer is None:
-            raise ValueError("pass tokenizer= when the model is given as a module")
-        if pooling not in ("cls", "mean"):
-            raise ValueError(f"pooling must be 'cls' or 'mean', got {pooling!r}")
-        inputs = BiEncoderInputs(tokenizer, query_max_length, doc_max_length, query_marker, doc_marker)
-        super().__init__(PooledEncoder(model, inputs, pooling, normalize), **kwargs)
+        loaded = opened(model, tokenizer, load)
+        s = merged_settings(DEFAULTS, loaded.settings, pooling=pooling, normalize=normalize,
+                            query_max_length=query_max_length, doc_max_length=doc_max_length,
+                            query_marker=query_marker, doc_marker=doc_marker)  # fmt: skip
+        if s["pooling"] not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' or 'mean', got {s['pooling']!r}")
+        inputs = BiEncoderInputs(loaded.tokenizer, s["query_max_length"], s["doc_max_length"],
+                                 s["query_marker"], s["doc_marker"])  # fmt: skip
+        super().__init__(PooledEncoder(loaded.module, inputs, s["pooling"], s["normalize"]), given_name(model),
+                         loaded.source, batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
+                         dtype=dtype)  # fmt: skip
+        self._model, self._tokenizer = model, tokenizer  # as given: pt.inspect's attributes
 
     @property
     def pooling(self) -> str:
@@ -63,33 +86,6 @@ class BertBiEncoder(DenseBiEncoder):
 
     def settings(self) -> dict:
         return {**super().settings(), "pooling": self.pooling, "normalize": self.normalize}
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        path: str | os.PathLike | Checkpoint,
-        pooling: Literal["cls", "mean"] | None = None,
-        normalize: bool | None = None,
-        **kwargs,
-    ) -> BertBiEncoder:
-        """A folder saved by ``save_pretrained`` (settings from ``pt_meta.json``), a sentence-transformers folder
-        (pooling and normalisation from its ``modules.json``, e.g. all-MiniLM-L6-v2: mean + L2 = cosine), or any
-        BERT-like checkpoint (BERT, DistilBERT; [CLS], unnormalised, unless told otherwise), folder or hub id.
-
-        Loading is exact: a tensor the encoder lacks or an unused one raises ``CheckpointError``, except the
-        checkpoint's pooler and MLM head, which a bi-encoder that pools itself legitimately drops."""
-        loaded = load(path, pooling, normalize)  # the family loader: models/bert_biencoder/load.py
-        encoder = cls(loaded.module, loaded.tokenizer, **{**loaded.settings, **kwargs})
-        encoder._loaded_from(path, loaded.source)
-        return encoder
-
-    ARTIFACT_FORMAT = "bert-biencoder"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
-
-    def save_pretrained(self, path: str) -> None:
-        """HF layout + ``pt_meta.json`` (pooling, normalisation, lengths, markers) + model card; ``from_pretrained``
-        reloads it."""
-        self._save(path, "bert-biencoder")
-        self._write_card(path)
 
     def __repr__(self) -> str:
         norm = ", normalize=True" if self.normalize else ""

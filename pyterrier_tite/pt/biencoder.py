@@ -16,7 +16,6 @@ DataFrames, all or nothing and with checked docnos: :class:`FlexIndexing`) and a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -29,11 +28,22 @@ from more_itertools import chunked, peekable
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.checkpoint import save_model_folder
-from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact
+from pyterrier_tite.pt.model_artifact import ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.flex import build_flex_index
 from pyterrier_tite.store.values import checked_text
+
+#: a setting's default in the constructors: as the checkpoint stores it, else the family's default (a name), the
+#: family's default (a module); None is a setting of its own (no marker)
+STORED = "stored"
+
+
+def merged_settings(defaults: dict, stored: dict, **given) -> dict:
+    """The settings a bi-encoder is built with: those ``given`` (not :data:`STORED`) over those the checkpoint stores
+    (its family loader's ``settings``) over the family's ``defaults``."""
+    stored = {k: v for k, v in stored.items() if k in defaults}
+    return {**defaults, **stored, **{k: v for k, v in given.items() if not (isinstance(v, str) and v == STORED)}}
 
 
 class FlexIndexing(pt.Compose):
@@ -76,7 +86,7 @@ class _IndexesAtomically:
         return super().__rshift__(right)
 
 
-class DenseBiEncoder(LoadsByName, _IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
+class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
     """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
 
     ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
@@ -87,6 +97,8 @@ class DenseBiEncoder(LoadsByName, _IndexesAtomically, NamedSchematic, pyterrier_
     def __init__(
         self,
         text_encoder: TextEncoder,
+        name: str | None,
+        source: object,
         *,
         batch_size: int = 32,
         text_field: str = "text",
@@ -94,18 +106,16 @@ class DenseBiEncoder(LoadsByName, _IndexesAtomically, NamedSchematic, pyterrier_
         verbose: bool = False,
         dtype: torch.dtype | str | None = None,
     ):
+        """What the three families share, built by their constructors: ``name`` as given (repr; None for a module),
+        ``source`` resolved (equality; None: this very module)."""
         super().__init__(batch_size=batch_size, text_field=text_field, verbose=verbose)
         self.device = default_device(device)
         self.precision = resolve_precision(dtype, self.device)  # autocast of inference; vectors stay float32
         self.text_encoder = text_encoder.to(self.device).eval()
-        self.source: object = None
+        self.model_name, self.source, self._dtype = name, source, dtype
 
-    def _loaded_from(self, name, source: object) -> None:
-        """Remember what the model was loaded from: ``name`` as given (repr; a checkpoint opened by ``t.load``: the
-        name it was opened by), ``source`` resolved (equality)."""
-        name = getattr(name, "name", name)  # a Checkpoint
-        self.model_name = os.fspath(name) if isinstance(name, os.PathLike) else name
-        self.source = source
+    def _module_arguments(self) -> dict:
+        return {"model": self.model, "tokenizer": self.tokenizer}
 
     # -- what the model is ------------------------------------------------------------------------------------
     @property
@@ -162,22 +172,16 @@ class DenseBiEncoder(LoadsByName, _IndexesAtomically, NamedSchematic, pyterrier_
         return self.text_encoder.encode_docs(list(texts), batch_size or self.batch_size)
 
     def encode(self, texts: Iterable[str], role: str, batch_size: int | None = None, progress: str | None = None):
-        """Inference: float32 ``[N, D]`` numpy in input order, encoded in batches of similar length (less padding);
-        ``progress`` names a ``pt.tqdm`` bar over the texts."""
+        """Inference: float32 ``[N, D]`` numpy in input order, encoded in batches of similar length (less padding:
+        :meth:`TextEncoder.encode <pyterrier_tite.models.bert_biencoder.modeling.TextEncoder.encode>` sorts and
+        batches, once); ``progress`` names a ``pt.tqdm`` bar over the texts."""
         texts = list(texts)
-        batch_size = batch_size or self.batch_size
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
         bar = pt.tqdm(total=len(texts), desc=progress, unit=role) if progress else None
         with torch.no_grad(), autocast(self.device, self.precision):
-            for rows in chunked(order, batch_size):
-                vectors = self.text_encoder.encode([texts[i] for i in rows], role, batch_size)
-                out[list(rows)] = vectors.float().cpu().numpy()
-                if bar is not None:
-                    bar.update(len(rows))
+            vectors = self.text_encoder.encode(texts, role, batch_size or self.batch_size, bar.update if bar else None)
         if bar is not None:
             bar.close()
-        return out
+        return vectors.float().cpu().numpy()
 
     def encoding_model(self, role: str) -> DenseBiEncoder:
         """The bi-encoder that encodes ``role``'s texts (this one; TITE hands queries to its query model)."""
@@ -220,9 +224,9 @@ class DenseBiEncoder(LoadsByName, _IndexesAtomically, NamedSchematic, pyterrier_
         return super().transform_iter(records)
 
     # -- persistence ------------------------------------------------------------------------------------------
-    def _save(self, path: str, fmt: str) -> None:
+    def _save_into(self, folder: str) -> None:
         """HF layout (model + tokenizer) + ``pt_meta.json`` with :meth:`settings`."""
-        save_model_folder(path, self.model, self.tokenizer, fmt, self.settings())
+        save_model_folder(folder, self.model, self.tokenizer, self.ARTIFACT_FORMAT, self.settings())
 
 
 class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):

@@ -3,7 +3,15 @@
 
 :class:`ModelArtifact` is the last base of ``CrossEncoderReranker`` (SparseCE, MonoCE, CELI), ``DenseBiEncoder``
 (TITE, BertBiEncoder, Aggretriever) and ``Splade``; each names its ``ARTIFACT_FORMAT`` (the ``format`` of its
-``pt_meta.json``), so ``pt.inspect.artifact_type_format(model)`` is ``("model", format)``.
+``pt_meta.json``, its family's in ``families.py``), so ``pt.inspect.artifact_type_format(model)`` is
+``("model", format)``.
+
+Construction, one path per family: ``Cls(name, **settings)`` is an ordinary constructor that calls the family's one
+loader (``models/<family>/load.py``: :func:`opened`); ``Cls.from_module(module, tokenizer, **settings)`` wraps a
+module in memory; ``from_pretrained`` is ``Cls(name, ...)`` under the Hugging Face name. What ``pt.inspect`` cannot
+read back from a same-named attribute, the constructor keeps as ``_<parameter>``, as given, so
+``pt.inspect.transformer_attributes`` are the constructor's parameters; :meth:`ModelArtifact.apply_attributes` rebuilds
+around the same module where it can. ``save_pretrained`` writes all or nothing and calls each class's ``_save_into``.
 
 Design: the transformers hold their weights in memory and are not backed by a folder, so a package is always a fresh
 ``save_pretrained`` of the model as it is (weights, settings, keyword overrides), written into a temporary folder and
@@ -22,17 +30,21 @@ Example::
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import inspect
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyterrier as pt
 import pyterrier_alpha as pta
+import torch
 
-from pyterrier_tite.models.checkpoint import Checkpoint
+from pyterrier_tite.families import BY_FORMAT, Family
+from pyterrier_tite.models.checkpoint import Checkpoint, Loaded
 from pyterrier_tite.models.model_card import CARD_FILE, hub_id, is_ours, origin_info, render_card, update_card
-from pyterrier_tite.pt.inspection import InitArguments
 from pyterrier_tite.pt.schematic import filename_safe
 from pyterrier_tite.store.packages import package_saved
 
@@ -62,31 +74,39 @@ def is_model_name(model: Any) -> bool:
     return isinstance(model, (str, os.PathLike, Checkpoint))
 
 
-class LoadsByName:
-    """``Cls('<hub id or folder>', **kwargs)`` is ``Cls.from_pretrained('<hub id or folder>', **kwargs)`` (the family
-    loader reads the checkpoint once), so every model transformer takes a name, as ``SparseCE`` does; a module (with
-    its tokenizer) still goes to the constructor. A first base, before ``pt.Transformer``: the class's ``__init__``
-    returns at once when it is called with a name, since ``from_pretrained`` built the object."""
+def opened(model: Any, tokenizer: Any, loader: Callable[..., Loaded], *settings: Any) -> Loaded:
+    """What a constructor builds from: a name through its family's one loader (``models/<family>/load.py``, the
+    checkpoint read once; ``settings`` go to it; a ``tokenizer`` given replaces the checkpoint's), a module with its
+    ``tokenizer`` as it is (nothing read)."""
+    if is_model_name(model):
+        loaded = loader(model, *settings)
+        return loaded if tokenizer is None else dataclasses.replace(loaded, tokenizer=tokenizer)
+    if tokenizer is None:
+        raise ValueError("pass tokenizer= when the model is given as a module")
+    return Loaded(model, tokenizer, {}, None)
 
-    def __new__(cls, *args, **kwargs):
-        if args and is_model_name(args[0]):
-            return cls.from_pretrained(*args, **kwargs)
-        return super().__new__(cls, *args, **kwargs)
+
+def given_name(model: Any) -> str | None:
+    """The name a model was given by (a :class:`Checkpoint`: the name it was opened by); None for a module."""
+    if not is_model_name(model):
+        return None
+    name = getattr(model, "name", model)
+    return os.fspath(name) if isinstance(name, os.PathLike) else name
 
 
-class ModelArtifact(InitArguments, pta.Artifact):
+#: what a model loaded by name knows of where it came from (repr, equality, card): kept by a change that shares its
+#: module (:meth:`ModelArtifact.apply_attributes`)
+IDENTITY = ("model_name", "source", "path", "card", "fresh_weights")
+
+
+class ModelArtifact(pta.Artifact):
     """A PyTerrier artifact whose folder is a model saved by ``save_pretrained`` (module docstring). Subclasses set
-    ``ARTIFACT_FORMAT`` and implement ``save_pretrained`` / ``from_pretrained``."""
+    ``ARTIFACT_FORMAT`` (their family's, ``families.py``) and write their folder in ``_save_into``; their constructor
+    takes a name (``Cls(name, **settings)``, loaded by the family's one loader) or a module (:meth:`from_module`), and
+    keeps what ``pt.inspect`` cannot read back from a same-named attribute as ``_<parameter>``, as it was given."""
 
     ARTIFACT_TYPE = "model"
     ARTIFACT_PACKAGE_HINT = "pyterrier-tite"
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        save = cls.__dict__.get("save_pretrained")
-        if save is not None and not getattr(save, "_staged", False):
-            cls.save_pretrained = _staged_save(save)
-
     #: inside a pipeline's schematic the model shows as the transformer it is, not as an opaque artifact
     ARTIFACT_SCHEMATIC_SHOW_AS_TRANSFORMER = True
     #: the folder the model was loaded from as an artifact (set by the loaders), else NO_PATH
@@ -96,9 +116,90 @@ class ModelArtifact(InitArguments, pta.Artifact):
     #: which weights started fresh (random) when it was loaded (e.g. "score head"); the card of a save then warns
     #: until a training command records its run (``write_model_card``)
     fresh_weights: str | None = None
+    #: constructor parameters only the loader reads: changing one loads the checkpoint again
+    RELOADS: tuple[str, ...] = ()
 
     def __init__(self, *args, **kwargs):
         """The transformers construct themselves; an artifact path is set by the loaders, never by a constructor."""
+
+    #: the settings ``from_pretrained`` has taken by position after the name (None among them: the checkpoint's)
+    PRETRAINED_POSITIONAL: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pretrained(cls, path: Any = None, *settings: Any, **kwargs) -> ModelArtifact:
+        """``Cls(path, **settings)`` under the name hub ids, scripts and the Hugging Face habit know; it keeps its
+        signature (``path=``, the settings of :data:`PRETRAINED_POSITIONAL` by position) so code written for it runs."""
+        names = cls.PRETRAINED_POSITIONAL
+        if len(settings) > len(names):
+            raise TypeError(f"{cls.__name__}.from_pretrained takes the name and at most {len(names)} settings by "
+                            f"position ({', '.join(names)}), the rest by keyword")  # fmt: skip
+        kwargs.update((name, value) for name, value in zip(names, settings, strict=False) if value is not None)
+        return cls(**kwargs) if path is None else cls(path, **kwargs)
+
+    @classmethod
+    def from_module(cls, module: torch.nn.Module, tokenizer: Any, **settings) -> ModelArtifact:
+        """The transformer around a module in memory (built in code, being trained) and its tokenizer: nothing is
+        read from disk, and it equals only transformers over the same module."""
+        return cls(module, tokenizer=tokenizer, **settings)
+
+    @property
+    def family(self) -> Family:
+        """This model's entry of ``families.py`` (its format, kind, title)."""
+        return BY_FORMAT[self.ARTIFACT_FORMAT]
+
+    # -- pt.inspect ---------------------------------------------------------------------------------------------
+    def _module_arguments(self) -> dict[str, Any] | None:
+        """Constructor arguments that rebuild this transformer around the very module it holds; None: always
+        rebuilt from its arguments as given (a name loads again)."""
+        return None
+
+    def apply_attributes(self, **changes: Any) -> pt.Transformer:
+        """``pt.inspect.transformer_apply_attributes``: the constructor called again with ``changes``. Around the very
+        module (nothing read again, weights changed in memory stay, name and equality kept) unless a change is the
+        model, its tokenizer or a setting only the loader reads (:attr:`RELOADS`), which loads by name again."""
+        attributes = pt.inspect.transformer_attributes(self)
+        unknown = sorted(set(changes) - {a.name for a in attributes})
+        if unknown:
+            known = sorted(a.name for a in attributes)
+            raise pt.inspect.InspectError(f"{type(self).__name__} has no attribute(s) {unknown}; it has {known}")
+        arguments: dict[str, Any] = {}
+        for a in attributes:
+            value = changes.get(a.name, a.value)
+            if a.init_parameter_kind is inspect.Parameter.VAR_KEYWORD:
+                arguments.update(value)
+            else:
+                arguments[a.name] = value
+        around = self._module_arguments()
+        if around is None or set(changes) & {*around, *self.RELOADS}:
+            return type(self)(**arguments)
+        model = type(self)(**{**arguments, **around, **changes})
+        for name in (*IDENTITY, *(f"_{k}" for k in around)):
+            if name in self.__dict__:
+                model.__dict__[name] = self.__dict__[name]
+        return model
+
+    def subtransformers(self) -> dict:
+        """None: a wrapped query model is part of the model, not a stage."""
+        return {}
+
+    # -- saving -------------------------------------------------------------------------------------------------
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """The model folder (weights, tokenizer, ``pt_meta.json``: :meth:`_save_into`) and its card, all or nothing:
+        written beside ``path`` and renamed into place (``store.atomic.atomic_build``: locked, an older folder replaced
+        only once the new one is complete), its files given the umask's modes (safetensors writes 0600); a README.md
+        of the user's and whatever else an older folder held besides the model (a training run's log, its resume
+        state) are kept. ``from_pretrained(path)`` / ``t.load(path)`` reload it."""
+        from pyterrier_tite.store.atomic import atomic_build, follow_umask, keep_other_entries, keep_user_readme
+
+        with atomic_build(path, overwrite=True) as staging:
+            keep_user_readme(path, staging)
+            self._save_into(str(staging))
+            update_card(staging, self.card_info())
+            follow_umask(staging)
+            keep_other_entries(path, staging)
+
+    def _save_into(self, folder: str) -> None:
+        raise NotImplementedError
 
     # -- loading ------------------------------------------------------------------------------------------------
     @classmethod
@@ -187,10 +288,6 @@ class ModelArtifact(InitArguments, pta.Artifact):
         which Splade does not have)."""
         return filename_safe(repr(self))
 
-    def _write_card(self, path: str | os.PathLike) -> None:
-        """Completes the card ``save_pretrained`` wrote at ``path`` with :meth:`card_info`."""
-        update_card(path, self.card_info())
-
 
 def origin_names(model) -> list[str]:
     """The names and folders a transformer was loaded from (first the one given), for its card: ``model_name`` as
@@ -210,24 +307,3 @@ def origin_names(model) -> list[str]:
     if isinstance(getattr(tokenizer, "name_or_path", None), str) and tokenizer.name_or_path:
         names.append(tokenizer.name_or_path)
     return names
-
-
-def _staged_save(save):
-    """``save_pretrained`` made all or nothing: the folder is written beside the target and renamed into place
-    (``store.atomic.atomic_build``: locked, an older folder replaced only once the new one is complete), its files
-    given the umask's modes (safetensors writes 0600); a README.md of the user's and whatever else an older folder
-    held besides the model (a training run's log, its resume state) are kept."""
-
-    @functools.wraps(save)
-    def staged(self, path, *args, **kwargs):
-        from pyterrier_tite.store.atomic import atomic_build, follow_umask, keep_other_entries, keep_user_readme
-
-        with atomic_build(path, overwrite=True) as staging:
-            keep_user_readme(path, staging)
-            save(self, str(staging), *args, **kwargs)
-            follow_umask(staging)
-            keep_other_entries(path, staging)  # e.g. a training run's log and resume state beside its model
-        return None
-
-    staged._staged = True
-    return staged

@@ -30,12 +30,13 @@ import torch
 from pyterrier_tite.devices import default_device, resolve_precision
 from pyterrier_tite.models.checkpoint import Checkpoint, open_checkpoint
 from pyterrier_tite.models.cross_encoder.convert import KEEP, is_sparse_model, save_scorer
-from pyterrier_tite.models.cross_encoder.load import Sparse, from_module, load
+from pyterrier_tite.models.cross_encoder.load import Sparse, load
+from pyterrier_tite.models.cross_encoder.load import from_module as module_scorer
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
 from pyterrier_tite.models.cross_encoder.tokenization import QUERY_MAX_LENGTH, CrossEncoderInputs
 from pyterrier_tite.models.sparse_ce.modeling import FLAGS, SparseCrossEncoder
-from pyterrier_tite.pt.model_artifact import ModelArtifact, shown_name
+from pyterrier_tite.pt.model_artifact import ModelArtifact, given_name, is_model_name, shown_name
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
 
@@ -69,6 +70,7 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         self.text_field = text_field
         self.verbose = verbose
         self._tokenizer_key = None  # the folder's tokenizer (part of the scorer's source) unless one is passed
+        self._dtype, self._cuda_graphs = dtype, cuda_graphs  # as given: pt.inspect's attributes
 
     tokenizer = property(lambda self: self.inputs.tokenizer)
     query_max_length = property(lambda self: self.inputs.query_max_length)
@@ -166,37 +168,35 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         return out.assign(_q=key).sort_values(["_q", "rank"], kind="stable").drop(columns="_q")
 
     # -- artifacts ---------------------------------------------------------------------------------------------------
-    ARTIFACT_FORMAT = "cross-encoder"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
+    ARTIFACT_FORMAT = "cross-encoder"  # families.py's format: pt_meta.json's, a pt.Artifact of type "model"
 
-    def save_pretrained(self, path: str | os.PathLike) -> None:
+    def _save_into(self, folder: str) -> None:
         """Hugging Face layout (backbone ``config.json`` + ``model.safetensors``, tokenizer files), the head's
-        weights (``score_head.safetensors``, heads other than "cls"), ``pt_meta.json`` and the model card."""
-        save_scorer(self.scorer, self.tokenizer, path, reranker=type(self).__name__, lengths=self.inputs.lengths())
-        self._write_card(path)
+        weights (``score_head.safetensors``, heads other than "cls") and ``pt_meta.json``."""
+        save_scorer(self.scorer, self.tokenizer, folder, reranker=type(self).__name__, lengths=self.inputs.lengths())
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | Checkpoint, **kwargs) -> CrossEncoderReranker:
         """A folder or hub id: saved by ``save_pretrained`` (any of the three classes, read from ``pt_meta.json``),
         a reference sparse cross-encoder checkpoint (a SparseCE, also from this base class) or a plain BERT /
-        ELECTRA (cross-)encoder (as this class; MonoCE from the base class). Same as the class called with the name."""
+        ELECTRA (cross-)encoder (as this class; MonoCE from the base class)."""
         checkpoint = open_checkpoint(path)
         target = {c.__name__: c for c in (SparseCE, MonoCE, CELI)}.get(checkpoint.meta.get("reranker"), cls)
         if target is CrossEncoderReranker:
             target = SparseCE if is_sparse_model(checkpoint) else MonoCE
         return target(checkpoint, **kwargs)
 
-    def _setup(self, model, sparse, head, token_dim, tokenizer, query_max_length, doc_max_length, **common):
+    def _setup(self, given, model, sparse, head, token_dim, tokenizer, query_max_length, doc_max_length, **common):
         """Shared construction of the three classes: a name goes through the family loader
         (:func:`pyterrier_tite.models.cross_encoder.load.load`: checkpoint read once, fresh parts reported in one
-        warning, a scorer with fresh weights equal only to itself), a module through ``from_module``; lengths are the
-        checkpoint's unless given."""
-        by_name = isinstance(model, (str, os.PathLike, Checkpoint))
-        if by_name:
+        warning, a scorer with fresh weights equal only to itself), a module through its ``from_module``; lengths are
+        the checkpoint's unless given. ``given``: the constructor's arguments as given, ``_<name>`` for pt.inspect."""
+        if is_model_name(model):
             loaded = load(model, sparse, head, token_dim, tokenizer)
         elif tokenizer is None:
             raise ValueError("pass tokenizer= when the model is given as a module")
         else:
-            loaded = from_module(model, tokenizer, sparse, head, token_dim)
+            loaded = module_scorer(model, tokenizer, sparse, head, token_dim)
         stored = loaded.settings
         query_max_length = stored["query_max_length"] if query_max_length is None else query_max_length
         doc_max_length = stored["doc_max_length"] if doc_max_length is None else doc_max_length
@@ -205,11 +205,10 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
             **common,
         )  # fmt: skip
         self._tokenizer_key = None if tokenizer is None else id(tokenizer)
-        if by_name:
-            name = getattr(model, "name", model)  # a Checkpoint: the name it was opened by
-            self.model_name = os.fspath(name) if isinstance(name, os.PathLike) else name
-            if loaded.source is None:  # the loader started some weights fresh (a plain encoder's new score head)
-                self.fresh_weights = "score head"
+        self.model_name = given_name(model)
+        if self.model_name is not None and loaded.source is None:  # a plain encoder's new score head
+            self.fresh_weights = "score head"
+        vars(self).update({f"_{k}": v for k, v in given.items()})
 
 
 # ------------------------------------------------------------------------------------------------ the three classes
@@ -259,8 +258,10 @@ class SparseCE(CrossEncoderReranker):
         cuda_graphs: bool = True,
         **flags: bool,
     ):
+        given = dict(model=model, w=w, symmetric=symmetric, head=head, token_dim=token_dim, tokenizer=tokenizer,
+                     flags=flags)  # fmt: skip
         self._setup(
-            model, Sparse(w, symmetric, flags), head, token_dim, tokenizer, query_max_length, doc_max_length,
+            given, model, Sparse(w, symmetric, flags), head, token_dim, tokenizer, query_max_length, doc_max_length,
             batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
             cuda_graphs=cuda_graphs,
         )  # fmt: skip
@@ -296,8 +297,9 @@ class MonoCE(CrossEncoderReranker):
         if isinstance(model, SparseCrossEncoder) or (isinstance(model, CrossEncoderScorer) and model.is_sparse):
             raise ValueError("MonoCE needs a standard BERT / ELECTRA backbone; use SparseCE for a sparse cross-encoder")
         self._setup(
-            model, None, head, token_dim, tokenizer, query_max_length, doc_max_length,
-            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
+            dict(model=model, head=head, token_dim=token_dim, tokenizer=tokenizer), model, None, head, token_dim,
+            tokenizer, query_max_length, doc_max_length, batch_size=batch_size, text_field=text_field, device=device,
+            verbose=verbose, dtype=dtype,
         )  # fmt: skip
 
 
@@ -330,13 +332,15 @@ class CELI(CrossEncoderReranker):
         cuda_graphs: bool = True,
         **flags: bool,
     ):
+        given = dict(model=model, sparse=sparse, w=w, symmetric=symmetric, token_dim=token_dim, tokenizer=tokenizer,
+                     flags=flags)  # fmt: skip
         if isinstance(model, (str, os.PathLike)):
             model = open_checkpoint(model)
         if sparse is None:
             sparse = is_sparse_model(model) or w != KEEP or symmetric is not None or bool(flags)
         backbone = Sparse(w, symmetric, flags) if sparse else None
         self._setup(
-            model, backbone, "celi", token_dim, tokenizer, query_max_length, doc_max_length,
+            given, model, backbone, "celi", token_dim, tokenizer, query_max_length, doc_max_length,
             batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
             cuda_graphs=cuda_graphs,
         )  # fmt: skip

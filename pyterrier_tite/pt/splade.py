@@ -30,7 +30,7 @@ from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
 from pyterrier_tite.models.splade.load import load
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
-from pyterrier_tite.pt.model_artifact import LoadsByName, ModelArtifact, is_model_name, shown_name
+from pyterrier_tite.pt.model_artifact import ModelArtifact, is_model_name, opened, shown_name
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.pisa_build import PISA_SCALE, build_toks_index
@@ -52,17 +52,22 @@ def pisa_term(token: str) -> str:
     return "".join("^^" if c == "^" else ("^" + c.lower() if c.lower() != c else c) for c in token)
 
 
-class Splade(LoadsByName, pt.Transformer, ModelArtifact):
+class Splade(pt.Transformer, ModelArtifact):
     """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns.
 
-    ``encoder`` is one MLM for queries and documents (:class:`SpladeEncoder`) or a :class:`SpladePair` of two; with
-    a pair, ``query_tokenizer`` tokenises the queries (default: ``tokenizer``) and must share its vocabulary, since a
-    score is a dot product over vocabulary ids. Equal (``==``, ``hash``) to another ``Splade`` of the same checkpoint
-    (``model_name``; the same encoder object for a model built in code) and settings, so ``pt.Experiment(...,
-    plan='tree')`` shares pipeline prefixes between them. ``dtype``: float32, bfloat16 or float16 for inference
-    (autocast; term weights stay float32); default bf16 on GPUs that support it, else fp32. ``encoder`` may also be a
-    folder or hub id: ``Splade(name, **kw)`` is ``from_pretrained(name, **kw)``, and ``Splade(query=..., doc=...)``
-    ``from_pretrained(query=..., doc=...)``.
+    ``encoder``: a folder or hub id of an MLM checkpoint with its tokenizer, or ``query=`` and ``doc=`` names of a
+    pair (``query='naver/efficient-splade-V-large-query', doc='naver/efficient-splade-V-large-doc'``; each side with
+    its own tokenizer; a pair saved by :meth:`save_pretrained` reloads from its folder), loaded by the family loader
+    (``models/splade/load.py``). Weights load exactly: a missing or unused tensor raises ``CheckpointError``;
+    ``new_head=True`` (a training start from an encoder-only checkpoint) lets a missing MLM head start fresh, with one
+    warning. In memory (:meth:`from_module`, or the module with ``tokenizer=``): one MLM for queries and documents
+    (:class:`SpladeEncoder`) or a :class:`SpladePair` of two; with a pair, ``query_tokenizer`` tokenises the queries
+    (default: ``tokenizer``) and must share its vocabulary, since a score is a dot product over vocabulary ids.
+
+    Equal (``==``, ``hash``) to another ``Splade`` of the same checkpoint (``model_name``; the same encoder object for
+    a model built in code) and settings, so ``pt.Experiment(..., plan='tree')`` shares pipeline prefixes between them.
+    ``dtype``: float32, bfloat16 or float16 for inference (autocast; term weights stay float32); default bf16 on GPUs
+    that support it, else fp32.
 
     Example::
 
@@ -71,14 +76,12 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
         retriever = (splade.retriever('vaswani.splade') % 10).compile()  # compiled: the cut reaches PISA
     """
 
-    def __new__(cls, *args, **kwargs):
-        if not args and is_model_name(kwargs.get("query")):  # a pair by name, as from_pretrained takes it
-            return cls.from_pretrained(**kwargs)
-        return super().__new__(cls, *args, **kwargs)
+    ARTIFACT_FORMAT = "splade"  # families.py's format: pt_meta.json's, a pt.Artifact of type "model"
+    RELOADS = ("query", "doc", "new_head")
 
     def __init__(
         self,
-        encoder: SpladeEncoder | SpladePair | str | os.PathLike | None = None,
+        encoder: SpladeEncoder | SpladePair | str | os.PathLike | Checkpoint | None = None,
         tokenizer=None,
         batch_size: int = 16,
         query_max_length: int = 64,
@@ -91,23 +94,35 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
         *,
         query: str | os.PathLike | None = None,
         doc: str | os.PathLike | None = None,
+        new_head: bool = False,
     ):
-        if is_model_name(encoder) or (encoder is None and is_model_name(query)):
-            return  # built by from_pretrained (LoadsByName, or __new__ for a pair's query= / doc= names)
-        if encoder is None or query is not None or doc is not None:
+        self._encoder, self._tokenizer, self._query_tokenizer, self._dtype = encoder, tokenizer, query_tokenizer, dtype
+        self._query, self._doc, self._new_head = query, doc, new_head  # as given: pt.inspect's attributes
+        if encoder is None or is_model_name(encoder):  # the loader refuses a mix of a path and query= / doc=
+            loaded = load(encoder, query=query, doc=doc, new_head=new_head)
+            if loaded.settings["query_tokenizer"] is not None:  # a pair's own
+                query_tokenizer = loaded.settings["query_tokenizer"]
+            self.model_name = loaded.settings["name"]
+        elif query is not None or doc is not None:
             raise TypeError("Splade takes an encoder (with tokenizer=), a name, or query= and doc= names")
-        if tokenizer is None:
-            raise ValueError("pass tokenizer= when the encoder is given as a module")
+        else:
+            loaded = opened(encoder, tokenizer, load)
         self.device = default_device(device)
         self.precision = resolve_precision(dtype, self.device)  # autocast of inference; weights stay float32
-        self.encoder = encoder.to(self.device).eval()
-        self.inputs = SpladeInputs(tokenizer, query_max_length, doc_max_length, query_tokenizer)
+        self.encoder = loaded.module.to(self.device).eval()
+        tokenizer_used = loaded.tokenizer if tokenizer is None else tokenizer
+        self.inputs = SpladeInputs(tokenizer_used, query_max_length, doc_max_length, query_tokenizer)
         self.batch_size = batch_size
         self.text_field = text_field
         self.verbose = verbose
         #: the vocabulary token of each id (``None`` for ids the tokenizer lacks); ``terms`` are their PISA forms
-        self.tokens = self.inputs.vocabulary(encoder.vocab_size)
+        self.tokens = self.inputs.vocabulary(self.encoder.vocab_size)
         self.terms = [pisa_term(t) if t is not None else f"^[{i}]" for i, t in enumerate(self.tokens)]
+
+    def _module_arguments(self) -> dict:
+        query_tokenizer = self.tokenizers["query"] if self.is_pair else None
+        return {"encoder": self.encoder, "tokenizer": self.tokenizer, "query_tokenizer": query_tokenizer, "query": None,
+                "doc": None}  # fmt: skip
 
     @property
     def tokenizer(self):
@@ -134,42 +149,16 @@ class Splade(LoadsByName, pt.Transformer, ModelArtifact):
         """Whether queries and documents go through different MLMs."""
         return isinstance(self.encoder, SpladePair)
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        path: str | os.PathLike | Checkpoint | None = None,
-        *,
-        query: str | None = None,
-        doc: str | None = None,
-        new_head: bool = False,
-        **kwargs,
-    ) -> Splade:
-        """An MLM checkpoint with its tokenizer (local folder or hub id), or a query/doc pair of them
-        (``query='naver/efficient-splade-V-large-query', doc='naver/efficient-splade-V-large-doc'``; each side
-        with its own tokenizer). A pair saved by :meth:`save_pretrained` reloads from its folder. Weights load
-        exactly: a missing or unused tensor raises ``CheckpointError``; ``new_head=True`` (a training start from an
-        encoder-only checkpoint) lets a missing MLM head start fresh, with one warning."""
-        loaded = load(path, query=query, doc=doc, new_head=new_head)  # the family loader: models/splade/load.py
-        query_tokenizer = loaded.settings["query_tokenizer"]
-        if query_tokenizer is not None:
-            kwargs["query_tokenizer"] = query_tokenizer
-        model = cls(loaded.module, loaded.tokenizer, **kwargs)
-        model.model_name = loaded.settings["name"]
-        return model
-
-    ARTIFACT_FORMAT = "splade"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
-
-    def save_pretrained(self, path: str) -> None:
-        """MLM and tokenizer in the Hugging Face layout: ``Splade.from_pretrained(path)`` reloads them. A pair
-        saves each side (MLM + its tokenizer) in a sub-folder named in ``pt_meta.json``. Then the model card."""
-        self.encoder.save_pretrained(path)
+    def _save_into(self, folder: str) -> None:
+        """MLM and tokenizer in the Hugging Face layout; a pair saves each side (MLM + its tokenizer) in a sub-folder
+        named in ``pt_meta.json``."""
+        self.encoder.save_pretrained(folder)
         if self.is_pair:
-            for role, folder in PAIR_FOLDERS.items():
-                self.tokenizers[role].save_pretrained(os.path.join(path, folder))
+            for role, side in PAIR_FOLDERS.items():
+                self.tokenizers[role].save_pretrained(os.path.join(folder, side))
         else:
-            self.tokenizer.save_pretrained(path)
-        write_pt_meta(path, "splade", {"pair": PAIR_FOLDERS} if self.is_pair else None)
-        self._write_card(path)
+            self.tokenizer.save_pretrained(folder)
+        write_pt_meta(folder, self.ARTIFACT_FORMAT, {"pair": PAIR_FOLDERS} if self.is_pair else None)
 
     def __repr__(self) -> str:
         return f"Splade({shown_name(getattr(self, 'model_name', None)) or ''!r})"
@@ -296,7 +285,6 @@ class _Stage(NamedSchematic, pt.Transformer):
 
     def subtransformers(self) -> dict:
         return {}
-
 
     def __eq__(self, other) -> bool:
         return type(other) is type(self) and other.model == self.model

@@ -2,16 +2,16 @@
 product. Reference conventions: marker tokens ``[QUE]`` / ``[DOC]`` first, queries cut to 32 and documents to 256
 tokens (the marker included).
 
-``TITE.from_pretrained(folder_or_hub_id)`` loads every TITE layout (``models.tite.convert``): the reference
-pre-training module (``webis/tite-2-late``), Lightning IR bi-encoders (``webis/tite-2-late-msmarco``, whose stored
-lengths, markers and similarity are used) and folders saved by ``save_pretrained`` (settings in ``pt_meta.json``);
-explicit keyword arguments override stored settings. ``TITE.from_bert(bert_folder, ...)`` inserts pooling into a BERT
-checkpoint (``tite_from_bert``) so TITE can be fine-tuned from e.g. MiniLM.
+``TITE(folder_or_hub_id)`` loads every TITE layout (``models.tite.convert``): the reference pre-training module
+(``webis/tite-2-late``), Lightning IR bi-encoders (``webis/tite-2-late-msmarco``, whose stored lengths, markers and
+similarity are used) and folders saved by ``save_pretrained`` (settings in ``pt_meta.json``); explicit keyword
+arguments override stored settings. ``TITE.from_bert(bert_folder, ...)`` inserts pooling into a BERT checkpoint
+(``tite_from_bert``) so TITE can be fine-tuned from e.g. MiniLM.
 
 ``query_model``: another bi-encoder that encodes the queries (TITE only the documents). ``distill-tite`` saves the
-teacher it distilled TITE from in the checkpoint's ``query_encoder/`` folder (by default), which ``from_pretrained``
+teacher it distilled TITE from in the checkpoint's ``query_encoder/`` folder (by default), which ``TITE(folder)``
 loads back: documents are encoded at TITE's speed, a query (a few tokens, one per search) by the model the index
-imitates; ``from_pretrained(folder, query_model=None)`` uses TITE's own query vectors instead.
+imitates; ``TITE(folder, query_model=None)`` uses TITE's own query vectors instead.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ from pyterrier_tite.models.tite.from_bert import tite_from_bert
 from pyterrier_tite.models.tite.load import load
 from pyterrier_tite.models.tite.modeling import TiteModel
 from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
-from pyterrier_tite.pt.biencoder import DenseBiEncoder
-from pyterrier_tite.pt.model_artifact import is_model_name, shown_name
+from pyterrier_tite.pt.biencoder import STORED, DenseBiEncoder, merged_settings
+from pyterrier_tite.pt.model_artifact import given_name, opened, shown_name
 
 #: the sub-folder of a saved TITE that holds its query model, when it has one
 QUERY_ENCODER_FOLDER = "query_encoder"
+#: TITE's settings where neither the call nor the checkpoint gives them (the reference's conventions)
+DEFAULTS = {"query_max_length": 32, "doc_max_length": 256, "query_marker": QUERY_MARKER, "doc_marker": DOC_MARKER,
+            "normalize": False, "query_model": None}  # fmt: skip
 
 
 class TITE(DenseBiEncoder):
@@ -42,8 +45,11 @@ class TITE(DenseBiEncoder):
     product a FlexIndex retrieves with is the checkpoint's cosine score. ``query_model``: a bi-encoder of the same
     dimension that encodes the queries instead (module docstring).
 
-    ``model``: a folder or hub id (``TITE(name, **kw)`` is ``from_pretrained(name, **kw)``) or a ``TiteModel`` with
-    its ``tokenizer``.
+    ``model``: a folder or hub id, any TITE layout (module docstring), loaded exactly with its own tokenizer by the
+    family loader (``models/tite/load.py``); a setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the
+    checkpoint's (Lightning IR ``config.json`` or our ``pt_meta.json``), else the default shown in parentheses. Another
+    model type (e.g. a BERT folder) raises ``CheckpointError`` pointing to :meth:`from_bert`. A ``TiteModel`` in
+    memory: :meth:`from_module` (or the module with ``tokenizer=``).
 
     Example::
 
@@ -53,52 +59,49 @@ class TITE(DenseBiEncoder):
         retriever = tite.query_encoder() >> index.np_retriever()
     """
 
+    ARTIFACT_FORMAT = "tite"  # families.py's format: pt_meta.json's, a pt.Artifact of type "model"
+
     def __init__(
         self,
-        model: TiteModel | str | os.PathLike,
+        model: str | os.PathLike | Checkpoint | TiteModel,
         tokenizer=None,
         *,
-        query_max_length: int = 32,
-        doc_max_length: int = 256,
-        query_marker: str | None = QUERY_MARKER,
-        doc_marker: str | None = DOC_MARKER,
-        normalize: bool = False,
-        query_model: DenseBiEncoder | None = None,
-        **kwargs,
+        query_max_length: int | str = STORED,  # (32)
+        doc_max_length: int | str = STORED,  # (256)
+        query_marker: str | None = STORED,  # ([QUE])
+        doc_marker: str | None = STORED,  # ([DOC])
+        normalize: bool | str = STORED,  # (False)
+        query_model: DenseBiEncoder | None | str = STORED,  # (None; the saved query_encoder/)
+        batch_size: int = 32,
+        text_field: str = "text",
+        device: str | torch.device | None = None,
+        verbose: bool = False,
+        dtype: torch.dtype | str | None = None,
     ):
-        if is_model_name(model):
-            return  # built by from_pretrained (LoadsByName)
-        if tokenizer is None:
-            raise ValueError("pass tokenizer= when the model is given as a module")
-        longest = max(query_max_length, doc_max_length)
-        if longest > model.config.max_position_embeddings:
-            raise ValueError(
-                f"max length {longest} exceeds the model's {model.config.max_position_embeddings} positions"
-            )
-        inputs = BiEncoderInputs(tokenizer, query_max_length, doc_max_length, query_marker, doc_marker)
-        super().__init__(PooledEncoder(model, inputs, "single", normalize), **kwargs)
-        if query_model is not None and query_model.dim != self.dim:
-            raise ValueError(f"the query model's vectors have {query_model.dim} dimensions, TITE's {self.dim}")
-        self.query_model = query_model
+        loaded = opened(model, tokenizer, load)
+        given = dict(query_max_length=query_max_length, doc_max_length=doc_max_length, query_marker=query_marker,
+                     doc_marker=doc_marker, normalize=normalize, query_model=query_model)  # fmt: skip
+        s = merged_settings(DEFAULTS, loaded.settings, **given)
+        if isinstance(query_model, str) and loaded.settings.get("query_encoder"):  # STORED: the saved query model
+            runtime = dict(batch_size=batch_size, device=device, verbose=verbose, dtype=dtype)
+            s["query_model"] = BertBiEncoder(loaded.settings["query_encoder"], **runtime)
+        longest = max(s["query_max_length"], s["doc_max_length"])
+        if longest > loaded.module.config.max_position_embeddings:
+            raise ValueError(f"max length {longest} exceeds the model's {loaded.module.config.max_position_embeddings}"
+                             " positions")  # fmt: skip
+        inputs = BiEncoderInputs(loaded.tokenizer, s["query_max_length"], s["doc_max_length"],
+                                 s["query_marker"], s["doc_marker"])  # fmt: skip
+        text_encoder = PooledEncoder(loaded.module, inputs, "single", s["normalize"])
+        super().__init__(text_encoder, given_name(model), loaded.source, batch_size=batch_size, text_field=text_field,
+                         device=device, verbose=verbose, dtype=dtype)  # fmt: skip
+        if s["query_model"] is not None and s["query_model"].dim != self.dim:
+            raise ValueError(f"the query model's vectors have {s['query_model'].dim} dimensions, TITE's {self.dim}")
+        self.query_model = s["query_model"]
+        self._model, self._tokenizer = model, tokenizer  # as given: pt.inspect's attributes
 
     @property
     def normalize(self) -> bool:
         return self.text_encoder.normalize
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike | Checkpoint, **kwargs) -> TITE:
-        """A TITE checkpoint (folder or hub id, any layout) loaded exactly, with its own tokenizer and the settings it
-        stores (Lightning IR ``config.json`` or our ``pt_meta.json``); keyword arguments override them. Another
-        model type (e.g. a BERT folder) raises ``CheckpointError`` pointing to :meth:`from_bert`."""
-        loaded = load(path)  # the family loader: models/tite/load.py
-        settings = {**loaded.settings, **kwargs}
-        query_folder = settings.pop("query_encoder", None)
-        if "query_model" not in settings and query_folder:
-            runtime = {k: kwargs[k] for k in ("batch_size", "device", "dtype", "verbose") if k in kwargs}
-            settings["query_model"] = BertBiEncoder.from_pretrained(query_folder, **runtime)
-        model = cls(loaded.module, loaded.tokenizer, **settings)
-        model._loaded_from(path, loaded.source)
-        return model
 
     @classmethod
     def from_bert(cls, bert_path: str, tite_kwargs: dict | None = None, **kwargs) -> TITE:
@@ -110,8 +113,9 @@ class TITE(DenseBiEncoder):
         """
         tite_kwargs = dict(tite_kwargs or {})
         folder = local_checkpoint(bert_path)
-        model = cls(tite_from_bert(folder, **tite_kwargs), load_tokenizer(folder), **kwargs)
-        model._loaded_from(f"tite_from_bert({bert_path!r})", ("from_bert", os.path.realpath(folder), repr(tite_kwargs)))
+        model = cls.from_module(tite_from_bert(folder, **tite_kwargs), load_tokenizer(folder), **kwargs)
+        model.model_name = f"tite_from_bert({bert_path!r})"
+        model.source = ("from_bert", os.path.realpath(folder), repr(tite_kwargs))
         return model
 
     def settings(self) -> dict:
@@ -139,15 +143,12 @@ class TITE(DenseBiEncoder):
             return self.query_model.encode_queries_torch(texts, batch_size or self.batch_size)
         return super().encode_queries_torch(texts, batch_size)
 
-    ARTIFACT_FORMAT = "tite"  # pt_meta.json's format: a pt.Artifact of type "model" (pt/model_artifact.py)
-
-    def save_pretrained(self, path: str) -> None:
-        """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json`` + model card; the
-        query model, when there is one, in ``query_encoder/``."""
-        self._save(path, "tite")
+    def _save_into(self, folder: str) -> None:
+        """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json``; the query model,
+        when there is one, in ``query_encoder/``."""
+        super()._save_into(folder)
         if self.query_model is not None:
-            self.query_model.save_pretrained(os.path.join(path, QUERY_ENCODER_FOLDER))
-        self._write_card(path)
+            self.query_model.save_pretrained(os.path.join(folder, QUERY_ENCODER_FOLDER))
 
     def __repr__(self) -> str:
         queries = f", query_model={self.query_model!r}" if self.query_model is not None else ""

@@ -19,13 +19,14 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from pyterrier_tite.store.values import BYTES, checked_id, checked_text
+from pyterrier_tite.store.values import checked_id, checked_texts
+from pyterrier_tite.store.values import one_query_per_qid as one_query_per_qid_of
 
 
 def text_column(frame: pd.DataFrame, column: str, id_column: str) -> list[str]:
-    """The values of a text column, checked (see :func:`checked_text`), in row order."""
-    ids = frame[id_column] if id_column in frame.columns else pd.Series(range(len(frame)))
-    return [checked_text(v, column, f"{id_column} {i!r}") for v, i in zip(frame[column], ids, strict=True)]
+    """The values of a text column, checked (:func:`~pyterrier_tite.store.values.checked_text`), in row order."""
+    ids = frame[id_column] if id_column in frame.columns else range(len(frame))
+    return checked_texts(frame[column], ids, column, id_column)
 
 
 def distinct_texts(texts: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -36,21 +37,10 @@ def distinct_texts(texts: list[str]) -> tuple[np.ndarray, list[str]]:
 
 
 def one_query_per_qid(frame: pd.DataFrame, query_column: str = "query") -> None:
-    """Refuse a frame where a qid carries two different query texts (e.g. concatenated topic sets)."""
-    if frame.empty or query_column not in frame.columns or "qid" not in frame.columns:
-        return
-    queries = frame[query_column]
-    if any(isinstance(q, BYTES) for q in queries):  # the same query as str and as bytes is one query
-        queries = queries.map(lambda q: bytes(q).decode("utf-8", "replace") if isinstance(q, BYTES) else q)
-    texts = queries.groupby(frame["qid"].astype(str).to_numpy(), sort=False).nunique(dropna=False)
-    clashing = texts[texts > 1]
-    if len(clashing):
-        qid = clashing.index[0]
-        found = queries[(frame["qid"].astype(str) == qid).to_numpy()].unique()[:2].tolist()
-        raise ValueError(
-            f"qid {qid!r} has {int(clashing.iloc[0])} different {query_column} texts (e.g. {found}); give each "
-            "query its own qid"
-        )
+    """Refuse a frame where a qid carries two different query texts (the rule:
+    :func:`pyterrier_tite.store.values.one_query_per_qid`)."""
+    if not frame.empty and query_column in frame.columns and "qid" in frame.columns:
+        one_query_per_qid_of(frame["qid"], frame[query_column], query_column)
 
 
 def non_finite_rows(values) -> np.ndarray:

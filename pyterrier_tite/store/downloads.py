@@ -58,25 +58,25 @@ class PackageError(ValueError):
     """A package that is refused (too large, a link member, cut short, a wrong sha256); one line."""
 
 
+def _cap(variable: str, default: int, unit: str) -> int:
+    """A cap from the environment (``variable``; unset or empty: ``default``): a whole number of ``unit``."""
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise ValueError(f"{variable}={value!r} is not {unit}")
+    return int(value)
+
+
 def max_package_bytes() -> int:
     """The size cap of an extracted package: ``$PYTERRIER_TITE_MAX_PACKAGE_BYTES``, else 20 GiB."""
-    value = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not value:
-        return DEFAULT_MAX_BYTES
-    if not value.isdigit():
-        raise ValueError(f"{MAX_BYTES_ENV}={value!r} is not a number of bytes")
-    return int(value)
+    return _cap(MAX_BYTES_ENV, DEFAULT_MAX_BYTES, "a number of bytes")
 
 
 def max_package_ratio() -> int:
     """The expansion cap of a package: ``$PYTERRIER_TITE_MAX_PACKAGE_RATIO`` extracted bytes per compressed byte, else
     100 (0: none)."""
-    value = os.environ.get(MAX_RATIO_ENV, "").strip()
-    if not value:
-        return DEFAULT_MAX_RATIO
-    if not value.isdigit():
-        raise ValueError(f"{MAX_RATIO_ENV}={value!r} is not a whole number (extracted bytes per compressed byte)")
-    return int(value)
+    return _cap(MAX_RATIO_ENV, DEFAULT_MAX_RATIO, "a whole number (extracted bytes per compressed byte)")
 
 
 def umask() -> int:

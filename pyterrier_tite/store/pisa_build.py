@@ -20,11 +20,11 @@ import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.store.atomic import atomic_build
 from pyterrier_tite.store.cache import cache_dir, cache_lock, slug
 from pyterrier_tite.store.corpus import GuardedCorpus, checked_corpus, known_size
 from pyterrier_tite.store.locks import WriteFailedError, write_failure
+from pyterrier_tite.store.native_output import native_output_silenced
 from pyterrier_tite.store.pisa_files import check_built_pisa, check_pisa_index
 from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
 from pyterrier_tite.text import text_fields

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pyterrier_tite._native_output import native_output_silenced
 from pyterrier_tite.store.cache import cache_root
 from pyterrier_tite.store.locks import write_failure
+from pyterrier_tite.store.native_output import native_output_silenced
 from pyterrier_tite.store.pisa_files import check_pisa_index, num_documents
 
 #: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``

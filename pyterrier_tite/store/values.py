@@ -1,10 +1,12 @@
 """The value rules of every id and text that enters an index, a run file or a transformer: ids become single-token
-``str`` (integers accepted), a missing value (None / NaN) is an error naming the column and row, ``bytes`` are UTF-8.
-The storage floor and the transformers (``pt/validation.py``) both check with these, so a rule is written once."""
+``str`` (integers accepted), a missing value (None / NaN) is an error naming the column and row, ``bytes`` are UTF-8,
+a qid carries one query text. The storage floor, the transformers (``pt/validation.py``) and the training data
+(``training/``, which never imports ``pt/``) all check with these, so a rule is written once."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -38,6 +40,28 @@ def checked_text(value, column: str, row_id: str) -> str:
     if isinstance(value, BYTES):
         value = decoded(value, column, row_id)
     return str(value).replace("\0", " ")
+
+
+def checked_texts(values: Iterable, ids: Iterable, column: str, id_column: str) -> list[str]:
+    """Each text of a column checked (:func:`checked_text`), a missing one named by its row's ``id_column``."""
+    return [checked_text(v, column, f"{id_column} {i!r}") for v, i in zip(values, ids, strict=True)]
+
+
+def one_query_per_qid(qids: Iterable, queries: Iterable, column: str = "query") -> None:
+    """Refuse a qid that carries two different query texts (e.g. concatenated topic sets): it would be scored or
+    retrieved against one of them. A text as ``str`` and as UTF-8 ``bytes`` is one text."""
+    queries, qids = pd.Series(queries), pd.Series(qids).astype(str).to_numpy()
+    if any(isinstance(q, BYTES) for q in queries):
+        queries = queries.map(lambda q: bytes(q).decode("utf-8", "replace") if isinstance(q, BYTES) else q)
+    texts = queries.groupby(qids, sort=False).nunique(dropna=False)
+    clashing = texts[texts > 1]
+    if len(clashing):
+        qid = clashing.index[0]
+        found = queries[qids == qid].unique()[:2].tolist()
+        raise ValueError(
+            f"qid {qid!r} has {int(clashing.iloc[0])} different {column} texts (e.g. {found}); give each query its "
+            "own qid"
+        )
 
 
 def decoded(value: bytes | bytearray | memoryview, column: str, row_id: str) -> str:

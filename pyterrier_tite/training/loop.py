@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import math
 import os
 import random
 import time
@@ -464,11 +463,3 @@ def _read_log(path: str) -> list[dict[str, float]]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def steps_for(
-    num_examples: int, batch_size: int, epochs: float, grad_accumulation: int = 1, world_size: int = 1
-) -> int:
-    """Optimizer steps that cover ``epochs`` passes over ``num_examples`` examples."""
-    per_step = batch_size * grad_accumulation * world_size
-    return max(1, math.ceil(num_examples * epochs / per_step))

@@ -36,14 +36,6 @@ def flops(reps: torch.Tensor) -> torch.Tensor:
     return reps.abs().mean(dim=0).pow(2).sum()
 
 
-@full_precision
-def l1(reps: torch.Tensor) -> torch.Tensor:
-    """``mean_i sum_j |w_ij|``: the per-text L1 regulariser SPLADE variants use for queries."""
-    if reps.shape[0] == 0:
-        return reps.new_zeros((), dtype=torch.float32)
-    return reps.abs().sum(dim=-1).mean()
-
-
 @dataclass
 class QuadraticWarmup:
     """``lambda_t = lambda * min(1, (t / T)^2)``: regularisation that grows slowly while the ranking loss settles."""

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from pyterrier_tite.models.cross_encoder.convert import save_scorer
 from pyterrier_tite.models.cross_encoder.tokenization import CrossEncoderInputs
 from pyterrier_tite.models.model_card import update_card
+from pyterrier_tite.store.values import checked_texts, one_query_per_qid
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import margin_mse
 
@@ -111,13 +112,11 @@ class RerankerTrainingData:
         self.queries_per_batch = queries_per_batch
         self.seed = seed
         frame = candidates.assign(qid=candidates["qid"].astype(str), docno=candidates["docno"].astype(str))
-        missing = frame["query"].isna() | frame["text"].isna()
-        if missing.any():
-            row = frame[missing].iloc[0]
-            raise ValueError(f"missing query or text (None/NaN) for qid {row.qid!r}, docno {row.docno!r}")
-        texts = frame.groupby("qid", sort=False)["query"].nunique()
-        if (texts > 1).any():
-            raise ValueError(f"qid {texts.idxmax()!r} has {texts.max()} different query texts; give each its own qid")
+        frame = frame.assign(  # the rules every transformer checks its input with (store/values.py)
+            query=checked_texts(frame["query"], frame["qid"], "query", "qid"),
+            text=checked_texts(frame["text"], frame["docno"], "text", "docno"),
+        )
+        one_query_per_qid(frame["qid"], frame["query"])
         if depth is not None:
             ranks = frame["rank"] if "rank" in frame else frame.groupby("qid").cumcount()
             frame = frame[ranks < depth]

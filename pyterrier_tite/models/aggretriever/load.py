@@ -23,4 +23,4 @@ def load(
     lengths = {"query_max_length": loaded.query_max_length, "doc_max_length": loaded.doc_max_length}
     settings = {k: v for k, v in lengths.items() if v is not None}
     source = None if loaded.layout == "mlm" else os.path.realpath(loaded.folder)
-    return Loaded(loaded.encoder, load_tokenizer(loaded.folder), settings, source)
+    return Loaded(loaded.encoder, load_tokenizer(checkpoint), settings, source)

@@ -34,7 +34,7 @@ from pyterrier_tite.models.aggretriever.convert import (
     settings_of,
 )
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
-from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs, Role
+from pyterrier_tite.models.bert_biencoder.tokenization import Role
 from pyterrier_tite.models.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -61,11 +61,6 @@ def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> tor
             f"{width} plus {offset} ids, got {lexical.shape[-1] + offset}"
         )
     return lexical.view(lexical.shape[0], -1, width)
-
-
-def agg_plus(lexical: torch.Tensor, dim: int = 640, offset: int | None = None) -> torch.Tensor:
-    """Semi-aggregate ``agg+[n] = max_{v in S_n} v[v]`` with ``S_n = {n, n + d, n + 2d, ...}`` (Eq. 6)."""
-    return _slices(lexical, dim, offset).amax(dim=1)
 
 
 def agg_star(lexical: torch.Tensor, dim: int = 640, offset: int | None = None) -> torch.Tensor:
@@ -271,9 +266,6 @@ class AggretrieverEncoder(nn.Module):
 class AggretrieverTextEncoder(TextEncoder):
     """Texts -> Aggretriever vectors ``[cls ; agg*]`` (``encode``), or both parts of one batch (``parts``, what the
     training loss needs)."""
-
-    def __init__(self, model: AggretrieverEncoder, inputs: BiEncoderInputs):
-        super().__init__(model, inputs)
 
     @property
     def dim(self) -> int:

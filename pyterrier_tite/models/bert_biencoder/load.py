@@ -25,4 +25,4 @@ def load(
     settings = {k: meta[k] for k in SETTINGS if k in meta}
     settings["pooling"] = pooling or meta.get("pooling", "cls")
     settings["normalize"] = meta.get("normalize", False) if normalize is None else normalize
-    return Loaded(encoder_from_pretrained(folder), load_tokenizer(folder), settings, os.path.realpath(folder))
+    return Loaded(encoder_from_pretrained(checkpoint), load_tokenizer(checkpoint), settings, os.path.realpath(folder))

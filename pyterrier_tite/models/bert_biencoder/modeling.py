@@ -4,7 +4,7 @@ them, and the subclass pools the states into one vector per text. Gradients flow
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from more_itertools import chunked
@@ -60,9 +60,12 @@ class TextEncoder(nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def encode(self, texts: Sequence[str], role: Role, batch_size: int = 32) -> torch.Tensor:
+    def encode(
+        self, texts: Sequence[str], role: Role, batch_size: int = 32, progress: Callable[[int], object] | None = None
+    ) -> torch.Tensor:
         """``[N, dim]`` vectors of ``texts`` (as the role's inputs) in input order, ``batch_size`` texts per forward
-        pass; in inference the texts go longest first, so a batch holds texts of similar lengths (little padding)."""
+        pass; in inference the texts go longest first, so a batch holds texts of similar lengths (little padding).
+        ``progress``: called with each batch's size (a progress bar's ``update``)."""
         order = list(range(len(texts)))
         if not torch.is_grad_enabled():
             order.sort(key=lambda i: -len(texts[i]))
@@ -70,6 +73,8 @@ class TextEncoder(nn.Module):
         for chunk in chunked(order, batch_size):
             batch = {k: v.to(self.device) for k, v in self.inputs([texts[i] for i in chunk], role).items()}
             out.append(self(batch))
+            if progress is not None:
+                progress(len(chunk))
         if not out:
             return torch.zeros(0, self.dim, device=self.device, dtype=next(self.model.parameters()).dtype)
         vectors = torch.cat(out)

@@ -1,57 +1,24 @@
-"""Inputs of the dense bi-encoders (``BertBiEncoder``, ``TITE``, ``Aggretriever``): tokenizer loading, marker tokens,
-truncation and which tensors a model gets.
+"""Inputs of the dense bi-encoders (``BertBiEncoder``, ``TITE``, ``Aggretriever``): marker tokens, truncation and which
+tensors a model gets (tokenizers load in :func:`pyterrier_tite.models.checkpoint.load_tokenizer`).
 
 - A marker (``[QUE]`` / ``[DOC]``, the TITE / Lightning IR convention) is prepended to the text as one special token,
   after the tokenizer's own leading specials (BERT: ``[CLS] [QUE] text [SEP]``; TITE's ``$A`` template: ``[QUE] text``).
 - ``query_max_length`` / ``doc_max_length`` count every token the model sees, the marker and the tokenizer's specials
   included (the reference convention: a TITE query of length 32 is ``[QUE]`` + 31 word pieces).
 - Token type ids reach only models whose ``forward`` takes them (DistilBERT's does not).
-- ``TiteTokenizer`` / ``BiEncoderTokenizer`` (tokenizer classes of the TITE ecosystem that transformers does not know)
-  load from ``tokenizer.json`` as stored, keeping TITE's ``$A`` template without [CLS]/[SEP].
 """
 
 from __future__ import annotations
 
 import inspect
-import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from pyterrier_tite.models.batch_tensors import padded_tensors, tokenize
-from pyterrier_tite.models.meta_files import tokenizer_files_load
 
 QUERY_MARKER, DOC_MARKER = "[QUE]", "[DOC]"
-#: tokenizer classes of the TITE ecosystem that transformers does not know (both are unchanged BertTokenizerFast)
-UNREGISTERED_TOKENIZERS = ("TiteTokenizer", "BiEncoderTokenizer")
 Role = Literal["query", "doc"]
-
-
-def load_tokenizer(folder: str | os.PathLike):
-    """The tokenizer of a local checkpoint folder, with the template it was trained with.
-
-    ``TiteTokenizer`` / ``BiEncoderTokenizer`` load from ``tokenizer.json`` as stored (``$A``: no [CLS]/[SEP]; added
-    marker tokens kept); without a ``tokenizer.json`` they are what they subclass, ``BertTokenizerFast`` on the
-    vocabulary (4.x ``AutoTokenizer`` raises on them, 5.x loads a generic one, and 5.x ``BertTokenizerFast`` rebuilds a
-    ``[CLS] $A [SEP]`` template the checkpoint never used). Any other class loads with ``AutoTokenizer``."""
-    from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
-
-    folder = os.fspath(folder)
-    settings_file = os.path.join(folder, "tokenizer_config.json")
-    tokenizer_class = None
-    if os.path.isfile(settings_file):
-        try:
-            with open(settings_file, encoding="utf-8") as f:
-                tokenizer_class = json.load(f).get("tokenizer_class")
-        except (json.JSONDecodeError, AttributeError) as exc:
-            raise ValueError(f"{settings_file} is not a JSON object: {exc}") from exc
-    with tokenizer_files_load(folder):  # a damaged tokenizer.json / vocab: one line naming the files
-        if tokenizer_class not in UNREGISTERED_TOKENIZERS:
-            return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-        if os.path.isfile(os.path.join(folder, "tokenizer.json")):
-            return PreTrainedTokenizerFast.from_pretrained(folder)
-        return BertTokenizerFast.from_pretrained(folder)
 
 
 def takes_token_types(model) -> bool:

@@ -63,7 +63,8 @@ def load_sequence_classifier(folder: str | os.PathLike | Checkpoint) -> nn.Modul
     checkpoint = open_checkpoint(folder)
     folder = checkpoint.folder
     check_type(checkpoint.config.get("model_type"), folder)
-    model, info, wrong_dtype = transformers_from_pretrained(AutoModelForSequenceClassification, folder, num_labels=1)
+    model_class = AutoModelForSequenceClassification
+    model, info, wrong_dtype = transformers_from_pretrained(model_class, checkpoint, num_labels=1)
     missing, unexpected = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
     base = model.base_model_prefix + "."
     new_head = all(k in missing for k in model.state_dict() if k.startswith("classifier."))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from pyterrier_tite.models.checkpoint import Checkpoint, Loaded, one_fresh_warning, open_checkpoint
+from pyterrier_tite.models.checkpoint import Checkpoint, Loaded, load_tokenizer, one_fresh_warning, open_checkpoint
 from pyterrier_tite.models.cross_encoder.convert import (
     checkpoint_scorer,
     is_sparse_model,
@@ -27,7 +27,7 @@ from pyterrier_tite.models.cross_encoder.convert import (
     sparse_overrides,
     stored_lengths,
 )
-from pyterrier_tite.models.cross_encoder.tokenization import fill_special_ids, folder_tokenizer, special_ids
+from pyterrier_tite.models.cross_encoder.tokenization import fill_special_ids, special_ids
 from pyterrier_tite.models.sparse_ce.convert import KEEP
 from pyterrier_tite.models.sparse_ce.modeling import load_sparse_cross_encoder
 
@@ -65,7 +65,7 @@ def load(
     checkpoint = open_checkpoint(path_or_id, "cross-encoder")
     if sparse is True:
         sparse = Sparse() if is_sparse_model(checkpoint) else None
-    tokenizer = folder_tokenizer(checkpoint.folder) if tokenizer is None else tokenizer
+    tokenizer = load_tokenizer(checkpoint) if tokenizer is None else tokenizer
     with one_fresh_warning(checkpoint.folder) as fresh:
         if sparse is not None:
             overrides = sparse_overrides(checkpoint, sparse.w, sparse.symmetric, sparse.flags)

@@ -1,4 +1,4 @@
-"""Cross-encoder inputs (SparseCE, MonoCE, CELI): tokenizer loading, special ids, caps and the two input layouts.
+"""Cross-encoder inputs (SparseCE, MonoCE, CELI): special ids, caps and the two input layouts.
 
 Texts are tokenised WITHOUT special tokens and truncated to ``query_max_length`` / ``doc_max_length`` word pieces and to
 what the position embeddings hold (``doc_max_length=None``: the doc gets every position the query and the three special
@@ -25,25 +25,21 @@ from pyterrier_tite.models.sparse_ce.tokenization import (
     QUERY_MAX_LENGTH,
     REFERENCE_QUERY_WORD_PIECES,
     SPECIAL_IDS,
-    VOCAB_FILES,
     SparseCrossEncoderBatch,
-    folder_tokenizer,
     pad_ids,
     special_ids,
 )
 
-__all__ = [  # the list layout and tokenizer loading live with the sparse cross-encoder; one import for all inputs
+__all__ = [  # the list layout lives with the sparse cross-encoder; one import for all inputs
     "QUERY_MAX_LENGTH",
     "REFERENCE_QUERY_WORD_PIECES",
     "SPECIAL_IDS",
     "SPECIAL_TOKENS",
-    "VOCAB_FILES",
     "CrossEncoderInputs",
     "PairBatch",
     "SparseCrossEncoderBatch",
     "config_special_id",
     "fill_special_ids",
-    "folder_tokenizer",
     "special_ids",
 ]
 

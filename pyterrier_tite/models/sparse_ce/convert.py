@@ -14,13 +14,12 @@ import os
 import torch
 from torch import nn
 
-from pyterrier_tite.models.checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from pyterrier_tite.models.checkpoint import Checkpoint, CheckpointError, load_tokenizer, open_checkpoint
 from pyterrier_tite.models.sparse_ce.configuration import SparseCrossEncoderConfig
 from pyterrier_tite.models.sparse_ce.tokenization import (
     QUERY_MAX_LENGTH,
     REFERENCE_QUERY_WORD_PIECES,
     SPECIAL_IDS,
-    folder_tokenizer,
     special_ids,
 )
 
@@ -37,11 +36,6 @@ def is_sparse_config(config: dict) -> bool:
     return "attention_window_size" in config
 
 
-def is_sparse_checkpoint(folder: str | os.PathLike | Checkpoint) -> bool:
-    """A local folder (or opened :class:`Checkpoint`) whose ``config.json`` is a sparse cross-encoder's."""
-    return is_sparse_config(open_checkpoint(folder).config)
-
-
 def stored_lengths(checkpoint: Checkpoint) -> dict[str, int | None]:
     """The input caps (word pieces) a checkpoint stands for: ``pt_meta.json``'s (our saves), the reference's for a
     released sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions left), else ours (32,
@@ -54,10 +48,10 @@ def stored_lengths(checkpoint: Checkpoint) -> dict[str, int | None]:
     return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}
 
 
-def _folder_special_ids(folder: str) -> dict[str, int]:
-    """The special ids of the folder's own tokenizer ({} when it has none)."""
+def _folder_special_ids(checkpoint: Checkpoint) -> dict[str, int]:
+    """The special ids of the checkpoint's own tokenizer ({} when it has none)."""
     try:
-        return special_ids(folder_tokenizer(folder))
+        return special_ids(load_tokenizer(checkpoint))
     except (OSError, ValueError):
         return {}
 
@@ -77,7 +71,7 @@ def sparse_config(
     lacking = [k for k in SPECIAL_IDS if config.get(k) is None and k not in overrides]
     known = dict(ids or {})
     if any(k not in known for k in lacking):
-        known = {**_folder_special_ids(folder), **known}
+        known = {**_folder_special_ids(checkpoint), **known}
     unknown = [k for k in lacking if k not in known]
     if unknown:
         raise CheckpointError(f"{folder}: config.json has no {', '.join(unknown)} and no tokenizer gives it")

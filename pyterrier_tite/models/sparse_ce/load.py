@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 
-from pyterrier_tite.models.checkpoint import Checkpoint, Loaded, open_checkpoint
+from pyterrier_tite.models.checkpoint import Checkpoint, Loaded, load_tokenizer, open_checkpoint
 from pyterrier_tite.models.sparse_ce.convert import stored_lengths
 from pyterrier_tite.models.sparse_ce.modeling import load_sparse_cross_encoder
-from pyterrier_tite.models.sparse_ce.tokenization import folder_tokenizer, special_ids
+from pyterrier_tite.models.sparse_ce.tokenization import special_ids
 
 
 def load(path_or_id: str | os.PathLike | Checkpoint, tokenizer=None, **overrides) -> Loaded:
@@ -20,6 +20,6 @@ def load(path_or_id: str | os.PathLike | Checkpoint, tokenizer=None, **overrides
     folder's; special ids the config lacks come from it. ``settings``: the query / doc caps (word pieces) the
     checkpoint was trained with: ``pt_meta.json``'s, the reference's for a released checkpoint, else ours."""
     checkpoint = open_checkpoint(path_or_id, "cross-encoder")
-    tokenizer = folder_tokenizer(checkpoint.folder) if tokenizer is None else tokenizer
+    tokenizer = load_tokenizer(checkpoint) if tokenizer is None else tokenizer
     module = load_sparse_cross_encoder(checkpoint, special_ids(tokenizer), **overrides)
     return Loaded(module, tokenizer, stored_lengths(checkpoint), os.path.realpath(checkpoint.folder))

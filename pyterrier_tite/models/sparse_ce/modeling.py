@@ -26,6 +26,7 @@ from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
 from pyterrier_tite.devices import capturing_cuda_graph, in_dtype
+from pyterrier_tite.models.backbone import reference_init
 from pyterrier_tite.models.checkpoint import (
     Checkpoint,
     load_exactly,
@@ -248,20 +249,8 @@ class SparseCrossEncoderPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Reference init: normal(0, initializer_range) weights, zero biases, zero padding row, unit norms."""
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(0.0, std)
-            if module.bias is not None:
-                module.bias.zero_()
-        elif isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, std)
-            if module.padding_idx is not None:
-                module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
-        elif isinstance(module, SparseCrossEncoderEmbeddings):
+        reference_init(module, self.config.initializer_range)
+        if isinstance(module, SparseCrossEncoderEmbeddings):
             module.position_ids.copy_(torch.arange(module.position_ids.shape[-1])[None])
 
 

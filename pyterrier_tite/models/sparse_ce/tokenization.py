@@ -7,36 +7,19 @@ layout of full-attention cross-encoders and the truncation rules are in
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
-from pyterrier_tite.models.meta_files import tokenizer_files_load
 
 #: query cap (word pieces) of our own models when the checkpoint stores none
 QUERY_MAX_LENGTH = 32
 #: the released sparse cross-encoders' query cap: ``TirexDataModule(max_query_length=32)`` counts [CLS] and [SEP]
 REFERENCE_QUERY_WORD_PIECES = 32 - 2
 SPECIAL_IDS = ("pad_token_id", "cls_token_id", "sep_token_id")
-#: files that hold a vocabulary: without one, transformers 5 builds an empty tokenizer instead of failing
-VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
-# ------------------------------------------------------------------------------------------------ tokenizer, specials
-def folder_tokenizer(folder: str | os.PathLike):
-    """The folder's tokenizer; a folder without vocabulary files raises (transformers 5 would silently build an
-    empty one whose [SEP] id is wrong) instead of scoring with made-up ids, damaged ones raise naming the files."""
-    from transformers import AutoTokenizer
-
-    folder = os.fspath(folder)
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
-        raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
-    with tokenizer_files_load(folder):
-        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-
-
+# ------------------------------------------------------------------------------------------------ special ids
 def special_ids(tokenizer) -> dict[str, int]:
     """pad / cls / sep ids of a tokenizer (those it has), the reference Lightning module's source of these ids."""
     ids = {name: getattr(tokenizer, name, None) for name in SPECIAL_IDS} if tokenizer is not None else {}

@@ -17,9 +17,9 @@ def _name(path_or_id: Name) -> str:
 
 
 def _side(path_or_id: Name, new_head: bool) -> tuple[SpladeEncoder, object]:
-    """One MLM checkpoint and its own tokenizer, both from the same local folder."""
-    folder = open_checkpoint(path_or_id, "splade").folder
-    return SpladeEncoder.from_pretrained(folder, new_head=new_head), load_tokenizer(folder)
+    """One MLM checkpoint and its own tokenizer, both from the same checkpoint, opened once."""
+    checkpoint = open_checkpoint(path_or_id, "splade")
+    return SpladeEncoder.from_pretrained(checkpoint, new_head=new_head), load_tokenizer(checkpoint)
 
 
 def load(path_or_id: Name | None = None, *, query: Name | None = None, doc: Name | None = None,

@@ -183,10 +183,10 @@ def mlm_from_pretrained(path: str, new_head: bool = False, **kwargs) -> nn.Modul
     from transformers import AutoConfig, AutoModelForMaskedLM
 
     from pyterrier_tite.models.backbone import mlm_head_prefixes, pretraining_only_keys
-    from pyterrier_tite.models.checkpoint import local_checkpoint, strict_from_pretrained
+    from pyterrier_tite.models.checkpoint import open_checkpoint, strict_from_pretrained
 
-    folder = local_checkpoint(path)
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    checkpoint = open_checkpoint(path)  # a Checkpoint: nothing read again
+    config = AutoConfig.from_pretrained(checkpoint.folder, trust_remote_code=False)
     fresh = mlm_head_prefixes(config) if new_head else ()
     unused = ("pooler.", *pretraining_only_keys(config))
-    return strict_from_pretrained(AutoModelForMaskedLM, folder, fresh=fresh, unused=unused, **kwargs)
+    return strict_from_pretrained(AutoModelForMaskedLM, checkpoint, fresh=fresh, unused=unused, **kwargs)

@@ -11,7 +11,7 @@ Layouts (all read from the checkpoint, never from its name):
 - a reference ``TiteModel`` and our own saved folders: ``model_type`` "tite", keys without prefix.
 
 Tokenizers (``TiteTokenizer`` / ``BiEncoderTokenizer``, template ``$A`` without special tokens) load in
-:mod:`pyterrier_tite.models.bert_biencoder.tokenization`; :func:`load_tite_tokenizer` takes a hub id as well.
+:func:`pyterrier_tite.models.checkpoint.load_tokenizer` (:func:`load_tite_tokenizer` here).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pyterrier_tite.models.checkpoint import (
     Checkpoint,
     CheckpointError,
     load_exactly,
-    local_checkpoint,
     open_checkpoint,
     read_config,
     read_state_dict,
@@ -34,7 +33,7 @@ from pyterrier_tite.models.checkpoint import (
 from pyterrier_tite.models.checkpoint import load_tokenizer as load_tite_tokenizer
 from pyterrier_tite.models.tite.configuration import TiteConfig
 
-__all__ = ["DOC_MARKER", "QUERY_MARKER", "biencoder_settings", "load_tite_model", "load_tite_tokenizer", "tite_layout"]
+__all__ = ["DOC_MARKER", "QUERY_MARKER", "load_tite_model", "load_tite_tokenizer", "tite_layout"]
 
 LIGHTNING_IR_DPR = "lir-dpr"
 #: Lightning IR bi-encoder fields (names of v0.0.4 and of later versions): settings of the bi-encoder, not of TITE
@@ -136,17 +135,6 @@ def load_tite_model(
     state, ignored = encoder_state_dict(read_state_dict(folder), set(model.state_dict()))
     load_exactly(model, state, source, unused=ignored)
     return model.eval()
-
-
-def biencoder_settings(path_or_id: str | os.PathLike) -> dict:
-    """Bi-encoder settings stored in the checkpoint's ``config.json`` (Lightning IR layout), as ``TITE`` keyword
-    arguments; ``{}`` for layouts that store none (pre-trained encoders, our folders keep theirs in ``pt_meta.json``).
-    """
-    source = os.fspath(path_or_id)
-    config = read_config(local_checkpoint(source))
-    if tite_layout(config, source) != "lightning-ir":
-        return {}
-    return lightning_ir_settings(config, source)
 
 
 def lightning_ir_settings(config: dict, source: str) -> dict:

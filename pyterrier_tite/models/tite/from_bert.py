@@ -240,13 +240,13 @@ def load_bert(path: str | os.PathLike) -> torch.nn.Module:
     ``CheckpointError`` (only the heads an encoder drops are ignored) instead of starting at random."""
     from transformers import AutoConfig, AutoModel
 
-    from pyterrier_tite.models.checkpoint import local_checkpoint, strict_from_pretrained
+    from pyterrier_tite.models.checkpoint import open_checkpoint, strict_from_pretrained
 
-    folder = local_checkpoint(path)
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    checkpoint = open_checkpoint(path)
+    config = AutoConfig.from_pretrained(checkpoint.folder, trust_remote_code=False)
     bert_sizes(config)  # "not supported" before loading anything else
     extra = {"add_pooling_layer": False} if config.model_type == "bert" else {}
-    return strict_from_pretrained(AutoModel, folder, unused=ENCODER_UNUSED, **extra)
+    return strict_from_pretrained(AutoModel, checkpoint, unused=ENCODER_UNUSED, **extra)
 
 
 def tite_from_bert(bert: torch.nn.Module | str | os.PathLike, **config_kwargs) -> TiteModel:

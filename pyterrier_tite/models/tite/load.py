@@ -1,7 +1,7 @@
 """The one loader of the TITE family: a folder or hub id of any TITE layout (reference pre-training module, Lightning
 IR bi-encoder, our saves) -> ``TiteModel`` (loaded exactly), tokenizer and the bi-encoder settings the checkpoint
 stores (Lightning IR ``config.json``: lengths, markers, normalisation; our ``pt_meta.json``; the folder of a saved
-query model). ``config.json`` is read once. ``pt/tite.py`` builds ``TITE`` from what this returns."""
+query model). The checkpoint is opened once and handed to each step. ``pt/tite.py`` builds ``TITE`` from it."""
 
 from __future__ import annotations
 
@@ -25,4 +25,4 @@ def load(path_or_id: str | os.PathLike | Checkpoint, **overrides) -> Loaded:
     if meta.get("query_encoder"):
         settings["query_encoder"] = os.path.join(checkpoint.folder, meta["query_encoder"])
     model = load_tite_model(checkpoint, model_class=TiteModel, **overrides)
-    return Loaded(model, load_tokenizer(checkpoint.folder), settings, os.path.realpath(checkpoint.folder))
+    return Loaded(model, load_tokenizer(checkpoint), settings, os.path.realpath(checkpoint.folder))

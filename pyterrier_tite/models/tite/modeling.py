@@ -22,6 +22,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers.utils import ModelOutput
 
+from pyterrier_tite.models.backbone import reference_init
 from pyterrier_tite.models.packing import PackedLayout
 from pyterrier_tite.models.tite.configuration import TiteConfig
 from pyterrier_tite.models.tite.convert import load_tite_model, tite_config
@@ -69,22 +70,8 @@ class TitePreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_attention_backend = True
 
-    @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Reference init: normal(0, initializer_range) weights, zero biases, zero padding row, unit norms."""
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(0.0, std)
-            if module.bias is not None:
-                module.bias.zero_()
-        elif isinstance(module, nn.Embedding):
-            module.weight.normal_(0.0, std)
-            if module.padding_idx is not None:
-                module.weight[module.padding_idx].zero_()
-        elif isinstance(module, (nn.LayerNorm, RMSNorm)):
-            module.weight.fill_(1.0)
-            if getattr(module, "bias", None) is not None:
-                module.bias.zero_()
+        reference_init(module, self.config.initializer_range, norms=(nn.LayerNorm, RMSNorm))
 
 
 class TiteModel(TitePreTrainedModel):
