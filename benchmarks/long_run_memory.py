@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             topics, run, corpus = write_inputs(folder, pairs, args.docs_per_query)
             command = [*cli, "rerank", "--model", model, "--topics", str(topics), "--run", str(run), "--dataset",
-                       str(corpus), "-k", str(args.docs_per_query), "--out", str(folder / "out.run"),
+                       str(corpus), "-k", str(args.docs_per_query), "--output", str(folder / "out.run"),
                        "--threads", str(args.threads)]  # fmt: skip
             row = {"pairs": pairs, "model": args.model, **measured_run(command)}
             results.append(row)

@@ -2,8 +2,9 @@
 
 Candidates: the TREC DL 2019 BM25 top-100 passages (with text) of the first ``--queries`` queries. The user's default is
 a ``sentence_transformers.CrossEncoder`` (torch fp32; its ONNX / OpenVINO backends when installed, ``--backends``)
-loaded from a cross-encoder folder; ``t.MonoCE``, ``t.SparseCE(w=4)`` and ``t.CELI`` load the same folder (fp32; MonoCE
-and SparseCE also with dynamic int8 linear layers, MonoCE with bf16 autocast). The folder (``--folder``, default: built
+loaded from a cross-encoder folder, in fp32 and bf16 weights; ``t.MonoCE``, ``t.SparseCE(w=4)`` and ``t.CELI`` load the
+same folder (fp32; MonoCE and SparseCE also in bf16 and int8). bf16 runs on a GPU or a CPU with native bf16
+(AVX512_BF16 / AMX) only. The folder (``--folder``, default: built
 once under the temp dir) is MiniLM-L6 (the shipped start point) saved as a ``BertForSequenceClassification`` whose score
 head is a linear probe fitted to the MiniLM bi-encoder's scores on 10 other queries (:func:`build_folder`), so the
 weights are the same for every system and no download is needed. No trained cross-encoder ships offline, so the int8
@@ -12,13 +13,16 @@ model.
 
 Timing: every system re-ranks all pairs in one call per round (the CrossEncoder one ``predict`` over all pairs, ours
 one ``transform`` over the frame); systems are interleaved over ``--rounds`` and each keeps its best round, so
-background load hurts all alike. Printed per system: ms per pair, speed ratio against the CrossEncoder (higher is
-faster) and rank agreement with the CrossEncoder's scores (Spearman per query: min and mean; SparseCE and CELI change
-the model, so their agreement is shown only for information). The CPU's features come first.
+background load hurts all alike. Printed per system: ms per pair, speed ratio against the CrossEncoder at the same
+precision (higher is faster; int8 against fp32), that ratio as a share of the FLOP-ratio limit (:func:`linear_work`)
+and rank agreement with the CrossEncoder's scores (Spearman per query: min and mean; SparseCE and CELI change the
+model, so their agreement is shown only for information); then each reduced precision against our fp32 and int8
+against our bf16 (speed and Spearman). The CPU's features come first.
 
 Also BM25 >> a dense bi-encoder as the re-ranker (the MiniLM bi-encoder, mean pooling, cosine): ``t.BertBiEncoder``
-against ``pyterrier_dr.SBertBiEncoder`` loading the same folder, each ``.scorer()`` on the same frame; their ratio is
-against the SBertBiEncoder.
+against ``pyterrier_dr.SBertBiEncoder`` loading the same folder, each ``.scorer()`` on the same frame, in fp32 and
+(``dense-bf16``) in bf16 (the SBertBiEncoder's weights cast, ours ``dtype=torch.bfloat16``); their ratio is against the
+SBertBiEncoder at the same precision.
 
 On a GPU (``--device cuda``): fp32 and bf16 of each side (the CrossEncoder in bf16 through ``model_kwargs``, ours
 with ``dtype=torch.bfloat16``, their default there); the int8 systems are CPU-only. A machine without the collections
@@ -168,7 +172,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--pairs", default=None, help="read the candidates from this --dump-pairs file")
     parser.add_argument("--dump-pairs", default=None, help="write the candidates of --queries here and stop")
-    every_system = "ce,ce-bf16,mono,mono-int8,mono-bf16,sparse4,sparse4-int8,sparse4-bf16,celi,dense"
+    every_system = "ce,ce-bf16,mono,mono-int8,mono-bf16,sparse4,sparse4-int8,sparse4-bf16,celi,dense,dense-bf16"
     parser.add_argument("--systems", default=every_system, help="comma-separated subset")
     parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
     args = parser.parse_args()
@@ -192,7 +196,10 @@ def main() -> None:
     wanted = args.systems.split(",")
     gpu = device.startswith("cuda")
     if not gpu:
-        wanted = [w for w in wanted if w not in ("ce-bf16", "sparse4-bf16")]  # emulated bf16 on most CPUs
+        from pyterrier_tite.devices import cpu_has_native_bf16
+
+        if not cpu_has_native_bf16():  # emulated bf16: several times slower than fp32, nothing to compare
+            wanted = [w for w in wanted if not w.endswith("bf16")]
     else:
         skipped = [w for w in wanted if w.endswith("int8")]
         wanted = [w for w in wanted if w not in skipped]
@@ -249,16 +256,23 @@ def main() -> None:
     if "celi" in wanted:
         systems["CELI fp32 (fresh head)"] = ours(t.CELI(folder, device=device, **fp32, **kw))
 
-    dense = []  # BM25 >> a bi-encoder as the re-ranker: ours against pyterrier_dr, same MiniLM bi-encoder folder
-    if "dense" in wanted:
+    dense = {}  # BM25 >> a bi-encoder as the re-ranker, ours against pyterrier_dr (same folder): name -> reference
+    for precision in ("fp32", "bf16"):
+        if ("dense" if precision == "fp32" else "dense-bf16") not in wanted:
+            continue
         import pyterrier_dr
 
         from pyterrier_tite.start_points import resolve
 
-        start = resolve("minilm")
-        dense = ["pyterrier_dr SBertBiEncoder", "BertBiEncoder"]
-        systems[dense[0]] = ours(pyterrier_dr.SBertBiEncoder(start, device="cpu").scorer())
-        systems[dense[1]] = ours(t.BertBiEncoder.from_pretrained(start, device="cpu").scorer())
+        start, bf16 = resolve("minilm"), precision == "bf16"
+        theirs = pyterrier_dr.SBertBiEncoder(start, device=device)
+        if bf16:
+            theirs.model.to(torch.bfloat16)  # bf16 weights, as the CrossEncoder's
+        reference = f"pyterrier_dr SBertBiEncoder {precision}"
+        dtype = {"dtype": torch.bfloat16} if bf16 else fp32
+        systems[reference] = ours(theirs.scorer())
+        systems[f"BertBiEncoder {precision}"] = ours(t.BertBiEncoder(start, device=device, **dtype).scorer())
+        dense |= {reference: reference, f"BertBiEncoder {precision}": reference}
 
     best = dict.fromkeys(systems, float("inf"))
     scores = {}
@@ -269,28 +283,34 @@ def main() -> None:
             best[name] = min(best[name], time.perf_counter() - start)
 
     qids = frame["qid"].to_numpy()
-    print(f"{'system':<28} {'ms/pair':>8} {'speed vs reference':>19} {'Spearman min':>13} {'mean':>7}")
-    for name in systems:
-        reference = dense[0] if name in dense else next(iter(systems))
-        if dense and name == dense[0]:
-            print(f"-- BM25 >> a bi-encoder, reference: {name}")
-        rho = [spearmanr(scores[name][qids == q], scores[reference][qids == q]).statistic for q in dict.fromkeys(qids)]
-        ms = 1000 * best[name] / len(frame)
-        ratio = best[reference] / best[name]
-        print(f"{name:<28} {ms:8.2f} {ratio:18.2f}x {min(rho):13.4f} {np.mean(rho):7.4f}")
     config = json.load(open(os.path.join(folder, "config.json")))
     work = linear_work(frame, folder, int(config["num_hidden_layers"]))
+    limits = {name: work["CrossEncoder"] / work[name] for name in ("MonoCE", "SparseCE")}
     print(
-        f"linear-layer work, CrossEncoder over ours (the speed ratio the FLOPs allow): MonoCE "
-        f"{work['CrossEncoder'] / work['MonoCE']:.2f}x, SparseCE w=4 {work['CrossEncoder'] / work['SparseCE']:.2f}x"
+        f"linear-layer work, CrossEncoder over ours (the speed ratio the FLOPs allow): MonoCE {limits['MonoCE']:.2f}x, "
+        f"SparseCE w=4 {limits['SparseCE']:.2f}x"
     )
+    print("speed: against the CrossEncoder at the same precision (int8: fp32), a bi-encoder against pyterrier_dr's")
+    print(f"{'system':<32} {'ms/pair':>8} {'speed':>7} {'of limit':>9} {'Spearman min':>13} {'mean':>7}")
+    for name in systems:
+        same = f"CrossEncoder (torch {'bf16' if 'bf16' in name else 'fp32'})"
+        reference = dense.get(name) or (same if same in systems else next(iter(systems)))
+        if name in dense and name == reference:
+            print(f"-- BM25 >> a bi-encoder, reference: {name}")
+        rho = [spearmanr(scores[name][qids == q], scores[reference][qids == q]).statistic for q in dict.fromkeys(qids)]
+        ms, ratio = 1000 * best[name] / len(frame), best[reference] / best[name]
+        limit = next((limits[k] for k in limits if name.startswith(k) and "int8" not in name), None)
+        share = f"{ratio / limit:8.0%}" if limit and reference.startswith("CrossEncoder") else f"{'':>8}"
+        print(f"{name:<32} {ms:8.2f} {ratio:6.2f}x {share} {min(rho):13.4f} {np.mean(rho):7.4f}")
     reduced = [("MonoCE int8", "MonoCE fp32"), ("MonoCE bf16", "MonoCE fp32"),
                ("SparseCE w=4 int8", "SparseCE w=4 fp32"), ("SparseCE w=4 bf16", "SparseCE w=4 fp32"),
-               ("CrossEncoder (torch bf16)", "CrossEncoder (torch fp32)")]  # fmt: skip
+               ("CrossEncoder (torch bf16)", "CrossEncoder (torch fp32)"), ("MonoCE int8", "MonoCE bf16"),
+               ("SparseCE w=4 int8", "SparseCE w=4 bf16")]  # fmt: skip
     for low, fp32 in reduced:
         if low in scores and fp32 in scores:
             rho = [spearmanr(scores[low][qids == q], scores[fp32][qids == q]).statistic for q in dict.fromkeys(qids)]
-            print(f"{low} vs {fp32}: Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")
+            speed = best[fp32] / best[low]
+            print(f"{low} vs {fp32}: {speed:.2f}x, Spearman per query min {min(rho):.4f}, mean {np.mean(rho):.4f}")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,15 @@ The sources are ``notebooks/src/NN_name.py`` in jupytext's percent format (``# %
 ``# %% [markdown]`` a text cell): edit those (or edit a notebook in Jupyter and sync it back with
 ``jupytext --to py:percent``), then run
 
-    python notebooks/build_notebooks.py                 # every notebook, full sizes (figures -> docs/figures/)
+    python notebooks/build_notebooks.py                 # every notebook, full sizes
     python notebooks/build_notebooks.py 02 04           # only these
-    python notebooks/build_notebooks.py --quick 03      # PYTERRIER_TITE_QUICK=1: small sizes (no figures saved)
+    python notebooks/build_notebooks.py --quick 03      # PYTERRIER_TITE_QUICK=1: small sizes
+    python notebooks/build_notebooks.py --figures       # full sizes, and the figures of docs/ (docs/figures/)
 
 Each notebook runs top to bottom in ``notebooks/`` (the kernel ``python3`` of this environment), offline with the
-data mirror (``IR_DATASETS_HOME``, default ``../shared/ir_datasets`` beside the checkout). A notebook whose outputs
+data mirror (``IR_DATASETS_HOME``, default ``../shared/ir_datasets`` beside the checkout). A notebook writes only into
+a folder of its own (``runs/notebooks/<name>`` under where it runs) and saves its figures only into the folder
+``PYTERRIER_TITE_FIGURES`` names, which ``--figures`` sets to ``docs/figures/``. A notebook whose outputs
 hold an error, a traceback or an absolute path of this machine is not written. Needs the ``notebooks`` extra.
 """
 
@@ -88,9 +91,15 @@ def build(source: pathlib.Path, quick: bool = False, force: bool = False) -> flo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="notebook prefixes or names (default: all)")
-    parser.add_argument("--quick", action="store_true", help="PYTERRIER_TITE_QUICK=1 (small sizes, no figures)")
+    parser.add_argument("--quick", action="store_true", help="PYTERRIER_TITE_QUICK=1 (small sizes)")
     parser.add_argument("--force", action="store_true", help="write the notebook even if its outputs have problems")
+    parser.add_argument("--figures", action="store_true", help="save the figures into docs/figures/ (full sizes)")
     args = parser.parse_args(argv)
+    if args.figures and args.quick:
+        parser.error("--figures draws the figures of docs/ at full size: drop --quick")
+    os.environ.pop("PYTERRIER_TITE_FIGURES", None)
+    if args.figures:
+        os.environ["PYTERRIER_TITE_FIGURES"] = str(HERE.parent / "docs" / "figures")
     if not os.environ.get("IR_DATASETS_HOME") and (HERE.parent.parent / "shared" / "ir_datasets").is_dir():
         os.environ["IR_DATASETS_HOME"] = str(HERE.parent.parent / "shared" / "ir_datasets")
     if not os.environ.get("HF_HOME") and (HERE.parent.parent / "shared" / "hub" / "expected").is_dir():

@@ -19,6 +19,8 @@ import sys
 import ir_datasets
 import pyterrier as pt
 
+from pyterrier_tite.start_points import did_you_mean
+
 #: short names accepted everywhere a dataset is expected, mapped to their ir_datasets IDs
 ALIASES: dict[str, str] = {
     "vaswani": "vaswani",
@@ -184,8 +186,21 @@ def same_documents(first: str | None, second: str | None) -> bool:
 
 def get_dataset(name: str):
     """``pt.get_dataset`` for an ID or alias, after the local collections are registered."""
+    return pt.get_dataset("irds:" + known_id(name))
+
+
+def known_id(name: str) -> str:
+    """The ir_datasets ID that ``name`` (an ID, alias or ``irds:`` ID) names; a name that is none (nor a file, where a
+    command takes one) is a ``FileNotFoundError`` naming the closest alias or ID (``vaswan``: did you mean
+    ``vaswani``?)."""
     register_local()
-    return pt.get_dataset("irds:" + irds_id(name))
+    dataset_id = irds_id(name)
+    try:
+        ir_datasets.registry[dataset_id]  # also the IDs ir_datasets makes from a pattern on first use
+    except KeyError:
+        close = did_you_mean(name.removeprefix("irds:"), [*ALIASES, *ir_datasets.registry])
+        raise FileNotFoundError(f"{name!r} is neither a file nor a known ir_datasets id / alias{close}") from None
+    return dataset_id
 
 
 def register_local() -> list[str]:

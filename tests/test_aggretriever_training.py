@@ -76,16 +76,17 @@ def test_fine_tuning_clis_on_tiny_settings_resume(tmp_path, irds_home, tite_cach
     from pyterrier_tite.cli import main
 
     mlm = tmp_path / "mlm"
-    assert main(["pretrain-mlm", "--dataset", "vaswani", "--output", str(mlm), "--vocab-size", "800", "--limit", "150",
-                 "--hidden-size", "32", "--layers", "1", "--heads", "2", "--intermediate-size", "64",
-                 "--max-length", "32", "--batch-size", "8", "--steps", "2", "--quiet"]) == 0  # fmt: skip
-    common = ["--dataset", "vaswani", "--init", str(mlm), "--max-queries", "3", "--depth", "10", "--batch-size", "4",
+    assert main(["pretrain-mlm", "--dataset", "vaswani", "--output-dir", str(mlm), "--vocab-size", "800",
+                 "--max-docs", "150", "--hidden-size", "32", "--layers", "1", "--heads", "2",
+                 "--intermediate-size", "64", "--max-length", "32", "--batch-size", "8", "--max-steps", "2",
+                 "--quiet"]) == 0  # fmt: skip
+    common = ["--dataset", "vaswani", "--model", str(mlm), "--max-queries", "3", "--depth", "10", "--batch-size", "4",
               "--query-max-length", "16", "--doc-max-length", "32", "--quiet", "--save-every", "2",
               "--allow-evaluation-data"]  # fmt: skip
     for command, extra in [("train-splade", []), ("train-aggretriever", ["--agg-dim", "16", "--cls-dim", "8"])]:
         out = tmp_path / command
-        assert main([command, *common, *extra, "--output", str(out), "--steps", "2"]) == 0
-        assert main([command, *common, *extra, "--output", str(out), "--steps", "4"]) == 0  # resumes at step 2
+        assert main([command, *common, *extra, "--output-dir", str(out), "--max-steps", "2"]) == 0
+        assert main([command, *common, *extra, "--output-dir", str(out), "--max-steps", "4"]) == 0  # resumes at step 2
         log = [json.loads(line) for line in open(out / "log.jsonl")]
         assert [h["step"] for h in log] == [1, 2, 3, 4]
         assert (out / "pt_meta.json").exists()

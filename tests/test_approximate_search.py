@@ -65,7 +65,7 @@ def test_wrong_settings_are_one_line(flex):
 def test_the_cli_offers_approximate_search():
     from pyterrier_tite.cli import build_parser
 
-    args = build_parser().parse_args(["retrieve", "--index", "i", "--topics", "t", "--out", "o", "--search", "hnsw",
+    args = build_parser().parse_args(["retrieve", "--index", "i", "--topics", "t", "--output", "o", "--search", "hnsw",
                                       "--search-width", "256"])  # fmt: skip
     assert (args.search, args.search_width) == ("hnsw", 256)
-    assert build_parser().parse_args(["retrieve", "--index", "i", "--topics", "t", "--out", "o"]).search == "exact"
+    assert build_parser().parse_args(["retrieve", "--index", "i", "--topics", "t", "--output", "o"]).search == "exact"

@@ -161,7 +161,7 @@ def test_tirex_retrieve_refuses_queries_xml_without_queries(tmp_path):
     source.mkdir()
     write_jsonl(source / "documents.jsonl", [{"docno": "d1", "text": "solar wind"}])
     write(source / "queries.xml", '<topics><topic number="1"><title>solar</title></topic></topics>')
-    done = cli_here("tirex", "retrieve", "--model", "bm25", "--input", str(source), "--output", str(tmp_path / "o"))
+    done = cli_here("tirex", "retrieve", "--model", "bm25", "--input", str(source), "--output-dir", str(tmp_path / "o"))
     refused(done, "queries.xml", "topic '1' has no <query>")
     assert not (tmp_path / "o" / "run.txt").exists()
 
@@ -239,7 +239,7 @@ def test_rerank_refuses_a_corpus_with_a_docno_twice(tmp_path):
     topics = write(tmp_path / "t.tsv", "1\tquery\n")
     run = write(tmp_path / "in.run", "1 Q0 a 1 1.0 s\n")
     done = cli_here("rerank", "--model", "webis/sparse-cross-encoder-4-4096", "--topics", topics, "--run", run,
-                    "--dataset", corpus, "--out", str(tmp_path / "o.run"))  # fmt: skip
+                    "--dataset", corpus, "--output", str(tmp_path / "o.run"))  # fmt: skip
     refused(done, "c.jsonl, line 2", "docno 'a' appears twice")
     assert not (tmp_path / "o.run").exists()
 

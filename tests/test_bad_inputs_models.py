@@ -131,7 +131,7 @@ def test_the_cli_says_it_in_one_line(folder, tmp_path, edit):
     done = subprocess.run(
         [sys.executable, "-m", "pyterrier_tite", "rerank", "--model", str(folder),
          "--topics", str(tmp_path / "topics.tsv"), "--run", str(tmp_path / "run.txt"),
-         "--dataset", str(tmp_path / "corpus.jsonl"), "--out", str(tmp_path / "o")],
+         "--dataset", str(tmp_path / "corpus.jsonl"), "--output", str(tmp_path / "o")],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -272,7 +272,7 @@ def test_a_code_running_pickle_is_one_line_in_the_cli(base_folder, tmp_path, mon
         (tmp_path / "corpus.jsonl").write_text('{"docno": "d1", "text": "hello world"}\n')
         done = cli_here("rerank", "--model", str(folder), "--topics", str(tmp_path / "topics.tsv"),
                         "--run", str(tmp_path / "run.txt"), "--dataset", str(tmp_path / "corpus.jsonl"),
-                        "--out", str(tmp_path / "o"))  # fmt: skip
+                        "--output", str(tmp_path / "o"))  # fmt: skip
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "pytorch_model.bin" in done.stderr, done.stderr
     assert not (tmp_path / "pwned").exists()
@@ -291,12 +291,12 @@ def test_rerank_with_an_untrained_head_warns_that_its_scores_mean_nothing(tmp_pa
     args = ["rerank", "--topics", str(tmp_path / "topics.tsv"), "--run", str(tmp_path / "run.txt"),
             "--dataset", str(tmp_path / "corpus.jsonl"), "--device", "cpu"]  # fmt: skip
     with pytest.warns(UserWarning, match=r"model card says its score head is untrained .*scores mean nothing"):
-        done = cli_here(*args, "--model", str(folder), "--out", str(tmp_path / "o"))
+        done = cli_here(*args, "--model", str(folder), "--output", str(tmp_path / "o"))
     assert done.returncode == 0, done.stderr
     from pyterrier_tite.models.model_card import update_card
 
     update_card(folder, {"fresh_weights": False})  # what a training command records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert cli_here(*args, "--model", str(folder), "--out", str(tmp_path / "o2")).returncode == 0
+        assert cli_here(*args, "--model", str(folder), "--output", str(tmp_path / "o2")).returncode == 0
     assert not [w for w in caught if "untrained" in str(w.message)]

@@ -193,7 +193,7 @@ def test_full_disk_on_first_bm25_retrieval_is_one_line(big, big_reference, tmp_p
     paths = fresh_copies(big, tmp_path)
     out = tmp_path / "run.txt"
     done = under_file_size_limit("cli", "retrieve", "--index", str(paths["bm25"]), "--topics", str(big["topics"]),
-                                 "--out", str(out), "--quiet")  # fmt: skip
+                                 "--output", str(out), "--quiet")  # fmt: skip
     assert done.returncode >= 0, f"killed by signal {-done.returncode}: {done.stderr[-2000:]}"
     line = one_line_error(done, "retrieve", str(paths["bm25"]))
     assert "ulimit -f" in line and "run again" in line, line  # the cause, and what to do
@@ -364,7 +364,7 @@ def test_dense_one_document_index(models, small):
 def test_rerank_first_stage_dense_k1(models, small, tmp_path):
     out = tmp_path / "run.txt"
     done = cli_here("rerank", "--first-stage", str(small["dense"]), "--model", TITE, "--dataset",
-                    str(small["corpus.jsonl"]), "--topics", str(small["topics.tsv"]), "--out", str(out), "-k", "1",
+                    str(small["corpus.jsonl"]), "--topics", str(small["topics.tsv"]), "--output", str(out), "-k", "1",
                     "--device", "cpu", "--quiet")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert [line.split()[0] for line in out.read_text().splitlines()] == ["q1", "q2"]
@@ -387,8 +387,8 @@ def test_huge_k_is_cut_to_the_collection_size(models, small, kind):
         (["--systems", ""], "--systems"),
         (["--systems", " , "], "--systems"),
         (["--systems", "bm25,colbert"], "colbert"),
-        (["--rerank-depth", "-5"], "--rerank-depth"),
-        (["--rerank-depth", "0"], "--rerank-depth"),
+        (["--depth", "-5"], "--depth"),
+        (["--depth", "0"], "--depth"),
     ],
 )
 def test_demo_arguments_are_checked_when_parsed(flags, named):
@@ -404,7 +404,7 @@ def test_demo_missing_models_folder_is_one_line(tmp_path):
 def test_corrupt_index_is_one_line(small, tmp_path):
     path = Path(shutil.copytree(small["bm25"], tmp_path / "bm25"))
     (path / "fwd.doclex").unlink()
-    done = cli_here("retrieve", "--index", str(path), "--topics", str(small["topics.tsv"]), "--out",
+    done = cli_here("retrieve", "--index", str(path), "--topics", str(small["topics.tsv"]), "--output",
                     str(tmp_path / "run.txt"))  # fmt: skip
     line = one_line_error(done, "retrieve", str(path), "fwd.doclex")
     assert "--overwrite" in line, line  # says how to rebuild it
@@ -426,13 +426,13 @@ def test_checkpoint_error_is_one_line(tmp_path):
     save_file({k: v.clone().contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        done = cli_here("pretrain", "--start", str(folder), "--dataset", "vaswani", "--output-dir",
+        done = cli_here("pretrain", "--model", str(folder), "--dataset", "vaswani", "--output-dir",
                         str(tmp_path / "out"))  # fmt: skip
     one_line_error(done, "pretrain", dropped.split(".")[-1])
 
 
 def test_missing_input_folder_is_one_line(tmp_path):
-    done = cli_here("pretrain", "--start", str(tmp_path / "nope"), "--dataset", "vaswani", "--output-dir",
+    done = cli_here("pretrain", "--model", str(tmp_path / "nope"), "--dataset", "vaswani", "--output-dir",
                     str(tmp_path / "out"))  # fmt: skip
     one_line_error(done, "pretrain", "nope")
 
@@ -451,5 +451,5 @@ def test_tracebacks_stay_for_bugs_and_on_request(small, tmp_path, monkeypatch):
     path = Path(shutil.copytree(small["bm25"], tmp_path / "bm25"))
     (path / "fwd.doclex").unlink()
     with pytest.raises(CorruptIndexError, match="fwd.doclex"):
-        cli_here("retrieve", "--index", str(path), "--topics", str(small["topics.tsv"]), "--out",
+        cli_here("retrieve", "--index", str(path), "--topics", str(small["topics.tsv"]), "--output",
                  str(tmp_path / "run.txt"), env={"PYTERRIER_TITE_DEBUG": "1"})  # fmt: skip

@@ -169,7 +169,7 @@ def test_the_cli_refuses_a_recorded_absolute_model_in_one_line(tmp_path):
     (index / "pyterrier_tite_index.json").write_text(json.dumps({"kind": "dense", "model": str(outside)}))
     topics = tmp_path / "topics.tsv"
     topics.write_text(TOPICS, encoding="utf-8")
-    done = cli_here("retrieve", "--index", str(index), "--topics", str(topics), "--out", str(tmp_path / "r.run"))
+    done = cli_here("retrieve", "--index", str(index), "--topics", str(topics), "--output", str(tmp_path / "r.run"))
     assert done.returncode == 2 and "absolute path" in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
@@ -382,7 +382,7 @@ def test_a_refused_pickle_in_an_index_package_is_one_line(tmp_path, monkeypatch)
                                                                  "packaged_model": "model"}))  # fmt: skip
     topics = tmp_path / "topics.tsv"
     topics.write_text(TOPICS, encoding="utf-8")
-    done = cli_here("retrieve", "--index", str(index), "--topics", str(topics), "--out", str(tmp_path / "r.run"))
+    done = cli_here("retrieve", "--index", str(index), "--topics", str(topics), "--output", str(tmp_path / "r.run"))
     assert done.returncode == 2, done.stderr
     assert "pytorch_model.bin" in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "pwned").exists()

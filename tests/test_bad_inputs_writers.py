@@ -142,17 +142,17 @@ def limited_file_size(size: int):
 COMMANDS = {
     "index": lambda f, out: ("index", "--model", "bm25", "--dataset", str(f / "corpus.jsonl"), "--index", out),
     "retrieve --out": lambda f, out: (
-        "retrieve", "--index", str(f / "bm25"), "--topics", str(f / "topics.tsv"), "--out", out
+        "retrieve", "--index", str(f / "bm25"), "--topics", str(f / "topics.tsv"), "--output", out
     ),  # fmt: skip
     "rerank --out": lambda f, out: (
         "rerank", "--model", TITE, "--run", str(f / "run.txt"), "--topics", str(f / "topics.tsv"), "--dataset",
-        str(f / "corpus.jsonl"), "--out", out,
+        str(f / "corpus.jsonl"), "--output", out,
     ),  # fmt: skip
     "tirex rerank --output": lambda f, out: (
-        "tirex", "rerank", "--model", TITE, "--input", str(f / "tirex"), "--output", out
+        "tirex", "rerank", "--model", TITE, "--input", str(f / "tirex"), "--output-dir", out
     ),  # fmt: skip
     "tirex retrieve --output": lambda f, out: (
-        "tirex", "retrieve", "--model", "bm25", "--input", str(f / "tirex"), "--output", out
+        "tirex", "retrieve", "--model", "bm25", "--input", str(f / "tirex"), "--output-dir", out
     ),  # fmt: skip
 }
 
@@ -217,7 +217,7 @@ def test_two_retrieves_into_one_run_file(files, tmp_path):
     """The first holds the run file while it retrieves; the second fails at once naming it; the file is the
     first's run, whole."""
     run = tmp_path / "bm25.run"
-    common = ("retrieve", "--index", str(files / "bm25"), "--topics", str(files / "topics.tsv"), "--out", str(run))
+    common = ("retrieve", "--index", str(files / "bm25"), "--topics", str(files / "topics.tsv"), "--output", str(run))
     first = stalled(tmp_path, "first", *common, "-k", "2", "--quiet")
     assert wait_until(lambda: (tmp_path / "started-first").exists() or first.poll() is not None)
     second = cli(*common, "-k", "3", "--quiet")
@@ -344,7 +344,7 @@ def test_a_run_file_cut_by_the_file_size_limit_fails_naming_it(files, tmp_path):
     run = tmp_path / "out" / "bm25.run"
     topics = tmp_path / "topics.tsv"
     topics.write_text("".join(f"{q}\t{WORDS[q % len(WORDS)]} {WORDS[q // len(WORDS)]}\n" for q in range(40)))
-    done = cli("retrieve", "--index", str(files / "bm25"), "--topics", str(topics), "--out", str(run), "-k", "30",
+    done = cli("retrieve", "--index", str(files / "bm25"), "--topics", str(topics), "--output", str(run), "-k", "30",
                "--quiet", preexec=limited_file_size(16384))  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"{run}" in done.stderr and "File too large" in done.stderr, done.stderr

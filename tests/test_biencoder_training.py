@@ -183,7 +183,7 @@ def test_cli_train_biencoder_on_samples_file(tmp_path):
     save_samples(tiny_samples(), str(tmp_path / "s.jsonl"))
     out = tmp_path / "model"
     code = main(
-        ["train-biencoder", "--arch", "mean", "--train-data", str(tmp_path / "s.jsonl"), "--max-steps", "2",
+        ["train-biencoder", "--arch", "mean", "--dataset", str(tmp_path / "s.jsonl"), "--max-steps", "2",
          "--batch-size", "2", "--doc-max-length", "16", "--output-dir", str(out), "--quiet", "--threads", "1"]
     )  # fmt: skip
     assert code == 0
@@ -224,8 +224,10 @@ def test_cli_teachers_score_on_their_declared_scale(tmp_path):
     assert isinstance(teacher, CrossEncoderReranker)
     scored = teacher(frame)
     assert len(scored) == 3 and "slot" in scored.columns
-    with pytest.raises(ValueError, match="minilm-dot"):
+    with pytest.raises(FileNotFoundError, match="minilm-dot"):  # one line in the CLI, as any missing name
         build_teacher("no-such-teacher")
+    with pytest.raises(FileNotFoundError, match="did you mean 'minilm-dot'"):
+        build_teacher("minlm-dot")
 
 
 TORCHRUN_SCRIPT = """

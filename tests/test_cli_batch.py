@@ -89,7 +89,7 @@ def test_dense_index_retrieve_evaluate(files):
 
     assert_float_close(np.array(vectors), expected)
 
-    done = ok(cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run),
+    done = ok(cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--output", str(run),
                   "-k", "4", "--quiet"))  # fmt: skip
     assert "12 results for 3 of 3 queries" in done.stdout
     lines = run_lines(run)
@@ -120,11 +120,11 @@ def test_existing_index_and_run_are_refused_unless_overwrite(files):
     assert json.loads((index / "pyterrier_tite_index.json").read_text())["documents"] == len(DOCS) + 1
     assert siblings(index) == []
 
-    ok(cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run), "-k", "3"))
+    ok(cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--output", str(run), "-k", "3"))
     assert {line[0] for line in run_lines(run)} == {"1", "2", "3"}
-    done = cli_here("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run))
+    done = cli_here("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--output", str(run))
     assert done.returncode == 2 and "already exists" in done.stderr
-    done = cli_here("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run),
+    done = cli_here("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--output", str(run),
                "--model", TITE, "--overwrite")  # fmt: skip
     assert done.returncode == 2 and "BM25 index" in done.stderr
 
@@ -159,7 +159,8 @@ def test_bad_arguments_are_named(files):
     assert done.returncode == 2 and "the corpus is empty" in done.stderr and not (files / "x").exists()
     done = cli_here("index", "--model", SPARSE_CE, "--dataset", corpus, "--index", str(files / "x"))
     assert done.returncode == 2 and "re-ranker" in done.stderr and not (files / "x").exists()
-    done = cli_here("retrieve", "--index", str(files / "nothing"), "--topics", str(files / "topics.tsv"), "--out", "r")
+    done = cli_here("retrieve", "--index", str(files / "nothing"), "--topics", str(files / "topics.tsv"),
+                    "--output", "r")  # fmt: skip
     assert done.returncode == 2 and "does not exist" in done.stderr
 
 
@@ -202,7 +203,7 @@ def test_splade_index_and_retrieve(files):
     index, run = files / "splade.index", files / "splade.run.gz"
     ok(cli("index", "--model", SPLADE, "--dataset", str(files / "corpus.jsonl"), "--index", str(index), "--quiet"))
     assert json.loads((index / "pyterrier_tite_index.json").read_text())["kind"] == "splade"
-    ok(cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--out", str(run), "-k", "2"))
+    ok(cli("retrieve", "--index", str(index), "--topics", str(files / "topics.tsv"), "--output", str(run), "-k", "2"))
     lines = run_lines(run)
     assert {line[0] for line in lines} == {"1", "2", "3"} and all(len(line) == 6 for line in lines)
 
@@ -217,7 +218,7 @@ def test_rerank_a_run_with_duplicates_from_a_corpus_file(files):
     )
     out = files / "reranked.run.gz"
     done = ok(cli("rerank", "--model", SPARSE_CE, "--topics", str(files / "topics.tsv"), "--run",
-                  str(files / "in.run"), "--dataset", str(files / "corpus.jsonl"), "--out", str(out), "-k", "3",
+                  str(files / "in.run"), "--dataset", str(files / "corpus.jsonl"), "--output", str(out), "-k", "3",
                   "--batch-size", "2", "--device", "cpu"))  # fmt: skip
     lines = run_lines(out)
     pairs = {(line[0], line[2]) for line in lines}
@@ -244,13 +245,13 @@ def test_rerank_a_run_with_duplicates_from_a_corpus_file(files):
 def test_rerank_names_missing_texts_and_queries(files):
     (files / "in.run").write_text("1 Q0 1 1 9.0 x\n1 Q0 d99 2 8.0 x\n2 Q0 d2 1 9.0 x\n", encoding="utf-8")
     common = ["--model", SPARSE_CE, "--topics", str(files / "topics.tsv"), "--run", str(files / "in.run")]
-    done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
+    done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--output", str(files / "o.run"))
     assert done.returncode == 2 and "1 of 3 docnos of the run" in done.stderr and "(e.g. 'd99')" in done.stderr
     assert not (files / "o.run").exists()
     (files / "in.run").write_text("7 Q0 1 1 9.0 x\n", encoding="utf-8")
-    done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--out", str(files / "o.run"))
+    done = cli_here("rerank", *common, "--dataset", str(files / "corpus.jsonl"), "--output", str(files / "o.run"))
     assert done.returncode == 2 and "qid '7'" in done.stderr
-    done = cli_here("rerank", *common, "--out", str(files / "o.run"))
+    done = cli_here("rerank", *common, "--output", str(files / "o.run"))
     assert done.returncode == 2 and "--dataset" in done.stderr
 
 
@@ -260,7 +261,7 @@ def test_vaswani_bm25_chain_and_rerank(tmp_path, irds_home, tite_cache):
     re-scores the BM25 top 5 of a few queries with texts from the collection."""
     index, run = tmp_path / "vaswani.bm25", tmp_path / "bm25.run.gz"
     ok(cli("index", "--model", "bm25", "--dataset", "vaswani", "--index", str(index), "--quiet"))
-    ok(cli("retrieve", "--index", str(index), "--topics", "vaswani", "--out", str(run), "--quiet"))
+    ok(cli("retrieve", "--index", str(index), "--topics", "vaswani", "--output", str(run), "--quiet"))
     ok(cli("evaluate", str(run), "--qrels", "vaswani", "--csv", str(tmp_path / "t.csv")))
     assert "0.4667" in (tmp_path / "t.csv").read_text()
 
@@ -271,11 +272,11 @@ def test_vaswani_bm25_chain_and_rerank(tmp_path, irds_home, tite_cache):
     (tmp_path / "few.tsv").write_text("".join(lines))
     out = tmp_path / "minilm.run"
     ok(cli("rerank", "--model", "minilm", "--topics", str(tmp_path / "few.tsv"), "--first-stage", "bm25",
-           "--dataset", "vaswani", "--out", str(out), "-k", "5", "--quiet"))  # fmt: skip
+           "--dataset", "vaswani", "--output", str(out), "-k", "5", "--quiet"))  # fmt: skip
     lines = run_lines(out)
     assert len(lines) == 15 and {line[0] for line in lines} == set(topics["qid"])
     # topics by ir_datasets id: their collection gives the texts, no --dataset needed
     by_id = tmp_path / "by-id.run"
-    ok(cli("rerank", "--model", SPARSE_CE, "--topics", "vaswani", "--run", str(run), "--out", str(by_id), "-k", "2",
+    ok(cli("rerank", "--model", SPARSE_CE, "--topics", "vaswani", "--run", str(run), "--output", str(by_id), "-k", "2",
            "--quiet"))  # fmt: skip
     assert len(run_lines(by_id)) == 2 * 93

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from _cli import cli_here
@@ -14,15 +12,11 @@ GOOD = "1 Q0 a 1 3.0 good\n1 Q0 b 2 2.0 good\n2 Q0 c 1 3.0 good\n2 Q0 d 2 1.0 go
 BAD = "1 Q0 b 1 3.0 bad\n1 Q0 a 2 2.0 bad\n2 Q0 d 1 3.0 bad\n2 Q0 c 2 1.0 bad\n3 Q0 x 1 1.0 bad\n"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pyterrier_tite", *args], capture_output=True, text=True, timeout=300)
-
-
 def test_evaluate_files_with_significance(tmp_path):
     (tmp_path / "qrels.txt").write_text(QRELS)
     (tmp_path / "good.run").write_text(GOOD)
     (tmp_path / "bad.run").write_text(BAD)
-    done = cli(
+    done = cli_here(
         "evaluate", str(tmp_path / "good.run"), str(tmp_path / "bad.run"), "--qrels", str(tmp_path / "qrels.txt"),
         "--measures", "nDCG@10 P@1", "--baseline", "0", "--correction", "holm", "--json", str(tmp_path / "t.json"),
     )  # fmt: skip
@@ -34,12 +28,34 @@ def test_evaluate_files_with_significance(tmp_path):
     assert "P@1 p-value" in rows["bad.run"]
 
 
+def test_evaluate_takes_trec_eval_names_and_commas_and_keeps_the_order_asked(tmp_path):
+    """``--measures`` as a pt.Experiment user writes them: trec_eval names, commas or spaces (trec_eval's own
+    ``ndcg_cut.5,10`` stays one name); the columns come in the order asked, the tests' columns too."""
+    (tmp_path / "qrels.txt").write_text(QRELS)
+    (tmp_path / "good.run").write_text(GOOD)
+    (tmp_path / "bad.run").write_text(BAD)
+    done = cli_here(
+        "evaluate", str(tmp_path / "good.run"), str(tmp_path / "bad.run"), "--qrels", str(tmp_path / "qrels.txt"),
+        "--measures", "P_1,ndcg_cut.5,10 map, recip_rank", "--baseline", "0", "--json", str(tmp_path / "t.json"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    asked = ["P@1", "nDCG@5", "nDCG@10", "AP", "RR"]
+    assert done.stdout.split()[:6] == ["name", *asked]
+    rows = json.load(open(tmp_path / "t.json"))
+    assert [c for c in rows[1] if c.endswith("p-value")] == [f"{m} p-value" for m in asked]
+    assert rows[1]["P@1"] == pytest.approx(1 / 3, abs=1e-4) and rows[1]["AP"] == pytest.approx(0.5)
+    done = cli_here("evaluate", str(tmp_path / "good.run"), "--qrels", str(tmp_path / "qrels.txt"), "--measures",
+                    "AP,AP map")  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split()[:3] == ["name", "AP", "good.run"], done.stdout
+
+
 def test_evaluate_refuses_an_unknown_measure_and_a_bad_baseline(tmp_path):
     (tmp_path / "qrels.txt").write_text(QRELS)
     (tmp_path / "good.run").write_text(GOOD)
-    done = cli("evaluate", str(tmp_path / "good.run"), "--qrels", str(tmp_path / "qrels.txt"), "--measures", "nDGC@10")
-    assert done.returncode != 0 and "unknown measure" in done.stderr
-    done = cli("evaluate", str(tmp_path / "good.run"), "--qrels", str(tmp_path / "qrels.txt"), "--baseline", "3")
+    qrels = str(tmp_path / "qrels.txt")
+    done = cli_here("evaluate", str(tmp_path / "good.run"), "--qrels", qrels, "--measures", "nDGC@10")
+    assert done.returncode == 2 and "unknown measure 'nDGC@10'" in done.stderr
+    done = cli_here("evaluate", str(tmp_path / "good.run"), "--qrels", str(tmp_path / "qrels.txt"), "--baseline", "3")
     assert done.returncode != 0 and "--baseline 3" in done.stderr
 
 
@@ -50,7 +66,7 @@ def test_evaluate_against_an_ir_datasets_id(tmp_path, irds_home, tite_cache):
 
     topics = t.datasets.get_dataset("vaswani").get_topics()
     write_trec_run(t.bm25("vaswani").transform(topics), tmp_path / "bm25.run.gz", system="bm25")
-    done = cli("evaluate", str(tmp_path / "bm25.run.gz"), "--qrels", "vaswani", "--csv", str(tmp_path / "t.csv"))
+    done = cli_here("evaluate", str(tmp_path / "bm25.run.gz"), "--qrels", "vaswani", "--csv", str(tmp_path / "t.csv"))
     assert done.returncode == 0, done.stderr
     assert "0.4667" in (tmp_path / "t.csv").read_text()  # nDCG@10 of BM25 on vaswani, as in the README
 

@@ -13,7 +13,8 @@ import pytest
 from pyterrier_tite.cli import build_parser
 
 CLI = pathlib.Path(__file__).resolve().parent.parent / "pyterrier_tite" / "cli"
-MAX_FLAG_DEFINITIONS = 120
+#: the one vocabulary took it from 120 to 113 (shared -k / --depth and --overwrite, old spellings renamed, not defined)
+MAX_FLAG_DEFINITIONS = 113
 PRODUCT_COMMANDS = {
     "index", "retrieve", "rerank", "evaluate", "tirex", "demo", "backends", "doctor",
     "train-reranker", "train-biencoder", "pretrain", "train-tokenizer", "pretrain-mlm", "train-splade",
@@ -76,7 +77,7 @@ def help_texts(parser: argparse.ArgumentParser, path: str = "pyterrier-tite"):
             yield f"{path} {'/'.join(action.option_strings) or action.dest}", action.help
 
 
-def test_the_cli_defines_at_most_120_flags():
+def test_the_cli_defines_at_most_max_flag_definitions():
     counts = add_argument_calls()
     assert sum(counts.values()) <= MAX_FLAG_DEFINITIONS, counts
 

@@ -32,3 +32,33 @@ def test_two_conftests_importing_the_cache_fixture_share_one_folder(pytester):
     result.assert_outcomes(passed=3)
     order = [line.split("::")[0] for line in result.outlines if "PASSED" in line]
     assert order == ["test_1.py", "test_2/test_second.py", "test_3.py"], order  # the order that failed
+
+
+def test_the_hub_fixtures_come_from_hf_home_and_their_absence_is_in_the_summary(pytester, monkeypatch):
+    """Outside a checkout with ``../shared/hub`` and without ``HF_HOME`` holding the fixtures, the tests that need
+    them skip and the summary says how many (it once read "4 passed, 20 skipped", exit 0); an ``HF_HOME`` that holds
+    them is used (``conftest.py`` once replaced it by ``../shared/hub``)."""
+    from pathlib import Path
+
+    for name in ("conftest.py", "_hub.py"):
+        (pytester.path / name).write_text((Path(__file__).parent / name).read_text(encoding="utf-8"))
+    pytester.makepyfile(test_needs_hub="""
+        import pytest
+        from _hub import require_fixtures
+
+        @pytest.fixture(autouse=True)
+        def _torch_threads_restored():  # conftest's imports torch: seconds this test does not need
+            yield
+
+        def test_x():
+            require_fixtures()
+    """)
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["1 tests skipped: hub fixtures not found (neither HF_HOME nor *"])
+    (pytester.path / "hf" / "expected").mkdir(parents=True)
+    monkeypatch.setenv("HF_HOME", str(pytester.path / "hf"))
+    monkeypatch.setenv("CI", "true")  # where a missing fixture set fails
+    pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:cacheprovider").assert_outcomes(passed=1)

@@ -209,3 +209,17 @@ def test_data_flows_one_way(room):
         names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
         bad = [m for m in names if any(m == f or m.startswith(f + ".") for f in FORBIDDEN[room])]
         assert not bad, f"{path} imports {bad}"
+
+
+def test_an_index_built_in_python_is_a_retriever_for_t_load(tmp_path):
+    """``model >> FlexIndex(path)`` records its model (this one, built in memory, as a copy inside the index), so
+    ``t.load(path)`` is the model's query encoder ``>>`` the index, as README promises."""
+    import pyterrier_tite as t
+
+    model = tiny_tite()
+    index = pyterrier_dr.FlexIndex(str(tmp_path / "idx"), verbose=False)
+    (model >> index).index(DOCS.to_dict("records"))
+    want = (model.query_encoder() >> index.np_retriever())(QUERIES)
+    got = t.load(str(tmp_path / "idx"))(QUERIES)
+    pd.testing.assert_frame_equal(got[["qid", "docno", "rank"]], want[["qid", "docno", "rank"]])
+    np.testing.assert_allclose(got["score"], want["score"], rtol=1e-5)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyterrier as pt
 import pytest
+from _hub import require_fixtures
 from test_cli_batch import DOCS, TOPICS, cli_here, run_lines
 
 from pyterrier_tite.cli.service import build_index
@@ -46,18 +47,20 @@ def saved_model(name: str, folder: Path) -> Path:
     """A model saved to a folder of its own, as a training command leaves one."""
     import pyterrier_tite as t
 
+    require_fixtures()
     t.load(name, device="cpu").save_pretrained(str(folder))
     return folder
 
 
 def index_with(model: str, index: Path) -> dict:
+    require_fixtures()
     docs = [{"docno": str(d["docno"]), "text": d["text"]} for d in DOCS]
     build_index(model, docs, index, corpus_name="corpus", device="cpu", batch_size=4, verbose=False)
     return json.loads((index / "pyterrier_tite_index.json").read_text(encoding="utf-8"))
 
 
 def retrieve(index: str, topics: Path, out: Path, *extra: str) -> list[list[str]]:
-    done = cli_here("retrieve", "--index", index, "--topics", str(topics), "--out", str(out), "-k", "4", "--quiet",
+    done = cli_here("retrieve", "--index", index, "--topics", str(topics), "--output", str(out), "-k", "4", "--quiet",
                     *extra)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return run_lines(out)
@@ -117,7 +120,7 @@ def test_an_index_without_its_model_names_the_missing_folder(tmp_path):
     old = {k: v for k, v in info.items() if k not in ("packaged_model", "hub_id")}
     info_file.write_text(json.dumps({**old, "model": str(model)}))  # as older builds recorded a folder
     shutil.rmtree(model)
-    done = cli_here("retrieve", "--index", str(index), "--topics", str(topics), "--out", str(tmp_path / "r.run"))
+    done = cli_here("retrieve", "--index", str(index), "--topics", str(topics), "--output", str(tmp_path / "r.run"))
     # refused: the recorded model lies outside the index
     assert done.returncode == 2 and "pass --model" in done.stderr and str(model) in done.stderr
     assert retrieve(str(index), topics, tmp_path / "r.run", "--model", TITE)  # --model still opens it
@@ -127,6 +130,6 @@ def test_an_unreachable_index_url_is_one_line(tmp_path, served):
     _, url = served
     topics = tmp_path / "topics.tsv"
     topics.write_text(TOPICS, encoding="utf-8")
-    done = cli_here("retrieve", "--index", f"{url}/missing.tar.lz4", "--topics", str(topics), "--out",
+    done = cli_here("retrieve", "--index", f"{url}/missing.tar.lz4", "--topics", str(topics), "--output",
                     str(tmp_path / "r.run"))  # fmt: skip
     assert done.returncode == 2 and "cannot download the index" in done.stderr

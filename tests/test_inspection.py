@@ -150,26 +150,29 @@ DOCS = [{"docno": "d1", "text": "sparse retrieval with an inverted index"}, {"do
 
 
 def test_t_load_of_an_index_folder_is_its_retriever(tmp_path):
-    """An index records its model (``pyterrier_tite_index.json``): ``t.load(index)`` (a folder, or the artifact that
-    ``pt.Artifact.from_url`` returns) is that model's query encoder >> the index, retrieving as composed by hand."""
-    import pyterrier_dr
+    """An index records its model (``pyterrier_tite_index.json``; ``model >> FlexIndex`` too: the hub id it was loaded
+    by, no copy): ``t.load(index)`` (a folder, or the artifact that ``pt.Artifact.from_url`` returns) is that model's
+    query encoder >> the index, retrieving as composed by hand; a bare FlexIndex gets advice for a FlexIndex."""
+    import json
 
-    from pyterrier_tite.store.index_info import write_index_info
+    import pyterrier_dr
 
     require_fixtures()
     tite = t.TITE("webis/tite-2-late-msmarco")
     folder = tmp_path / "docs.flex"
     (tite >> pyterrier_dr.FlexIndex(str(folder))).index(DOCS)
+    info = json.loads((folder / "pyterrier_tite_index.json").read_text(encoding="utf-8"))
+    assert info["model"] == info["hub_id"] == "webis/tite-2-late-msmarco" and not (folder / "model").exists()
     queries = pd.DataFrame({"qid": ["1"], "query": ["inverted index"]})
     by_hand = (tite.query_encoder() >> pyterrier_dr.FlexIndex(str(folder)).np_retriever())(queries)
-    with pytest.raises(ValueError, match="does not record the model.*query_encoder"):  # a bare FlexIndex
-        t.load(str(folder))
-    write_index_info(folder, "dense", "webis/tite-2-late-msmarco", None, len(DOCS), hub_id="webis/tite-2-late-msmarco")
     for given in (str(folder), pyterrier_dr.FlexIndex(str(folder))):
         retriever = t.load(given)
         got = retriever(queries)
         assert list(got["docno"]) == list(by_hand["docno"]) and "TITE" in repr(retriever)
         assert got["score"].to_numpy() == pytest.approx(by_hand["score"].to_numpy(), rel=1e-5)
+    (folder / "pyterrier_tite_index.json").unlink()  # a FlexIndex built elsewhere
+    with pytest.raises(ValueError, match="does not record the model.*query_encoder.*FlexIndex"):
+        t.load(str(folder))
 
 
 def test_t_load_of_a_folder_that_is_no_model_says_what_it_is(tmp_path):

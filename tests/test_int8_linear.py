@@ -89,3 +89,23 @@ def test_weights_stay_where_the_int8_gemm_is_exact():
     assert int(layer.weight_t.abs().max()) == levels
     x = torch.ones(3, 64)
     assert torch.allclose(layer(x), linear(x), rtol=1e-5)
+
+
+def test_the_amx_matmul_gives_the_int_mm_products():
+    """On a CPU with AMX the layer multiplies with oneDNN's AMX matmul (torch._int_mm there is 3.5x slower than bf16),
+    row counts rounded up to a few shapes: the same int32 products as ``torch._int_mm``, so the same outputs, and the
+    layer survives a copy (its AMX weights are opaque: rebuilt, not copied)."""
+    import copy
+
+    from pyterrier_tite.models.int8_linear import amx_int8_matmul
+
+    if not amx_int8_matmul():
+        pytest.skip("no AMX int8 matmul on this CPU")
+    torch.manual_seed(3)
+    linear = nn.Linear(64, 48)
+    layer = Int8Linear(linear.weight, linear.bias, torch.rand(64) + 0.5)
+    plain = copy.deepcopy(layer)
+    plain.amx_weight = None  # torch._int_mm
+    for rows in (1, 37, 300):
+        x = torch.randn(rows, 64)
+        assert torch.allclose(layer(x), plain(x), rtol=1e-6, atol=1e-6)

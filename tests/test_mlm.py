@@ -121,11 +121,11 @@ def test_cli_pretrains_on_a_real_collection_slice_and_resumes(tmp_path, irds_hom
     from pyterrier_tite.cli import main
 
     out = tmp_path / "cli"
-    flags = ["pretrain-mlm", "--dataset", "cranfield", "--output", str(out), "--vocab-size", "1000", "--limit", "100",
-             "--hidden-size", "32", "--layers", "1", "--heads", "2", "--intermediate-size", "64", "--max-length", "48",
-             "--batch-size", "8", "--quiet", "--save-every", "2"]  # fmt: skip
-    assert main([*flags, "--steps", "3"]) == 0
-    assert main([*flags, "--steps", "5"]) == 0  # continues from the step-3 checkpoint with the same vocabulary
+    flags = ["pretrain-mlm", "--dataset", "cranfield", "--output-dir", str(out), "--vocab-size", "1000",
+             "--max-docs", "100", "--hidden-size", "32", "--layers", "1", "--heads", "2", "--intermediate-size", "64",
+             "--max-length", "48", "--batch-size", "8", "--quiet", "--save-every", "2"]  # fmt: skip
+    assert main([*flags, "--max-steps", "3"]) == 0
+    assert main([*flags, "--max-steps", "5"]) == 0  # continues from the step-3 checkpoint with the same vocabulary
     log = [json.loads(line) for line in open(out / "log.jsonl")]
     assert [h["step"] for h in log] == [1, 2, 3, 4, 5]
     assert {"mlm", "mlm_splade", "flops"} <= set(log[-1])
@@ -143,9 +143,10 @@ def test_cli_pretrain_mlm_under_torchrun_two_processes(tmp_path, irds_home):
 
     out = tmp_path / "ddp"
     torchrun(
-        "-m", "pyterrier_tite", "pretrain-mlm", "--dataset", "cranfield", "--output", str(out), "--vocab-size", "600",
-        "--limit", "64", "--hidden-size", "32", "--layers", "1", "--heads", "2", "--intermediate-size", "64",
-        "--max-length", "32", "--batch-size", "4", "--steps", "3", "--quiet", "--threads", "1",
+        "-m", "pyterrier_tite", "pretrain-mlm", "--dataset", "cranfield", "--output-dir", str(out),
+        "--vocab-size", "600", "--max-docs", "64", "--hidden-size", "32", "--layers", "1", "--heads", "2",
+        "--intermediate-size", "64", "--max-length", "32", "--batch-size", "4", "--max-steps", "3", "--quiet",
+        "--threads", "1",
     )  # fmt: skip
     log = [json.loads(line) for line in open(out / "log.jsonl")]
     assert [h["step"] for h in log] == [1, 2, 3]

@@ -56,9 +56,9 @@ def test_notebook_matches_its_source(path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem not in TRAINING], ids=lambda p: p.stem)
-def test_notebook_runs_in_quick_mode(path, irds_home, tite_cache, monkeypatch):
+def test_notebook_runs_in_quick_mode(path, irds_home, tite_cache, monkeypatch, tmp_path):
     """Top to bottom in quick mode (the training notebooks: ``test_notebooks_training.py``)."""
-    run_in_quick_mode(path, monkeypatch)
+    run_in_quick_mode(path, monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem)

@@ -39,6 +39,42 @@ def test_without_a_working_compiler_the_reference_ops_run_after_one_warning(tmp_
     assert all(str(tmp_path / "kernels" / name) in warned for name in left)  # named in the warning
 
 
+FAKE_COMPILE = """
+import os, shutil, sys, time
+import torch
+from torch.utils import cpp_extension
+from pyterrier_tite.ops import _extension
+
+def compile_slowly(name, sources, build_directory, **kwargs):  # the kernels of this checkout, as if compiled now
+    time.sleep(2)
+    shutil.copy(sys.argv[1], os.path.join(build_directory, name + ".so"))
+    return _extension._import(os.path.join(build_directory, name + ".so"))
+
+cpp_extension.load = compile_slowly
+print(_extension.extension().__file__)
+"""
+
+
+def test_two_processes_starting_at_once_compile_the_kernels_once(tmp_path):
+    """An empty kernel cache and two processes that need the kernels at once (two pytest workers, two services): one
+    compiles (said in one line) while the other waits on the cache's lock, and both load the one result."""
+    from pyterrier_tite.ops import _extension
+
+    if _extension.extension() is None:
+        pytest.skip("the kernels are not compiled here")
+    library = os.path.join(_extension.build_folder(_extension.sources()), _extension._NAME + ".so")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "kernels")}
+    users = [subprocess.Popen([sys.executable, "-c", FAKE_COMPILE, library], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]  # fmt: skip
+    outputs = [user.communicate(timeout=300) for user in users]
+    assert [user.returncode for user in users] == [0, 0], [err for _, err in outputs]
+    assert sum("compiling the CPU kernels" in err for _, err in outputs) == 1, [err for _, err in outputs]
+    (built,) = os.listdir(tmp_path / "kernels")  # one folder, complete (no staging left behind)
+    final = str(tmp_path / "kernels" / built / (_extension._NAME + ".so"))
+    staged = [out.strip() for out, _ in outputs if out.strip() != final]  # the compiler's, from its build folder
+    assert len(staged) == 1 and os.path.basename(os.path.dirname(staged[0])).startswith(f".{built}.building"), outputs
+
+
 HELP_IMPORTS = """
 import sys
 from pyterrier_tite.cli import build_parser

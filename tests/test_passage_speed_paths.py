@@ -199,3 +199,30 @@ def test_packed_biencoder_encodes_as_transformers(tmp_path, pooling, normalize):
         padded = torch.cat([text_encoder.encode_docs([text]) for text in texts])
     assert packed.shape == (5, 16)
     assert_float_close(packed, padded)
+
+
+def test_bf16_packed_rows_round_up_to_few_shapes_and_score_as_the_exact_count(monkeypatch):
+    """Under CPU bf16 autocast the packed rows are rounded up to a few row counts (oneDNN builds a kernel per count),
+    the extra rows are scratch: MonoCE's and SparseCE's scores, and every token's state, are those of the exact count;
+    the states run in bf16 (the residual stream too)."""
+    from _tiny import tiny_sparse_ce
+
+    from pyterrier_tite.models import fused_linear, packed_bert
+    from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs
+    from pyterrier_tite.models.sparse_ce import packed
+
+    mono, sparse = CrossEncoderScorer(_bert()).eval(), tiny_sparse_ce(2, False)
+    queries, docs = [[5, 6, 7], [8], [30, 31]], [[[10, 11, 12], [14], list(range(40, 60))], [[21, 22]], [[60, 61]]]
+    pairs = PackedPairs.from_lists(queries, docs, 1, 2, "cpu")
+    assert fused_linear.gemm_rows(pairs.layout.total, torch.zeros(1)) == pairs.layout.total  # fp32: exact counts
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fused_linear.gemm_rows(pairs.layout.total, torch.zeros(1)) > pairs.layout.total
+        rounded = (mono(queries, docs), sparse(queries, docs, cls_only=True).logits, PackedEncoder(mono.backbone))
+        tokens = rounded[2].tokens(pairs)
+        for module in (fused_linear, packed_bert, packed):
+            monkeypatch.setattr(module, "gemm_rows", lambda rows, x: rows)
+        exact = (mono(queries, docs), sparse(queries, docs, cls_only=True).logits)
+        assert tokens.dtype == torch.bfloat16 and tokens.shape[0] == pairs.layout.total
+        assert_float_close(tokens, PackedEncoder(mono.backbone).tokens(pairs), dtype=torch.bfloat16)
+    for got, expected in zip(rounded[:2], exact, strict=True):
+        assert_float_close(got, expected, dtype=torch.bfloat16)

@@ -42,7 +42,7 @@ def test_cli_refuses_a_bad_fold_before_loading_anything(capsys):
     from pyterrier_tite.cli import build_parser
 
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["train-splade", "--dataset", "vaswani", "--init", "x", "--hold-out-fold", "3/2"])
+        build_parser().parse_args(["train-splade", "--dataset", "vaswani", "--model", "x", "--hold-out-fold", "3/2"])
     assert "1 <= I <= N" in capsys.readouterr().err
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _hub import require_fixtures
 from conftest import HUB_FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +59,8 @@ def test_readme_has_python_and_shell_blocks():
 
 def test_readme_names_only_verified_hub_ids():
     """Every hub id in a fenced block is one of the released layouts in the fixtures, or has a listed substitute."""
+    require_fixtures()
     repos = fixture_repos()
-    if not repos:
-        pytest.skip("hub fixtures not found")
     named = {match for _, code in readme_blocks() for match in HUB_ID.findall(code)}
     assert named, "the README's blocks name no hub id: the pattern is broken"
     unverified = sorted(name for name in named if name not in repos and SUBSTITUTES.get(name) not in repos)
@@ -71,8 +71,7 @@ def test_readme_names_only_verified_hub_ids():
 def test_every_readme_block_runs(tmp_path, irds_home):
     """The blocks, in order, in a fresh folder (with ``examples/`` beside, as in a checkout); the shell lines create
     every file a later line reads."""
-    if not fixture_repos():
-        pytest.skip("hub fixtures not found")
+    require_fixtures()
     blocks = []
     for language, code in readme_blocks():
         for name, substitute in SUBSTITUTES.items():

@@ -233,7 +233,7 @@ def test_train_reranker_cli_on_trec_dl_candidates(extra, tiny_bert_folder, irds_
 
     out = tmp_path / "model"
     argv = ["train-reranker", "--model", tiny_bert_folder, "--dataset", "2020", "--max-queries", "4", "--depth", "20",
-            "--max-steps", "3", "--queries-per-batch", "2", "--negatives", "3", "--doc-max-length", "48",
+            "--max-steps", "3", "--queries-per-batch", "2", "--num-negatives", "3", "--doc-max-length", "48",
             "--threads", "1", "--quiet", "--output-dir", str(out), "--allow-evaluation-data", *extra]  # fmt: skip
     assert main(argv) == 0
     assert "trained" in capsys.readouterr().out

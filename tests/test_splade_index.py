@@ -150,3 +150,18 @@ def test_a_damaged_index_is_an_error_not_a_dead_process(tiny, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "raised:" in done.stdout and "fwd.doclex" in done.stdout
+
+
+def test_an_index_built_in_python_opens_with_t_load_and_else_advises_its_kind(tiny, tmp_path):
+    """``splade.indexer(path)`` records its model, so ``t.load(path)`` is its retriever; a PISA index without the
+    record is refused with advice for SPLADE (``.retriever``), not a FlexIndex's."""
+    import pyterrier_tite as t
+
+    path = str(tmp_path / "idx")
+    build(tiny, path)
+    queries = pd.DataFrame({"qid": ["1"], "query": ["plasma flow"]})
+    pd.testing.assert_frame_equal(t.load(path)(queries), tiny.retriever(path)(queries))
+    (tmp_path / "idx" / "pyterrier_tite_index.json").unlink()
+    with pytest.raises(ValueError, match=r"does not record the model.*t\.load\(model\)\.retriever\(") as raised:
+        t.load(path)
+    assert "FlexIndex" not in str(raised.value)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import cli_here
 
 SPARSE_CE = "webis/sparse-cross-encoder-4-4096"
 TITE = "webis/tite-2-late-msmarco"
@@ -96,7 +97,7 @@ def test_rerank_keeps_the_first_k_by_input_rank(tmp_path):
     rows = [{"qid": q, "query": query, "docno": d, "text": text, "rank": rank, "score": 0}
             for q, query in QUERIES.items() for rank, (d, text) in enumerate(DOCS.items(), 1)]  # fmt: skip
     write_jsonl(source / "rerank.jsonl", rows)
-    done = tirex("rerank", "--model", SPARSE_CE, "-k", "2", "--input", str(source), "--output", str(target),
+    done = tirex("rerank", "--model", SPARSE_CE, "-k", "2", "--input", str(source), "--output-dir", str(target),
                  env={})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     check_run(read_back(target), {(str(q), str(d)) for q in QUERIES for d in (1, "d2")})
@@ -126,24 +127,42 @@ def test_retrieve_dense_from_corpus_gz(tmp_path):
     source.mkdir()
     write_jsonl(source / "corpus.jsonl.gz", [{"doc_id": d, "default_text": text} for d, text in DOCS.items()])
     write_jsonl(source / "queries.jsonl", [{"qid": q, "query": query} for q, query in QUERIES.items()])
-    done = tirex("retrieve", "--model", TITE, "--input", str(source), "--output", str(target), "--quiet", env={})
+    done = tirex("retrieve", "--model", TITE, "--input", str(source), "--output-dir", str(target), "--quiet", env={})
     assert done.returncode == 0, done.stderr[-3000:]
     check_run(read_back(target), {(str(q), str(d)) for q in QUERIES for d in DOCS})
     tira_format_check(target)
 
 
-def test_missing_inputs_are_named(tmp_path):
-    done = tirex("rerank", "--model", SPARSE_CE, env={})
-    assert done.returncode == 2 and "$inputDataset" in done.stderr and "Traceback" not in done.stderr
+@pytest.mark.parametrize("command, needs", [("rerank", "rerank.jsonl"), ("retrieve", "queries.jsonl")])
+def test_an_existing_run_is_replaced_only_with_overwrite(tmp_path, command, needs):
+    """As every other writer, refused before any work; TIRA gives an empty output folder, so its flow never meets the
+    refusal. With --overwrite the command goes on (here to its missing input)."""
     (tmp_path / "in").mkdir()
-    done = tirex("rerank", "--model", SPARSE_CE, "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
-                 env={})  # fmt: skip
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "run.txt").write_text("an earlier run\n")
+    args = ("tirex", command, "--model", "bm25", "--input", str(tmp_path / "in"), "--output-dir", str(tmp_path / "out"))
+    done = cli_here(*args)
+    assert done.returncode == 2 and f"{tmp_path / 'out' / 'run.txt'} already exists; pass --overwrite" in done.stderr
+    done = cli_here(*args, "--overwrite")
+    assert done.returncode == 2 and needs in done.stderr and "already exists" not in done.stderr, done.stderr
+    assert (tmp_path / "out" / "run.txt").read_text() == "an earlier run\n"
+
+
+def test_missing_inputs_are_named(tmp_path, monkeypatch):
+    for name in ("inputDataset", "outputDir", "TIRA_INPUT_DATASET", "TIRA_OUTPUT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    done = cli_here("tirex", "rerank", "--model", SPARSE_CE)  # in this process: a traceback would fail the test
+    assert done.returncode == 2 and "$inputDataset" in done.stderr
+    (tmp_path / "in").mkdir()
+    done = cli_here("tirex", "rerank", "--model", SPARSE_CE, "--input", str(tmp_path / "in"), "--output-dir",
+                    str(tmp_path / "o"))  # fmt: skip
     assert done.returncode == 2 and "rerank.jsonl" in done.stderr
-    done = tirex("retrieve", "--model", "bm25", "--input", str(tmp_path / "in"), env={"outputDir": str(tmp_path)})
+    done = cli_here("tirex", "retrieve", "--model", "bm25", "--input", str(tmp_path / "in"),
+                    env={"outputDir": str(tmp_path)})  # fmt: skip
     assert done.returncode == 2 and "queries.jsonl" in done.stderr
     write_jsonl(tmp_path / "in" / "rerank.jsonl", [{"qid": 1, "query": "q", "docno": "a", "text": None}])
-    done = tirex("rerank", "--model", SPARSE_CE, "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
-                 env={})  # fmt: skip
+    done = cli_here("tirex", "rerank", "--model", SPARSE_CE, "--input", str(tmp_path / "in"), "--output-dir",
+                    str(tmp_path / "o"))  # fmt: skip
     assert done.returncode == 2 and "docno 'a'" in done.stderr and not (tmp_path / "o" / "run.txt").exists()
 
 

@@ -119,7 +119,7 @@ def test_cli_pretrain_on_a_collection(tmp_path, irds_home, tiny_start):
     start = tiny_start
     out = tmp_path / "out"
     code = main(
-        ["pretrain", "--dataset", "vaswani", "--max-docs", "16", "--start", str(start), "--max-length", "16",
+        ["pretrain", "--dataset", "vaswani", "--max-docs", "16", "--model", str(start), "--max-length", "16",
          "--batch-size", "4", "--max-steps", "3", "--output-dir", str(out), "--quiet", "--threads", "1"]
     )  # fmt: skip
     assert code == 0
@@ -135,7 +135,7 @@ def test_cli_pretrain_under_torchrun_two_processes(tmp_path, irds_home, tiny_sta
     start = tiny_start
     out = tmp_path / "out"
     torchrun(
-        "-m", "pyterrier_tite", "pretrain", "--dataset", "vaswani", "--max-docs", "16", "--start-point", str(start),
+        "-m", "pyterrier_tite", "pretrain", "--dataset", "vaswani", "--max-docs", "16", "--model", str(start),
         "--max-length", "16", "--batch-size", "2", "--max-steps", "3", "--learning-rate", "1e-3",
         "--output-dir", str(out), "--quiet", "--threads", "1",
     )  # fmt: skip

@@ -106,7 +106,7 @@ def test_training_commands_refuse_evaluation_data_before_loading_anything(argv, 
 
 
 def test_a_bare_id_is_trained_on_its_train_split_before_the_model_is_loaded(tmp_path):
-    result = cli_here("train-splade", "--model", NO_MODEL, "--dataset", "beir/scifact", "--output", str(tmp_path))
+    result = cli_here("train-splade", "--model", NO_MODEL, "--dataset", "beir/scifact", "--output-dir", str(tmp_path))
     assert result.returncode == 2  # the missing model, after the split was chosen
     note = "note: beir/scifact holds the splits test, train: training on beir/scifact/train"
     assert result.stderr.splitlines()[0] == note
@@ -135,7 +135,7 @@ def test_every_training_command_with_labels_takes_the_flag():
 
 
 def test_tokenizer_training_on_an_evaluation_collection_says_it_uses_its_documents(irds_home, tmp_path):
-    result = cli_here("train-tokenizer", "--dataset", "vaswani", "--limit", "50", "--vocab-size", "200",
+    result = cli_here("train-tokenizer", "--dataset", "vaswani", "--max-docs", "50", "--vocab-size", "200",
                       "--output-dir", str(tmp_path / "tok"))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "note: training on the documents of vaswani only, an evaluation collection" in result.stderr
@@ -174,7 +174,7 @@ def test_the_model_card_says_it_was_trained_on_evaluation_data(irds_home, tmp_pa
     start = save_tiny_bert(tmp_path / "start")
     out = tmp_path / "model"
     argv = ["train-reranker", "--model", start, "--dataset", "2020", "--max-queries", "2", "--depth", "10",
-            "--max-steps", "1", "--queries-per-batch", "1", "--negatives", "2", "--doc-max-length", "16",
+            "--max-steps", "1", "--queries-per-batch", "1", "--num-negatives", "2", "--doc-max-length", "16",
             "--threads", "1", "--quiet", "--output-dir", str(out)]  # fmt: skip
     assert cli_here(*argv).returncode == 2  # refused without the flag
     result = cli_here(*argv, "--allow-evaluation-data")

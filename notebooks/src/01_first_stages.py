@@ -21,7 +21,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message="There are shared pipeline components")  # pt.Experiment's hint
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
-FIGURES = Path("../docs/figures")
+FIGURES = os.environ.get("PYTERRIER_TITE_FIGURES")  # a folder to save the figures in (default: none)
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -86,8 +86,8 @@ ax.axhline(0, color="black", linewidth=0.8)
 ax.set(title="vaswani: BM25 without length normalisation vs default, per query",
        xlabel="query (sorted by difference)", ylabel="Δ nDCG@10 (b=0 − b=0.4)")
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "bm25_per_query_delta.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "bm25_per_query_delta.png", dpi=110)
 plt.show()
 
 # %% [markdown]
@@ -130,11 +130,11 @@ ax.set(title="BM25 (PISA, k1=0.9, b=0.4) per collection", ylabel="score (0–1)"
        yticks=[0, 0.2, 0.4, 0.6, 0.8, 1.0])
 ax.legend(ncols=3, fontsize=8, loc="upper left")
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "bm25_collections.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "bm25_collections.png", dpi=110)
 plt.show()
 
 # %% [markdown]
 # DL 2019 / 2020 are the provided top-100 runs (R@100 is their recall), the others full retrieval; the same numbers
-# with their command are in [docs/results.md](../docs/results.md#bm25-baselines). Figures saved (full run):
-# `docs/figures/bm25_collections.png`, `docs/figures/bm25_per_query_delta.png`.
+# with their command are in [docs/results.md](../docs/results.md#bm25-baselines). Figures (`build_notebooks.py
+# --figures`): `docs/figures/bm25_collections.png`, `docs/figures/bm25_per_query_delta.png`.

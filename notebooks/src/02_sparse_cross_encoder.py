@@ -26,7 +26,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
 THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
-FIGURES = Path("../docs/figures")
+FIGURES = os.environ.get("PYTERRIER_TITE_FIGURES")  # a folder to save the figures in (default: none)
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -100,8 +100,8 @@ ax.set(title="TREC DL 2019, rerank BM25 top-50 (60 training steps on DL 2020; ci
        xlabel="nDCG@10", xlim=(0, 0.68))
 ax.legend(fontsize=8, loc="upper right")
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "rerankers_dl19_cited.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "rerankers_dl19_cited.png", dpi=110)
 plt.show()
 
 # %% [markdown]
@@ -149,8 +149,8 @@ for ax, (title, config) in zip(axes, configs.items()):
 axes[0].set_ylabel("row (attending token)", fontsize=8)
 fig.suptitle("Attention patterns: 6 query + 30 document tokens (blue = may attend)", fontsize=10)
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "sparse_ce_attention_pattern.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "sparse_ce_attention_pattern.png", dpi=110)
 plt.show()
 
 # %% [markdown]
@@ -223,8 +223,8 @@ ax_t.set_title("Time per document vs length (CPU, 1 thread, fp32)", fontsize=10)
 ax_m.set_title("Peak memory per document vs length (all windows coincide)", fontsize=10)
 ax_t.legend(fontsize=8)
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "sparse_ce_time_memory_vs_length.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "sparse_ce_time_memory_vs_length.png", dpi=110)
 plt.show()
 
 # %% [markdown]
@@ -232,6 +232,6 @@ plt.show()
 # a fixed window and quadratically for full attention, so the gap opens with length (in the full-size run, w=4 is 2.7x faster than BERT on 4k-token documents, 97% of its FLOP
 # limit). On a CPU, SDPA never builds the L × L matrix either, so memory differs little: the FFN activations, which
 # every model keeps, dominate. w=64 is slower than full attention on short documents, where the band covers most of
-# the sequence and the banded kernel works row by row. Figures saved (full run):
+# the sequence and the banded kernel works row by row. Figures (`build_notebooks.py --figures`):
 # `docs/figures/rerankers_dl19_cited.png`, `docs/figures/sparse_ce_attention_pattern.png`,
 # `docs/figures/sparse_ce_time_memory_vs_length.png`.

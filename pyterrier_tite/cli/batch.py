@@ -1,7 +1,7 @@
 """``pyterrier-tite index | retrieve | rerank``: batch indexing, retrieval and re-ranking from the shell.
 
     pyterrier-tite index --model webis/tite-2-late-msmarco --dataset vaswani --index vaswani.tite
-    pyterrier-tite retrieve --index vaswani.tite --topics vaswani --out tite.run.gz
+    pyterrier-tite retrieve --index vaswani.tite --topics vaswani --output tite.run.gz
     pyterrier-tite evaluate --qrels vaswani tite.run.gz
 
 ``index`` under ``torchrun --nproc_per_node N -m pyterrier_tite index ...`` encodes the corpus on N processes (one
@@ -16,7 +16,7 @@ import functools
 import os
 import sys
 
-from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
+from pyterrier_tite.cli.flags import add_depth_argument, add_runtime_arguments, apply_runtime_arguments, rename
 from pyterrier_tite.store.locks import WriteTargetError
 
 #: errors that mean bad input, or an output that cannot be written (busy, unwritable, a full disk): printed as one
@@ -83,8 +83,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "text, or a TIREx input folder (documents.jsonl)",
     )  # fmt: skip
     index.add_argument("--index", required=True, help="the index folder to create")
-    index.add_argument("--overwrite", action="store_true", help="replace an existing index (once the new one is done)")
-    add_runtime_arguments(index)
+    add_runtime_arguments(index, "an existing index (once the new one is done)")
     index.set_defaults(func=run_index)
 
     retrieve = commands.add_parser(
@@ -111,7 +110,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "searches per query (default: 32); wider finds more of the exact top k, slower",
     )  # fmt: skip
     add_run_arguments(retrieve, k=1000, k_help="results per query")
-    add_runtime_arguments(retrieve)
+    add_runtime_arguments(retrieve, "an existing run file")
     retrieve.set_defaults(func=run_retrieve)
 
     rerank = commands.add_parser(
@@ -131,21 +130,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file "
                         "(default: the collection of --topics when it is an ir_datasets id)")
     add_run_arguments(rerank, k=100, k_help="candidates re-ranked per query")
-    add_runtime_arguments(rerank)
+    add_runtime_arguments(rerank, "an existing run file")
     rerank.set_defaults(func=run_rerank)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, k: int, k_help: str) -> None:
-    """``--topics``, ``--out``, ``-k`` and ``--overwrite``: what a command that writes a run file reads and writes."""
+    """``--topics``, ``--output`` and ``-k`` / ``--depth``: what a command that writes a run file reads and writes."""
     parser.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file (.jsonl/.tsv/.xml)")
-    parser.add_argument("--out", required=True, help="run file to write (.gz compresses)")
-    parser.add_argument("-k", type=int, default=k, help=k_help)
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing run file")
-
-
-def check_k(k: int) -> None:
-    if k < 1:
-        raise ValueError(f"-k must be at least 1, got {k}")
+    parser.add_argument("--output", required=True, help="run file to write (.gz compresses)")
+    rename(parser, {"--out": "--output"})
+    add_depth_argument(parser, k, k_help)
 
 
 def _device_for_rank(device: str | None, world_size: int) -> str | None:
@@ -180,11 +174,7 @@ def check_corpus_source(source: str) -> None:
     looks_like_file = source.endswith((".jsonl", ".jsonl.gz", ".tsv", ".tsv.gz", ".json"))
     if looks_like_file:
         raise FileNotFoundError(f"corpus file {source} does not exist")
-    import ir_datasets
-
-    datasets.register_local()
-    if datasets.irds_id(source) not in ir_datasets.registry:
-        raise ValueError(f"{source!r} is neither a file nor a known ir_datasets id / alias")
+    datasets.known_id(source)
 
 
 @input_errors("index")
@@ -214,7 +204,7 @@ def run_index(args: argparse.Namespace) -> int:
 
 
 @input_errors("retrieve")
-@writes_to(lambda args: args.out)
+@writes_to(lambda args: args.output)
 def run_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve, system_name
     from pyterrier_tite.store.index_info import index_info, indexed_collection
@@ -223,7 +213,6 @@ def run_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.topics import load_topics
 
     apply_runtime_arguments(args)
-    check_k(args.k)
     topics = load_topics(args.topics)
     index = index_folder(args.index)  # a package URL or file: unpacked into the artifact cache
     info = index_info(index)
@@ -235,13 +224,13 @@ def run_retrieve(args: argparse.Namespace) -> int:
     )
     results = retrieve(retriever, topics, verbose=not args.quiet)
     model = args.model or info.get("model_name") or info.get("model") or "bm25"
-    written = write_trec_run(results, args.out, system=system_name(model), collection=indexed_collection(info))
-    print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.out}")
+    written = write_trec_run(results, args.output, system=system_name(model), collection=indexed_collection(info))
+    print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.output}")
     return 0
 
 
 @input_errors("rerank")
-@writes_to(lambda args: args.out)
+@writes_to(lambda args: args.output)
 def run_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.cli.service import attach_queries, load_model, rerank, scorer_of, system_name
     from pyterrier_tite.datasets import collection_id
@@ -251,7 +240,6 @@ def run_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.topics import load_topics
 
     apply_runtime_arguments(args)
-    check_k(args.k)
     if args.dataset is None and not is_file_argument(args.topics):
         args.dataset = args.topics  # topics by ir_datasets id: the texts (and BM25) of their collection
     if args.model.lower() == "bm25":
@@ -276,8 +264,10 @@ def run_rerank(args: argparse.Namespace) -> int:
                          f"{args.dataset} (e.g. {missing[0]!r}): is --dataset the run's collection?")  # fmt: skip
     _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
     scored = rerank(scorer_of(model), candidates[["qid", "query", "docno"]], texts, verbose=not args.quiet)
-    written = write_trec_run(scored, args.out, system=system_name(args.model), collection=collection_id(args.dataset))
-    print(f"{len(written)} re-ranked results for {written['qid'].nunique()} queries written to {args.out}")
+    written = write_trec_run(
+        scored, args.output, system=system_name(args.model), collection=collection_id(args.dataset)
+    )
+    print(f"{len(written)} re-ranked results for {written['qid'].nunique()} queries written to {args.output}")
     return 0
 
 

@@ -22,6 +22,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pyterrier_tite.cli.flags import add_depth_argument, rename
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyterrier as pt
@@ -36,9 +38,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--systems", type=system_names, default="bm25,splade,minilm",
         help="comma-separated subset of bm25, splade, minilm (default: all)",
     )  # fmt: skip
-    demo.add_argument(
-        "--rerank-depth", type=positive_int, default=50, help="BM25 results re-scored by MiniLM (default 50)"
-    )
+    add_depth_argument(demo, 50, "BM25 results re-scored by MiniLM (and by the re-rankers of --models)")
+    rename(demo, {"--rerank-depth": "--depth"})
     demo.add_argument(
         "--models", type=folder, default=None,
         help="a folder of saved model folders (e.g. training outputs): one more row each",
@@ -59,13 +60,6 @@ def system_names(value: str) -> list[str]:
     return names
 
 
-def positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
-
-
 def folder(value: str) -> str:
     if not os.path.isdir(value):
         raise argparse.ArgumentTypeError(f"{value} is not a folder")
@@ -75,7 +69,7 @@ def folder(value: str) -> str:
 def demo_command(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    table = run_demo(args.dataset, systems=args.systems, rerank_depth=args.rerank_depth, models_dir=args.models)
+    table = run_demo(args.dataset, systems=args.systems, rerank_depth=args.k, models_dir=args.models)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(f"\n{args.dataset}:\n{table.to_string(index=False)}")
     return 0

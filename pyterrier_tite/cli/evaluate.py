@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import sys
 
 from pyterrier_tite.cli.batch import input_errors
 
 DEFAULT_MEASURES = "nDCG@10 AP R@100"
+#: spaces or commas between measures, but not a comma before a number (trec_eval's ``ndcg_cut.10,20``) nor inside a
+#: measure's parameters (``P(rel=2,judged_only=True)@10``)
+MEASURE_SEPARATOR = re.compile(r"(?:\s+|,(?!\d))(?![^(]*\))")
 #: multiple-testing corrections (statsmodels' ``multipletests`` methods, as ``pt.Experiment`` takes them)
 CORRECTIONS = (
     "bonferroni", "sidak", "holm-sidak", "holm", "simes-hochberg", "hommel",
@@ -27,7 +32,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("runs", nargs="+", help="TREC run files (.gz allowed)")
     parser.add_argument("--qrels", required=True, help="ir_datasets id / alias (e.g. vaswani, dl19) or a qrels file")
-    parser.add_argument("--measures", default=DEFAULT_MEASURES, help=f"measures (default {DEFAULT_MEASURES!r})")
+    parser.add_argument("--measures", default=DEFAULT_MEASURES, help="measures, spaces or commas between, named as in "
+                        "ir_measures or trec_eval (nDCG@10 or ndcg_cut_10, AP or map, RR or recip_rank, P@10 or P_10); "
+                        f"the columns follow this order (default {DEFAULT_MEASURES!r})")  # fmt: skip
     parser.add_argument("--names", default=None, help="comma-separated system names (default: the file names)")
     parser.add_argument("--baseline", type=int, default=None, help="index of the run to test the others against")
     parser.add_argument(
@@ -42,7 +49,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 @input_errors("evaluate")
 def run_evaluate(args: argparse.Namespace) -> int:
     table = evaluate(
-        args.runs, args.qrels, args.measures.split(), names=_names(args), baseline=args.baseline,
+        args.runs, args.qrels, MEASURE_SEPARATOR.split(args.measures), names=_names(args), baseline=args.baseline,
         correction=args.correction,
     )  # fmt: skip
     import pandas as pd
@@ -70,17 +77,13 @@ def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str],
     before any file is read; a bad run or qrels file is a ``ValueError`` naming the file and line, and so is a run
     that cannot belong to the qrels (:func:`check_run`); a run covering part of the qrels' queries is said on
     stderr (the measures average over every query of the qrels: one without results scores 0)."""
-    import ir_measures
     import pandas as pd
     import pyterrier as pt
 
     from pyterrier_tite.store.qrels import load_qrels
     from pyterrier_tite.store.runs import read_trec_run
 
-    try:
-        parsed = [ir_measures.parse_measure(m) for m in measures]
-    except (ValueError, NameError, SyntaxError) as exc:
-        raise ValueError(f"unknown measure in {measures}: {exc}") from exc
+    parsed = list(dict.fromkeys(m for name in measures if name for m in parse_measures(name)))
     if baseline is not None and not 0 <= baseline < len(runs):
         raise ValueError(f"--baseline {baseline} is not the index of one of the {len(runs)} runs")
     _check_correction(correction, baseline)
@@ -89,9 +92,22 @@ def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str],
     for path, run in zip(runs, systems, strict=True):
         check_run(path, run, judged, qrels)
     topics = pd.DataFrame({"qid": sorted(judged["qid"].unique()), "query": ""})
-    return pt.Experiment(
+    table = pt.Experiment(
         systems, topics, judged, parsed, names=names, baseline=baseline, correction=correction, round=4
     )
+    order = {str(m): i for i, m in enumerate(parsed)}  # pt.Experiment sorts them by name: the order asked instead
+    return table[sorted(table.columns, key=lambda c: (" " in c, order.get(c.split(" ")[0], -1)))]
+
+
+def parse_measures(name: str) -> list:
+    """The measures one name means, as ir_measures writes it (``nDCG@10``, ``AP``) or as trec_eval does
+    (``ndcg_cut_10``, ``map``, ``ndcg_cut.10,20``)."""
+    import ir_measures
+
+    for parse in (lambda text: [ir_measures.parse_measure(text)], ir_measures.parse_trec_measure):
+        with contextlib.suppress(ValueError, NameError, SyntaxError, KeyError):
+            return list(parse(name))
+    raise ValueError(f"unknown measure {name!r}: an ir_measures name (nDCG@10) or a trec_eval one (ndcg_cut_10)")
 
 
 def check_run(path: str, run, judged, qrels: str) -> None:

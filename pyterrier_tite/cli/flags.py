@@ -3,8 +3,9 @@ every training command (``add_training_arguments``), the runtime flags of every 
 (``add_runtime_arguments``: ``--device``, ``--batch-size``, ``--threads``, ``--quiet``, ``--precision``) and the text
 lengths (``add_length_arguments``).
 
-Long names follow ``TrainingArguments`` (``--output-dir``, ``--max-steps``, ``--learning-rate``); the short forms
-``--output``, ``--steps`` and ``--lr`` are accepted as aliases.
+One name per concept: ``--model``, ``--dataset``, ``--output-dir`` (a folder: training, ``tirex``; as in
+``TrainingArguments``), ``--output`` (a run file), ``-k`` / ``--depth``, ``--num-negatives``, ``--max-docs``; the
+spellings they replaced still parse for one release (:func:`rename`).
 """
 
 from __future__ import annotations
@@ -26,16 +27,12 @@ def add_training_arguments(
     ``recipe``: the command picks its precision with :func:`~experiments.common.recipes.recipe_precision` (bf16 on
     CPUs with native bf16 too), and its help says so; ``batch_size=None`` leaves ``--batch-size`` to the command;
     ``batch_size_help`` says what a batch counts where the command means something else by it."""
-    parser.add_argument(
-        "--output-dir", "--output", dest="output_dir", required=True,
-        help="output folder (checkpoint/ inside; a rerun resumes from it)",
-    )  # fmt: skip
-    parser.add_argument("--max-steps", "--steps", dest="max_steps", type=int, default=max_steps, help="optimizer steps")
+    parser.add_argument("--output-dir", required=True, help="output folder (checkpoint/ inside; reruns resume from it)")
+    parser.add_argument("--max-steps", type=int, default=max_steps, help="optimizer steps")
     if batch_size is not None:
         parser.add_argument("--batch-size", type=int, default=batch_size, help=batch_size_help)
-    parser.add_argument(
-        "--learning-rate", "--lr", dest="learning_rate", type=float, default=learning_rate, help="peak learning rate"
-    )
+    parser.add_argument("--learning-rate", type=float, default=learning_rate, help="peak learning rate")
+    rename(parser, {"--output": "--output-dir", "--steps": "--max-steps", "--lr": "--learning-rate"})
     parser.add_argument("--warmup-steps", type=int, default=warmup_steps, help="learning-rate warm-up")
     parser.add_argument("--grad-accumulation", type=int, default=1, help="batches per optimizer step")
     parser.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
@@ -45,10 +42,28 @@ def add_training_arguments(
     add_precision_argument(parser, recipe=recipe)
 
 
+def rename(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> None:
+    """Old spelling -> current flag of ``parser``: the old one still parses for one release, with a note on stderr
+    (:class:`~pyterrier_tite.cli.Parser`), and is never listed, so help shows one name per concept."""
+    vars(parser).setdefault("renamed", {}).update(renamed)
+
+
 def add_process_arguments(parser: argparse.ArgumentParser, threads_help: str) -> None:
     """``--threads`` and ``--quiet``, which every training and batch command takes."""
     parser.add_argument("--threads", type=int, default=None, help=threads_help)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_depth_argument(parser: argparse.ArgumentParser, k: int, help: str) -> None:
+    """``-k`` / ``--depth``: how deep into a ranking a command goes (results per query, candidates re-ranked)."""
+    parser.add_argument("-k", "--depth", dest="k", type=positive_int, default=k, help=help)
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def add_length_arguments(
@@ -119,13 +134,12 @@ def training_arguments(args: argparse.Namespace):
     )
 
 
-def add_runtime_arguments(parser: argparse.ArgumentParser, batch_size: int | None = None) -> None:
-    """``--device``, ``--batch-size``, ``--threads``, ``--quiet`` and ``--precision``: the flags of every batch
-    command."""
+def add_runtime_arguments(parser: argparse.ArgumentParser, writes: str) -> None:
+    """``--overwrite`` (of what the command ``writes``: every writer refuses an existing target without it),
+    ``--device``, ``--batch-size``, ``--threads``, ``--quiet`` and ``--precision``: the flags of every batch command."""
+    parser.add_argument("--overwrite", action="store_true", help=f"replace {writes}")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if any)")
-    parser.add_argument(
-        "--batch-size", type=int, default=batch_size, help="texts per model call (default: the model's own)"
-    )
+    parser.add_argument("--batch-size", type=int, default=None, help="texts per model call (default: the model's own)")
     add_process_arguments(parser, threads_help="torch CPU threads and PISA threads")
     add_precision_argument(parser)
 

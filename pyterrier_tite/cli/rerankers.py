@@ -10,6 +10,7 @@ from pyterrier_tite.cli.flags import (
     add_length_arguments,
     add_training_arguments,
     checked_training_data,
+    rename,
     training_arguments,
 )
 
@@ -73,7 +74,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--max-queries", type=int, default=None, help="use only the first N judged queries")
     train.add_argument("--loss", choices=["lce", "margin_mse", "ranknet"], default="lce", help="training loss")
     train.add_argument("--teacher-run", default=None, help="TREC run file of teacher scores (for margin_mse)")
-    train.add_argument("--negatives", type=int, default=7, help="negatives per positive in a training group")
+    train.add_argument("--num-negatives", type=int, default=7, help="negatives per positive in a training group")
+    rename(train, {"--negatives": "--num-negatives"})
     train.add_argument("--queries-per-batch", type=int, default=4, help="training groups per batch")
     train.add_argument("--min-label", type=int, default=1, help="qrels label from which a candidate is a positive")
     add_training_arguments(train, batch_size=32, batch_size_help="documents per forward pass when scoring")
@@ -104,7 +106,7 @@ def run_train(args: argparse.Namespace) -> int:
         qrels,
         training,
         loss=args.loss,
-        negatives=args.negatives,
+        negatives=args.num_negatives,
         queries_per_batch=args.queries_per_batch,
         depth=args.depth,
         min_label=args.min_label,

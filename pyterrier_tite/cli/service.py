@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterable
 
 import pandas as pd
 import pyterrier as pt
@@ -22,7 +21,7 @@ import pyterrier as pt
 from pyterrier_tite.pt.validation import one_query_per_qid
 from pyterrier_tite.store.cache import slug
 from pyterrier_tite.store.corpus import DocumentTexts
-from pyterrier_tite.store.index_info import BM25, INDEX_INFO, index_info, write_index_info
+from pyterrier_tite.store.index_info import BM25, INDEX_INFO, index_info
 from pyterrier_tite.store.sharding import SINGLE, Shard
 from pyterrier_tite.store.values import checked_id, checked_text
 
@@ -82,21 +81,6 @@ def model_kind(model) -> str:
     return model.family.kind
 
 
-class _Counted:
-    """Counts the documents that pass through (for :data:`INDEX_INFO`)."""
-
-    def __init__(self, docs: Iterable[dict]):
-        self.docs, self.count = docs, 0
-
-    def __iter__(self) -> Iterator[dict]:
-        for doc in self.docs:
-            self.count += 1
-            yield doc
-
-    def __len__(self) -> int:  # the corpus size where it is known (a progress bar's total), else a TypeError
-        return len(self.docs)
-
-
 def build_index(
     model_name: str,
     corpus: Iterable[dict],
@@ -118,7 +102,7 @@ def build_index(
     FlexIndex, SPLADE and ``bm25`` into PISA. Returns the kind. With ``world_size > 1`` every rank calls this with
     the same corpus, each encodes its share and rank 0 writes the index (BM25 is built by rank 0 alone). A model from
     a folder is saved into the index (``model/``) unless ``package_model=False``."""
-    from pyterrier_tite.models.model_card import hub_id
+    from pyterrier_tite.pt.artifacts import IndexRecord
     from pyterrier_tite.store.flex import build_flex_index
     from pyterrier_tite.store.pisa_build import build_pisa_index, build_toks_index
 
@@ -133,18 +117,8 @@ def build_index(
                          "and cannot index; use `pyterrier-tite rerank --model ...` instead")  # fmt: skip
     if rank != 0 and kind == BM25:
         return kind
-    counted = _Counted(corpus)
-    packaged = model if package_model and kind != BM25 else None
-    from pyterrier_tite.datasets import collection_id
-
-    collection = collection_id(corpus_name)  # an ir_datasets ID, recorded so that queries of another are refused
-
-    def finalize(staging: Path) -> None:
-        write_index_info(staging, kind, recorded, corpus_name, counted.count, packaged,
-                         hub_id=None if kind == BM25 else hub_id(recorded),
-                         fingerprint=None if kind == BM25 else weights_fingerprint(model),
-                         collection=collection)  # fmt: skip
-
+    counted = IndexRecord(corpus, model, kind, recorded, corpus_name, package=package_model)
+    finalize = counted.finalize
     if kind == BM25:
         build_pisa_index(counted, path, ["text"], threads=threads, progress=label, overwrite=overwrite,
                          finalize=finalize)  # fmt: skip
@@ -160,29 +134,6 @@ def build_index(
         build_toks_index(counted, path, doc_toks(model, batch_size), threads=threads, overwrite=overwrite,
                          progress=label, chunk_size=8 * batch_size, shard=shard, finalize=finalize)  # fmt: skip
     return kind
-
-
-def weights_fingerprint(model) -> str | None:
-    """``sha256:`` of the weights a transformer computes with (its modules' state dicts: names, dtypes, shapes and
-    bytes, with the modules' classes), recorded by an index and compared when it is queried: the same weights give
-    the same fingerprint whether loaded from the original folder, a re-save or a package. None without modules."""
-    import hashlib
-
-    import torch
-
-    modules = {k: v for k, v in sorted(vars(model).items()) if isinstance(v, torch.nn.Module)}
-    if not modules and isinstance(getattr(model, "model", None), torch.nn.Module):
-        modules = {"model": model.model}
-    if not modules:
-        return None
-    digest = hashlib.sha256()
-    for attribute, module in modules.items():
-        digest.update(f"{attribute}:{type(module).__qualname__}\n".encode())
-        for name, tensor in sorted(module.state_dict().items()):
-            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
-            tensor = tensor.detach().to("cpu").contiguous().reshape(-1)
-            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return "sha256:" + digest.hexdigest()
 
 
 def torch_shard(rank: int, world_size: int) -> Shard:
@@ -232,6 +183,7 @@ def index_retriever(
     with the model the index holds or names unless ``model_name`` (or an already loaded ``model``) is given; a dense
     index is searched exactly or approximately (``search``: hnsw / ivf, see
     :mod:`~pyterrier_tite.store.faiss_search`)."""
+    from pyterrier_tite.pt.artifacts import weights_fingerprint
     from pyterrier_tite.store.index_info import check_fingerprint, model_for_index
 
     info = index_info(path)

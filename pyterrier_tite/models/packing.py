@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass(eq=False)
@@ -21,6 +22,9 @@ class PackedLayout:
     lengths: torch.Tensor
     cu_seqlens: torch.Tensor
     max_len: int
+    #: rows the packed tensors carry past ``total`` (row counts rounded up to a few sizes, oneDNN builds a kernel per
+    #: count: :func:`~pyterrier_tite.models.fused_linear.gemm_rows`): computed, never read
+    scratch: int = 0
 
     @classmethod
     def from_lengths(cls, lengths: torch.Tensor, device: torch.device | str) -> PackedLayout:
@@ -33,7 +37,7 @@ class PackedLayout:
     def batch_size(self) -> int:
         return self.lengths.numel()
 
-    @property
+    @cached_property
     def total(self) -> int:
         return int(self.lengths.sum())
 
@@ -77,17 +81,20 @@ class PackedLayout:
         return mask.to(self.cu_seqlens.device)[:, None, None, :]
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """``[total, ...]`` -> ``[B, max_len, ...]`` with zeros in the padding."""
+        """``[total (+ scratch), ...]`` -> ``[B, max_len, ...]`` with zeros in the padding."""
         shape = (self.batch_size, self.max_len, *x.shape[1:])
+        x = x[: self.total]
         if self.is_dense:
             return x.view(shape)
         out = x.new_zeros(self.batch_size * self.max_len, *x.shape[1:])
         return out.index_copy_(0, self.pad_index, x).view(shape)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, max_len, ...]`` -> ``[total, ...]`` (padding rows dropped)."""
+        """``[B, max_len, ...]`` -> ``[total + scratch, ...]`` (padding rows dropped; scratch rows copy the first)."""
         flat = x.reshape(self.batch_size * self.max_len, *x.shape[2:])
-        return flat if self.is_dense else flat.index_select(0, self.pad_index)
+        if self.is_dense and not self.scratch:
+            return flat
+        return flat.index_select(0, F.pad(self.pad_index, (0, self.scratch)))
 
     def padded_heads(
         self, projected: torch.Tensor, parts: int, heads: int, buffers: dict[int, torch.Tensor]
@@ -96,6 +103,7 @@ class PackedLayout:
         Unless the layout is dense they are views of a zeroed buffer in ``buffers`` (one per width), reused by every
         layer: padding slots stay zero and each call overwrites the token slots."""
         width = projected.shape[-1]
+        projected = projected[: self.total]  # scratch rows stay out
         if self.is_dense:
             flat = projected
         else:

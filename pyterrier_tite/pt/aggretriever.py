@@ -28,8 +28,9 @@ class Aggretriever(DenseBiEncoder):
     Example::
 
         agg = t.Aggretriever('castorini/aggretriever-cocondenser')   # pyserini / dhr layouts too
-        agg >> pyterrier_dr.FlexIndex('vaswani.agg')                                 # index, then retrieve with
-        agg.query_encoder() >> pyterrier_dr.FlexIndex('vaswani.agg').np_retriever()
+        index = pyterrier_dr.FlexIndex('vaswani.agg')
+        (agg >> index).index(t.datasets.get_dataset('vaswani').get_corpus_iter())
+        retriever = agg.query_encoder() >> index.np_retriever()   # or t.load('vaswani.agg')
     """
 
     ARTIFACT_FORMAT = "aggretriever"  # families.py's format: pt_meta.json's, a pt.Artifact of type "model"

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import pyterrier as pt
 
 from pyterrier_tite.families import BY_FORMAT
 from pyterrier_tite.models.checkpoint import Checkpoint, CheckpointError, open_checkpoint
+from pyterrier_tite.models.model_card import hub_id
 from pyterrier_tite.start_points import resolve
+from pyterrier_tite.store.index_info import BM25, INDEX_INFO, index_info, model_for_index, write_index_info
 
 #: ``format`` of ``pt_meta.json`` -> (module, class) of the transformer that loads it (the family list, families.py)
 FORMATS = {fmt: (family.module, family.loader) for fmt, family in BY_FORMAT.items()}
@@ -34,11 +38,8 @@ def model_format(folder: str | os.PathLike | Checkpoint) -> str:
         meta_file = os.path.join(folder, "pt_meta.json")
         what = f"a PyTerrier artifact of type {meta.get('type')!r}, format {meta.get('format')!r}"
         if str(meta.get("type", "")).endswith("_index"):  # an index pyterrier-tite did not build (no INDEX_INFO)
-            raise ValueError(
-                f"{meta_file}: {what}, an index that does not record the model that built it, not a model of "
-                "pyterrier-tite: open it with pt.Artifact.load(folder) and compose it with its model, e.g. "
-                "t.load(model).query_encoder() >> pyterrier_dr.FlexIndex(folder).np_retriever()"
-            )
+            raise ValueError(f"{meta_file}: {what}, an index that does not record the model that built it, not a "
+                             f"model of pyterrier-tite: {how_to_open(folder)}")  # fmt: skip
         raise ValueError(
             f"{meta_file}: {what}, not a model of pyterrier-tite; open it with pt.Artifact.load(folder), or pass a "
             "model folder or hub id"
@@ -80,11 +81,77 @@ def refuse_splade_half(checkpoint: Checkpoint) -> None:
 
 
 def is_index_folder(folder: str | os.PathLike) -> bool:
-    """Whether a folder is an index built by pyterrier-tite (it holds
-    :data:`~pyterrier_tite.store.index_info.INDEX_INFO`, which names its model), not a model."""
-    from pyterrier_tite.store.index_info import INDEX_INFO
+    """Whether a folder is an index built by pyterrier-tite (it holds :data:`INDEX_INFO`, naming its model)."""
+    return os.path.isfile(os.path.join(folder, INDEX_INFO))
 
-    return os.path.isdir(folder) and os.path.isfile(os.path.join(folder, INDEX_INFO))
+
+#: what to do with an index that does not record its model, by its kind (:func:`how_to_open`)
+OPEN_BY_KIND = {
+    "dense": "compose it with its model: t.load(model).query_encoder() >> pyterrier_dr.FlexIndex({!r}).np_retriever()",
+    "splade": "open it with the SPLADE model that built it: t.load(model).retriever({!r})",
+    "bm25": "open it with pyterrier_pisa.PisaIndex({!r}).bm25()",
+}
+
+
+def how_to_open(folder: str) -> str:
+    """The advice for an index that does not record its model, fitting its kind (FlexIndex, PISA SPLADE or BM25)."""
+    try:
+        return OPEN_BY_KIND[index_info(folder)["kind"]].format(folder)
+    except (ValueError, KeyError):
+        return "open it with pt.Artifact.load(folder)"
+
+
+class IndexRecord:
+    """The documents of an index build, counted as they stream in, and :meth:`finalize`, which writes into the complete
+    index what ``t.load(index)`` and ``retrieve --index`` open it with (``write_index_info``: the hub id the model was
+    loaded by, else a copy of it, and the weights' fingerprint). ``name``: default the model's ``model_name``."""
+
+    def __init__(self, docs: Iterable[dict], model, kind: str, name: str | None = None, corpus: str | None = None,
+                 package: bool = True):  # fmt: skip
+        self.docs, self.model, self.kind, self.corpus, self.package, self.count = docs, model, kind, corpus, package, 0
+        self.name = name or getattr(model, "model_name", None) or f"{type(model).__name__} (in memory)"
+
+    def __iter__(self) -> Iterator[dict]:
+        for doc in self.docs:
+            self.count += 1
+            yield doc
+
+    def __len__(self) -> int:  # the corpus size where it is known (a progress bar's total), else a TypeError
+        return len(self.docs)
+
+    def finalize(self, staging: Path) -> None:
+        from pyterrier_tite.datasets import collection_id
+
+        model = None if self.kind == BM25 else self.model
+        if model is not None and not hasattr(model, "save_pretrained"):
+            return  # another library's encoder, neither named nor saved: t.load(index) advises composing by hand
+        write_index_info(staging, self.kind, self.name, self.corpus, self.count, model if self.package else None,
+                         hub_id=None if model is None else hub_id(self.name),
+                         fingerprint=None if model is None else weights_fingerprint(model),
+                         collection=collection_id(self.corpus))  # fmt: skip
+
+
+def weights_fingerprint(model) -> str | None:
+    """``sha256:`` of the weights a transformer computes with (its modules' state dicts: names, dtypes, shapes and
+    bytes, with the modules' classes), recorded by an index and compared when it is queried: the same weights give
+    the same fingerprint whether loaded from the original folder, a re-save or a package. None without modules."""
+    import hashlib
+
+    import torch
+
+    modules = {k: v for k, v in sorted(vars(model).items()) if isinstance(v, torch.nn.Module)}
+    if not modules and isinstance(getattr(model, "model", None), torch.nn.Module):
+        modules = {"model": model.model}
+    if not modules:
+        return None
+    digest = hashlib.sha256()
+    for attribute, module in modules.items():
+        digest.update(f"{attribute}:{type(module).__qualname__}\n".encode())
+        for name, tensor in sorted(module.state_dict().items()):
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
+            tensor = tensor.detach().to("cpu").contiguous().reshape(-1)
+            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return "sha256:" + digest.hexdigest()
 
 
 def index_retriever(folder: str | os.PathLike, num_results: int = 1000, **kwargs) -> pt.Transformer:
@@ -92,8 +159,6 @@ def index_retriever(folder: str | os.PathLike, num_results: int = 1000, **kwargs
     copy, else the recorded name: :func:`~pyterrier_tite.store.index_info.model_for_index`): ``query encoder >>
     FlexIndex`` for a dense index, SPLADE's PISA retriever, or BM25. Keyword arguments go to the model's
     ``from_pretrained``."""
-    from pyterrier_tite.store.index_info import BM25, index_info, model_for_index
-
     folder = os.fspath(folder)
     info = index_info(folder)
     kind = info.get("kind")
@@ -103,10 +168,8 @@ def index_retriever(folder: str | os.PathLike, num_results: int = 1000, **kwargs
         return open_pisa_retriever(folder, "bm25", num_results, 1, k1=0.9, b=0.4)
     name = model_for_index(folder, info)
     if not name:
-        raise ValueError(
-            f"{folder} is a {kind} index that does not record the model that built it: load that model and compose, "
-            f"e.g. t.load(model).query_encoder() >> pyterrier_dr.FlexIndex({folder!r}).np_retriever()"
-        )
+        raise ValueError(f"{folder} is a {kind} index that does not record the model that built it: "
+                         f"{how_to_open(folder)}")  # fmt: skip
     model = load(name, **kwargs)
     if kind == "splade":
         if not hasattr(model, "retriever"):
@@ -130,14 +193,13 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
 
     Example::
 
-        sce = t.load('webis/sparse-cross-encoder-4-512')     # -> SparseCE
+        sce = t.load('webis/sparse-cross-encoder-4-4096')    # -> SparseCE
         minilm = t.load('minilm', batch_size=64)              # -> BertBiEncoder
         same = pt.Artifact.load('runs/my-model')              # a saved folder, through the entry points
         same.to_hf('me/my-model')                             # every model is a pt.Artifact (pt/model_artifact.py)
         retriever = t.load('vaswani.tite')                    # an index: its model's query encoder >> the index
     """
     import importlib
-    from pathlib import Path
 
     if not isinstance(name, (str, os.PathLike)) and isinstance(getattr(name, "path", None), (str, os.PathLike)):
         name = name.path  # an artifact (a FlexIndex or PisaIndex from pt.Artifact.from_url): its folder

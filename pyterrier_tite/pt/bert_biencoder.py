@@ -38,7 +38,7 @@ class BertBiEncoder(DenseBiEncoder):
 
     Example::
 
-        minilm = t.BertBiEncoder(resolve('minilm'))   # mean pooling + cosine, from modules.json
+        minilm = t.BertBiEncoder('minilm')            # mean pooling + cosine, from modules.json
         pipeline = t.bm25('vaswani') % 50 >> t.datasets.get_dataset('vaswani').text_loader() >> minilm.scorer()
     """
 

@@ -28,6 +28,7 @@ from more_itertools import chunked, peekable
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.checkpoint import save_model_folder
+from pyterrier_tite.pt.artifacts import IndexRecord
 from pyterrier_tite.pt.model_artifact import ModelArtifact
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
@@ -51,7 +52,8 @@ class FlexIndexing(pt.Compose):
     dense bi-encoder or its doc encoder: a pipeline whose ``index(docs)`` builds the FlexIndex all or nothing with
     the one FlexIndex builder (:func:`~pyterrier_tite.store.flex.build_flex_index`: docnos checked, an empty corpus
     refused, built beside ``path`` and renamed when complete) instead of pyterrier_dr's own indexer, which writes
-    straight into ``path``; an existing ``path`` is replaced only in mode ``'overwrite'``."""
+    straight into ``path``; an existing ``path`` is replaced only in mode ``'overwrite'``. The index records its model
+    (:class:`~pyterrier_tite.pt.artifacts.IndexRecord`), so ``t.load(path)`` is the retriever."""
 
     def index(self, iter: pt.model.IterDict, batch_size: int | None = None):
         from pyterrier_dr.flex.core import FlexIndexer, IndexingMode
@@ -68,8 +70,9 @@ class FlexIndexing(pt.Compose):
             return [record["doc_vec"] for record in encoder.transform_iter(docs)]
 
         progress = "indexing" if index.verbose else None
-        build_flex_index(iter, index.index_path, encode, text_field=encoder.text_field, overwrite=overwrite,
-                         progress=progress)  # fmt: skip
+        docs = IndexRecord(iter, getattr(encoder, "bi_encoder_model", encoder), "dense")  # t.load(index) reads it
+        build_flex_index(docs, index.index_path, encode, text_field=encoder.text_field, overwrite=overwrite,
+                         progress=progress, finalize=docs.finalize)  # fmt: skip
         index._meta = index._docnos = index._dvecs = None  # an overwritten index must be read afresh
         index._cache = {}
         return index

@@ -20,8 +20,9 @@ def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
 
     Example::
 
+        from pyterrier.measures import nDCG   # measures as objects: PyTerrier 1.x refuses the string 'nDCG@10'
         ds = t.datasets.get_dataset('vaswani')
-        pt.Experiment([t.bm25('vaswani')], ds.get_topics(), ds.get_qrels(), ['nDCG@10'])
+        pt.Experiment([t.bm25('vaswani')], ds.get_topics(), ds.get_qrels(), [nDCG@10])
     """
     return BM25(dataset, k1=k1, b=b, num_results=num_results, **index_args)
 

@@ -25,7 +25,7 @@ Example::
 
     model = t.Splade.from_pretrained('naver/splade-cocondenser-ensembledistil')
     model.to_hf('me/my-splade')                        # a PyTerrier artifact package + model card on the hub
-    same = pt.Artifact.from_hf('me/my-splade')         # -> Splade, scoring exactly as `model`
+    same = t.Splade.from_hf('me/my-splade')            # -> Splade, scoring exactly as `model` (safe in parallel)
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ class SparseCE(CrossEncoderReranker):
     Example::
 
         bm25 = t.bm25('vaswani'); ds = t.datasets.get_dataset('vaswani')
-        pipeline = bm25 % 100 >> ds.text_loader() >> t.SparseCE.from_pretrained('webis/sparse-cross-encoder-4-512')
+        pipeline = bm25 % 100 >> ds.text_loader() >> t.SparseCE('webis/sparse-cross-encoder-4-4096')
     """
 
     def __init__(
@@ -310,7 +310,7 @@ class CELI(CrossEncoderReranker):
 
     Example::
 
-        celi = t.CELI(resolve('minilm'), sparse=True, w=4, token_dim=32)   # new heads: train it first
+        celi = t.CELI('minilm', sparse=True, w=4, token_dim=32)   # new heads: train it first
         t.trec_dl_bm25('2019') >> celi
     """
 

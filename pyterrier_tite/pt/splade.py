@@ -30,6 +30,7 @@ from pyterrier_tite.models.checkpoint import Checkpoint, write_pt_meta
 from pyterrier_tite.models.splade.load import load
 from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
+from pyterrier_tite.pt.artifacts import IndexRecord
 from pyterrier_tite.pt.model_artifact import ModelArtifact, is_model_name, opened, shown_name
 from pyterrier_tite.pt.schematic import NamedSchematic
 from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
@@ -428,11 +429,8 @@ class SpladeIndexer(pt.Indexer):
     corpus reach the caller and leave no index)."""
 
     def __init__(self, model: Splade, path: str, threads: int = 1, overwrite: bool = False, verbose: bool = True):
-        self.model = model
-        self.path = str(path)
+        self.model, self.path, self.overwrite, self.verbose = model, str(path), overwrite, verbose
         self.threads = threads
-        self.overwrite = overwrite
-        self.verbose = verbose
 
     def index_inputs(self) -> list[list[str]]:
         return [["docno", self.model.text_field]]
@@ -441,9 +439,10 @@ class SpladeIndexer(pt.Indexer):
         """The PISA index (built by :func:`~pyterrier_tite.store.pisa_build.build_toks_index`, the one SPLADE -> PISA
         writer) of the documents' ``toks`` from :meth:`Splade.doc_encoder`."""
         progress = "SPLADE indexing" if self.verbose else None
-        return build_toks_index(iter_dict, self.path, doc_toks(self.model), text_field=self.model.text_field,
+        docs = IndexRecord(iter_dict, self.model, "splade")  # the model, recorded: t.load(index) opens it
+        return build_toks_index(docs, self.path, doc_toks(self.model), text_field=self.model.text_field,
                                 threads=self.threads, overwrite=self.overwrite, progress=progress,
-                                chunk_size=8 * self.model.batch_size)  # fmt: skip
+                                chunk_size=8 * self.model.batch_size, finalize=docs.finalize)  # fmt: skip
 
 
 def doc_toks(model: Splade, batch_size: int | None = None):

@@ -1,16 +1,16 @@
 """What an index says about itself (:data:`INDEX_INFO`, beside the engine's own ``pt_meta.json``), and the model it
-needs travelling with it: what ``pyterrier-tite index`` records of the model and the copy of a model from a folder kept
-inside the index.
+needs travelling with it: what ``pyterrier-tite index``, ``model >> pyterrier_dr.FlexIndex(path)`` and
+``splade.indexer(path)`` record of the model, and the copy of a model kept inside the index.
 
 An index built from a hub id (or a shipped name) records that name and its ``hub_id``; one built from a model folder
-keeps the model itself in ``<index>/model/`` (a ``save_pretrained`` of the
+(or in memory) keeps the model itself in ``<index>/model/`` (a ``save_pretrained`` of the
 transformer that encoded the documents, named by ``packaged_model`` in the index info). So an index folder copied to
 another machine, or packaged (``pt.Artifact.load(index).build_package()``), shared (``to_hf``) and downloaded again
 (``pt.Artifact.from_url`` / ``from_hf``), retrieves with the very model that built it:
 
     pyterrier-tite index --model runs/my-tite --dataset vaswani --index vaswani.tite
     python -c "import pyterrier as pt; pt.Artifact.load('vaswani.tite').build_package('vaswani.tite.tar.lz4')"
-    pyterrier-tite retrieve --index https://example.org/vaswani.tite.tar.lz4 --topics vaswani --out run.gz
+    pyterrier-tite retrieve --index https://example.org/vaswani.tite.tar.lz4 --topics vaswani --output run.gz
 
 An index folder may come from anyone, so what it records is data, never a path to follow: a recorded model is a
 folder inside the index (no absolute path, no ``..``, no link leading out) or a hub id (``org/name``), else refused in
@@ -95,12 +95,16 @@ def write_index_info(
     or the folder's name, for display); ``hub_id``; ``model_fingerprint`` (the weights' hash, see
     :func:`check_fingerprint`); corpus (as given), ``collection`` (its ir_datasets ID, None for a corpus file: see
     :func:`indexed_collection`), size, date. With ``transformer`` (anything with ``save_pretrained``), a model
-    from a folder is saved into the index (``packaged_model``: the folder inside it)."""
+    from a folder, or one no name loads again (built in memory, a SPLADE pair), is saved into the index
+    (``packaged_model``: the folder inside it); a hub id or shipped name is recorded, not copied."""
     if kind == BM25:
         info = {"kind": kind, "model": BM25}
     else:
         hub = hub_id if is_hub_id(hub_id) else None
-        packaged = package_model(folder, transformer) if transformer is not None and should_package(model) else None
+        packaged = MODEL_FOLDER if transformer is not None and model.lower() != BM25 and (
+            os.path.isdir(model) or not (is_hub_id(model) or SHORT_NAME.fullmatch(model))) else None  # fmt: skip
+        if packaged:
+            transformer.save_pretrained(str(Path(folder) / MODEL_FOLDER))
         shown = hub or os.path.basename(os.path.abspath(model).rstrip("/\\")) if os.path.isdir(model) else model
         info = {"kind": kind, "model": hub or packaged, "model_name": hub or shown, "hub_id": hub}
         if packaged:
@@ -119,18 +123,6 @@ def indexed_collection(info: dict) -> str | None:
     from pyterrier_tite.datasets import collection_id
 
     return collection_id(info.get("collection") if "collection" in info else info.get("corpus"))
-
-
-def should_package(name: str) -> bool:
-    """Whether an index built with the model ``name`` keeps a copy of it: a model from a folder (not ``bm25``)."""
-    return name.lower() != "bm25" and os.path.isdir(name)
-
-
-def package_model(index_folder: str | os.PathLike, model) -> str:
-    """Save ``model`` (the transformer that built the index) into ``<index>/model/``; the folder name, relative to
-    the index, for the index info."""
-    model.save_pretrained(str(Path(index_folder) / MODEL_FOLDER))
-    return MODEL_FOLDER
 
 
 def model_for_index(path: str | os.PathLike, info: dict) -> str | None:

@@ -15,10 +15,12 @@ the doc's keys and values of the layer below; the query and doc rows of that lay
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
-from pyterrier_tite.models.fused_linear import linear_gelu
+from pyterrier_tite.models.fused_linear import gemm_rows, in_autocast_dtype, linear_gelu
 from pyterrier_tite.models.packing import PackedLayout
 from pyterrier_tite.models.sparse_ce.segments import Segments
 
@@ -32,7 +34,9 @@ def packed_applies(model: nn.Module) -> bool:
 
 def packed_forward(model: nn.Module, s: Segments, cls_only: bool) -> Segments | torch.Tensor:
     """Final segments (doc padded back with zero rows), or the final [CLS] states ``[B, 1, H]`` when ``cls_only``."""
+    s = s.replace(*(in_autocast_dtype(x) for x in (s.cls, s.query, s.doc)))
     docs = PackedLayout.from_lengths(s.doc_lengths, s.doc.device)
+    docs = replace(docs, scratch=gemm_rows(docs.total, s.doc) - docs.total)  # a few oneDNN shapes (PackedLayout)
     doc = docs.unpad(s.doc[:, : docs.max_len])
     buffers: dict[int, torch.Tensor] = {}  # the padded doc Q|K|V (and K|V) of attention, reused by every layer
     layers = model.encoder.layer
