@@ -9,6 +9,7 @@ opt-in: pass ``dtype=torch.bfloat16`` to a model or ``--precision bf16`` to a co
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -53,13 +54,14 @@ def device_problem(device: str | torch.device) -> str | None:
     return None
 
 
-def cpu_flags() -> set[str]:
-    """This CPU's feature flags (``/proc/cpuinfo``; none where it cannot be read): which kernels pay here."""
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (``/proc/cpuinfo``, read once; none where it cannot be read): which kernels pay here."""
     try:
         with open("/proc/cpuinfo") as f:
-            return set(next((line for line in f if line.startswith("flags")), "").split())
+            return frozenset(next((line for line in f if line.startswith("flags")), "").split())
     except OSError:
-        return set()
+        return frozenset()
 
 
 def cpu_has_native_bf16() -> bool:

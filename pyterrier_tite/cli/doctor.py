@@ -39,9 +39,10 @@ def report() -> str:
     import torch
 
     from pyterrier_tite import ops
+    from pyterrier_tite.devices import cpu_flags
     from pyterrier_tite.ops import _extension, int8_rows  # noqa: F401  (int8_rows: registers its backends)
 
-    flags = _cpu_flags()
+    flags = cpu_flags()
     hardware = {
         "CPU": f"{_cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, ATen capability "
         f"{torch.backends.cpu.get_cpu_capability()}",
@@ -82,14 +83,6 @@ def _version(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return "not installed"
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((line for line in f if line.startswith("flags")), "").split())
-    except OSError:
-        return set()
 
 
 def _cpu_model() -> str:
