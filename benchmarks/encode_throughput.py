@@ -24,13 +24,11 @@ import torch
 
 from pyterrier_tite.benchmarking import (  # noqa: F401  (mixed_precision, profile_models import them from here)
     batches,
-    layer_flops,
     load_texts,
     make_bert,
     make_tite,
     model_flops,
     one_vector,
-    sizes,
     time_pass,
     tite_variants,
 )

@@ -1,7 +1,7 @@
 """Re-ranking short passages on the CPU: our re-rankers against what users pick today (issue 65).
 
 Candidates: the TREC DL 2019 BM25 top-100 passages (with text) of the first ``--queries`` queries. The user's default is
-a ``sentence_transformers.CrossEncoder`` (torch fp32; its ONNX / OpenVINO backends when installed, ``--backends``)
+a ``sentence_transformers.CrossEncoder`` (torch fp32; its ONNX / OpenVINO backends with ``--anchors``)
 loaded from a cross-encoder folder, in fp32 and bf16 weights; ``t.MonoCE``, ``t.SparseCE(w=4)`` and ``t.CELI`` load the
 same folder (fp32; MonoCE and SparseCE also in bf16 and int8). bf16 runs on a GPU or a CPU with native bf16
 (AVX512_BF16 / AMX) only. The folder (``--folder``, default: built
@@ -156,6 +156,20 @@ def load_pairs(path: str):
         return pd.DataFrame(json.load(f))
 
 
+def anchor_systems(python: str, folder: str, frame, rounds: int) -> dict:
+    """Run benchmarks/st_backends.py with the anchors' own interpreter (their packages pin other transformers
+    versions); its last stdout line is a JSON object ``{system: {"seconds", "scores"} | {"error"}}``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pairs = os.path.join(tmp, "pairs.json")
+        dump_pairs(frame, pairs)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "st_backends.py")
+        command = [python, script, "--folder", folder, "--pairs", pairs, "--rounds", str(rounds)]
+        done = subprocess.run(command + ["--threads", str(torch.get_num_threads())], capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout.strip():
+        return {"anchors": {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def machine(device: str) -> str:
     if device.startswith("cuda"):
         return f"GPU: {torch.cuda.get_device_name(device)}; torch {torch.__version__}"
@@ -174,7 +188,12 @@ def main() -> None:
     parser.add_argument("--dump-pairs", default=None, help="write the candidates of --queries here and stop")
     every_system = "ce,ce-bf16,mono,mono-int8,mono-bf16,sparse4,sparse4-int8,sparse4-bf16,celi,dense,dense-bf16"
     parser.add_argument("--systems", default=every_system, help="comma-separated subset")
-    parser.add_argument("--backends", action="store_true", help="also the CrossEncoder's onnx / openvino backends")
+    parser.add_argument(
+        "--anchors",
+        default=None,
+        help="a Python with sentence-transformers[onnx,openvino]: "
+        "also the CrossEncoder's ONNX Runtime / OpenVINO backends (benchmarks/st_backends.py)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
@@ -219,16 +238,6 @@ def main() -> None:
         half = CrossEncoder(folder, device=device, model_kwargs={"dtype": torch.bfloat16})
         print(f"CrossEncoder bf16: parameters in {next(half.parameters()).dtype}")
         systems["CrossEncoder (torch bf16)"] = predict(half)
-        if args.backends:
-            for backend in ("onnx", "openvino"):
-                try:
-                    other = CrossEncoder(folder, device=device, backend=backend)
-                except Exception as e:  # noqa: BLE001 - not installed: say so and go on
-                    print(f"CrossEncoder backend {backend}: unavailable ({type(e).__name__})")
-                    continue
-                systems[f"CrossEncoder ({backend})"] = lambda o=other: np.asarray(
-                    o.predict(pairs, activation_fn=torch.nn.Identity())
-                )
 
     def ours(reranker):
         return lambda: (
@@ -281,6 +290,14 @@ def main() -> None:
             start = time.perf_counter()
             scores[name] = fn()
             best[name] = min(best[name], time.perf_counter() - start)
+
+    if args.anchors:  # after ours, on the same candidates; their own torch CrossEncoder ties the two timings
+        for name, got in anchor_systems(args.anchors, folder, frame, args.rounds).items():
+            if "error" in got:
+                print(f"{name} [anchors]: unavailable ({got['error']})")
+                continue
+            systems[f"{name} [anchors]"] = None
+            best[f"{name} [anchors]"], scores[f"{name} [anchors]"] = got["seconds"], np.asarray(got["scores"])
 
     qids = frame["qid"].to_numpy()
     config = json.load(open(os.path.join(folder, "config.json")))

@@ -11,14 +11,9 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PASS_THROUGH = (_PACKAGE, os.path.join(os.path.dirname(os.__file__), "contextlib.py"))
 
 
-def user_stacklevel() -> int:
-    """``stacklevel`` for a ``warnings.warn`` called by this function's caller that names the user's frame."""
-    frame, level = sys._getframe(2), 2  # the caller of our caller is level 2 for the warn call
-    while frame is not None and frame.f_code.co_filename.startswith(_PASS_THROUGH):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
 def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` attributed to the first frame outside the package."""
-    warnings.warn(message, category, stacklevel=user_stacklevel())
+    frame, level = sys._getframe(1), 2  # our caller is level 2 for the warn call
+    while frame is not None and frame.f_code.co_filename.startswith(_PASS_THROUGH):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

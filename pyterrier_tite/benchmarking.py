@@ -95,18 +95,6 @@ def build(setting: Setting, max_positions: int, baseline_attention: str = "sdpa"
     return SparseCrossEncoder(config).eval()
 
 
-def graphed_baseline(model: torch.nn.Module, ids: torch.Tensor, types: torch.Tensor):
-    """The HF baseline replayed from one CUDA graph on its fixed inputs (no copies): its launch-free best case."""
-    with torch.no_grad():
-        graph, out = capture_graph(lambda: model(input_ids=ids, token_type_ids=types).logits, ids.device)
-
-    def run():
-        graph.replay()
-        return out
-
-    return run
-
-
 def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: torch.Tensor, graphs: bool = False):
     """A no-grad forward pass over one query and its batch of docs (inputs built beforehand). ``graphs``: CUDA
     graphs, SparseCE through the model's own graph runner (its host-side padding and input copies included)."""
@@ -117,13 +105,13 @@ def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: 
         types = torch.cat([torch.zeros(batch, query.shape[1] + 2), torch.ones(batch, docs.shape[1] + 1)], 1).long()
         types = types.to(model.device)
 
-        if graphs:
-            return graphed_baseline(model, ids, types)
-
         def run():
             with torch.no_grad():
                 return model(input_ids=ids, token_type_ids=types).logits
 
+        if graphs:  # one CUDA graph on the fixed inputs (no copies): the baseline's launch-free best case
+            graph, out = capture_graph(run, ids.device)
+            return lambda: (graph.replay(), out)[1]
         return run
     if graphs:
         replay = SparseCEGraphs(lambda batch: {"score": model(batch).logits}, model, model.config.pad_token_id)
@@ -144,10 +132,6 @@ def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: 
 
 
 # ---- encoders: TITE variants and BERT of one depth and width, their FLOPs, batches and one timed pass
-
-
-def sizes(width: int, layers: int) -> dict:
-    return {"hidden": width, "layers": layers, "heads": width // 32, "ffn": 4 * width}
 
 
 def tite_variants(layers: int, width: int) -> dict[str, dict]:
@@ -208,29 +192,22 @@ def make_tite(variant: dict, vocab: int, max_len: int):
 def make_bert(width: int, layers: int, vocab: int, max_len: int):
     from transformers import BertConfig, BertModel
 
-    s = sizes(width, layers)
     config = BertConfig(
         vocab_size=vocab,
-        hidden_size=s["hidden"],
+        hidden_size=width,
         num_hidden_layers=layers,
-        num_attention_heads=s["heads"],
-        intermediate_size=s["ffn"],
+        num_attention_heads=width // 32,
+        intermediate_size=4 * width,
         max_position_embeddings=max_len,
         attn_implementation="sdpa",
     )
     return BertModel(config, add_pooling_layer=False).eval()
 
 
-def layer_flops(n_in: int, n_out: int, h_in: int, h: int, ffn: int) -> int:
-    """Matmul FLOPs of one intra-pooling layer: Q from n_out rows, K/V from n_in rows, attention, output, FFN."""
-    proj = 2 * n_out * h_in * h + 2 * 2 * n_in * h_in * h
-    attn = 2 * 2 * n_out * n_in * h
-    return proj + attn + 2 * n_out * h * h + 2 * 2 * n_out * h * ffn
-
-
 def model_flops(length: int, kernels, hidden, strides=None, ffn=None) -> int:
     """Matmul FLOPs of one sequence of ``length`` tokens; per layer a kernel (None: no pooling), a width, a stride
-    (default: the kernel) and an FFN width (default: 4x the width)."""
+    (default: the kernel) and an FFN width (default: 4x the width). An intra-pooling layer computes Q from its n_out
+    rows, K/V from its n_in rows, attention, output projection and FFN."""
     from pyterrier_tite.models.tite.configuration import pooled_length
 
     strides = kernels if strides is None else strides
@@ -238,7 +215,7 @@ def model_flops(length: int, kernels, hidden, strides=None, ffn=None) -> int:
     total, n, h_in = 0, length, hidden[0]
     for k, s, h, f in zip(kernels, strides, hidden, ffn, strict=True):
         n_out = pooled_length(n, k, s)
-        total += layer_flops(n, n_out, h_in, h, f)
+        total += 2 * n_out * h_in * h + 4 * n * h_in * h + 4 * n_out * n * h + 2 * n_out * h * h + 4 * n_out * h * f
         n, h_in = n_out, h
     return total
 

@@ -9,8 +9,7 @@ resident size that stays near the step's peak while the process lives. ``experim
 measures it.
 
 The ``pyterrier-tite`` command and the training loop on the CPU apply this (:func:`keep_large_blocks`);
-``PYTERRIER_TITE_KEEP_HEAP=0`` turns it off.
-Elsewhere than glibc (musl, macOS, Windows) nothing changes.
+``PYTERRIER_TITE_KEEP_HEAP=0`` turns it off. Elsewhere than glibc (musl, macOS, Windows) nothing changes.
 """
 
 from __future__ import annotations

@@ -142,14 +142,9 @@ def _say(line: str) -> None:
 _LOCAL_TSV = ("cisi", "cacm")
 
 
-def home() -> str:
-    """The ir_datasets home in use (``IR_DATASETS_HOME`` or ir_datasets' default)."""
-    return str(ir_datasets.util.home_path())
-
-
 def local_dir(*parts: str) -> str:
-    """Path under ``<home>/local``, where collections unknown to ir_datasets live."""
-    return os.path.join(home(), "local", *parts)
+    """Path under ``<ir_datasets home>/local``, where collections unknown to ir_datasets live."""
+    return os.path.join(str(ir_datasets.util.home_path()), "local", *parts)
 
 
 def irds_id(name: str) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 import torch
@@ -78,8 +78,7 @@ def default_precision(device: str | torch.device | None = None) -> str:
 
 
 def precision_dtype(precision: str | torch.dtype | None) -> torch.dtype | None:
-    """The autocast dtype of a precision name or dtype (None for fp32 and for ``int8``, whose activations are
-    float32)."""
+    """The autocast dtype of a precision name or dtype (None for fp32 and ``int8``, whose activations are float32)."""
     if precision is None or precision == torch.float32 or precision == "int8":
         return None
     if isinstance(precision, torch.dtype):
@@ -142,13 +141,10 @@ def warn_emulated_bf16() -> None:
     )
 
 
-@contextmanager
-def autocast(device: str | torch.device, precision: str | torch.dtype | None) -> Iterator[None]:
+def autocast(device: str | torch.device, precision: str | torch.dtype | None) -> AbstractContextManager:
     """``torch.autocast`` for a precision on a device; nothing for fp32."""
     dtype = precision_dtype(precision)
-    device_type = torch.device(device).type
-    with torch.autocast(device_type, dtype=dtype) if dtype is not None else nullcontext():
-        yield
+    return torch.autocast(torch.device(device).type, dtype=dtype) if dtype is not None else nullcontext()
 
 
 def as_dtype(value: T, dtype: torch.dtype) -> T:
@@ -158,11 +154,9 @@ def as_dtype(value: T, dtype: torch.dtype) -> T:
     return value
 
 
-@contextmanager
-def autocast_off(device: str | torch.device) -> Iterator[None]:
+def autocast_off(device: str | torch.device) -> AbstractContextManager:
     """Leave an enclosing autocast region: operations inside run in their inputs' dtype."""
-    with torch.autocast(torch.device(device).type, enabled=False):
-        yield
+    return torch.autocast(torch.device(device).type, enabled=False)
 
 
 def in_dtype(dtype: torch.dtype, fn: Callable[..., T], *args, **kwargs) -> T:

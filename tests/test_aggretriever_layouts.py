@@ -17,8 +17,7 @@ from _tiny import bert_config, distilbert_config
 from torch import nn
 from transformers import BertForMaskedLM, BertTokenizer, DistilBertForMaskedLM
 
-from pyterrier_tite.models.aggretriever.configuration import castorini_offset
-from pyterrier_tite.models.aggretriever.convert import detect_layout
+from pyterrier_tite.models.aggretriever.convert import castorini_offset, detect_layout
 from pyterrier_tite.models.aggretriever.modeling import load_aggretriever
 from pyterrier_tite.models.checkpoint import CheckpointError
 from pyterrier_tite.pt.aggretriever import Aggretriever

@@ -262,10 +262,10 @@ def test_dense_one_document_index_is_readable(models, tmp_path):
 def test_dense_single_result_rows(models, indexes):
     """pyterrier_dr's retrievers with one result per query (a 1-document index, or num_results=1) return
     array-valued docno / score cells (pyterrier_alpha's DataFrameBuilder keeps 1-element arrays as cells); ours
-    (``dense_index.dense_retriever``, which ``retrieve`` / ``rerank --first-stage`` use) returns scalars."""
-    from pyterrier_tite.cli.service import dense_retriever
+    (``index_retriever``, which ``t.load(index)``, ``retrieve`` and ``rerank --first-stage`` use) returns scalars."""
+    from pyterrier_tite.pt.artifacts import index_retriever
 
-    run = dense_retriever(models["TITE"], indexes["TITE>>FlexIndex"], k=1)(QUERIES)
+    run = index_retriever(indexes["TITE>>FlexIndex"], 1, model=models["TITE"])(QUERIES)
     assert list(run["qid"]) == ["q1", "q2"] and all(isinstance(d, str) for d in run["docno"])
     assert run["score"].dtype.kind == "f"
 

@@ -18,6 +18,7 @@ from pyterrier_tite.training.biencoder import (
     LossWeights,
     Sample,
     biencoder_loss,
+    build_samples,
     fine_tune,
     info_nce,
     kl_distillation,
@@ -26,7 +27,6 @@ from pyterrier_tite.training.biencoder import (
     sample_batches,
     save_samples,
 )
-from pyterrier_tite.training.biencoder_data import build_samples
 from pyterrier_tite.training.loop import TrainingArguments
 
 pytestmark = pytest.mark.usefixtures("single_thread")

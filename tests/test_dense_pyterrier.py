@@ -189,7 +189,7 @@ FAMILY = {
     "tokenization": ["models/bert_biencoder/tokenization.py"],
     "modeling": ["models/bert_biencoder/modeling.py", "models/aggretriever/modeling.py",
                  *(f"models/tite/{p.name}" for p in sorted((ROOT / "models" / "tite").glob("*.py")))],
-    "training": ["training/biencoder.py", "training/biencoder_data.py", "training/aggretriever.py",
+    "training": ["training/biencoder.py", "training/aggretriever.py",
                  "training/tite_pretraining.py"],
 }  # fmt: skip
 FORBIDDEN = {

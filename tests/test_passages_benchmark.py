@@ -41,3 +41,27 @@ def test_candidates_travel_to_a_gpu_machine_unchanged(tmp_path, name):
     loaded = passages.load_pairs(str(tmp_path / name))
     pd.testing.assert_frame_equal(loaded, frame, check_dtype=False)
     assert list(loaded["docno"]) == ["007", "8"]
+
+
+def test_anchors_run_in_their_own_interpreter(tmp_path):
+    """``--anchors PYTHON``: st_backends.py runs under that interpreter with the dumped candidates; its last stdout line
+    (after whatever the backends log) is the result, and a failed run is one line saying why, not a crash."""
+    import stat
+    import sys
+
+    passages = load_script("benchmarks/passages.py")
+    frame = pd.DataFrame({"qid": ["1"], "query": ["a"], "docno": ["d"], "text": ["x"], "score": [1.0], "rank": [0]})
+    fake = tmp_path / "python"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\nargs = sys.argv[2:]\n"
+        "pairs = json.load(open(args[args.index('--pairs') + 1]))\n"
+        "print('INFO: a backend logging to stdout')\n"
+        "print(json.dumps({'X': {'seconds': 0.5, 'scores': [len(pairs['text'])]}, 'Y': {'error': 'no openvino'}}))\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    got = passages.anchor_systems(str(fake), str(tmp_path), frame, rounds=1)
+    assert got == {"X": {"seconds": 0.5, "scores": [1]}, "Y": {"error": "no openvino"}}
+    fake.write_text(f"#!{sys.executable}\nimport sys\nsys.exit('optimum is not installed')\n")
+    assert passages.anchor_systems(str(fake), str(tmp_path), frame, rounds=1) == {
+        "anchors": {"error": "optimum is not installed"}
+    }

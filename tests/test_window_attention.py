@@ -170,6 +170,68 @@ def test_csrc_baseline_isa_path(monkeypatch, seed):
     assert max(max_error(a, b) for a, b in zip(got, expected, strict=True)) <= 1e-5
 
 
+#: the compiled kernels' versions and how a test picks each: the CPU's best (AVX-512 for 16-bit types where the CPU
+#: has it), AVX2 + FMA (ATEN_CPU_CAPABILITY caps ours as it caps ATen's), the baseline ISA
+ISA_VERSIONS = {"best": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "baseline": {"PYTERRIER_TITE_CPU_BASELINE": "1"}}
+
+
+@pytest.mark.skipif("csrc-cpu" not in BACKENDS, reason="extension not built")
+@pytest.mark.parametrize("isa", ISA_VERSIONS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dim", [32, 64, 5])
+def test_half_precision_versions_round_once(monkeypatch, isa, dtype, dim):
+    """In bf16 / fp16 every version accumulates in fp32 and rounds each output once: forward and gradients within
+    one rounding (plus fp32 sums over the keys) of the float64 definition on the same 16-bit inputs."""
+    for name, value in ISA_VERSIONS[isa].items():
+        monkeypatch.setenv(name, value)
+    q, k, v, w, lengths, groups = random_case(3, dtype, requires_grad=True, dim=dim)
+    inputs = tensors_of(q, k, v, groups)
+    grad = torch.randn(q.shape).to(dtype)
+    out = window_attention(q, k, v, w, lengths, groups, backend="csrc-cpu")
+    wide = [t.detach().double().requires_grad_() for t in inputs]
+    wide_groups = [KeyGroup(wide[3 + 2 * i], wide[4 + 2 * i], g.lengths, g.index) for i, g in enumerate(groups)]
+    ref = window_attention_reference(*wide[:3], w, lengths, wide_groups)
+    got = torch.autograd.grad(out, inputs, grad)
+    expected = torch.autograd.grad(ref, wide, grad.double())
+
+    def tolerance(reference: torch.Tensor) -> float:
+        return torch.finfo(dtype).eps * max(1.0, reference.abs().max().item())
+
+    assert out.dtype == dtype and max_error(out, ref) <= tolerance(ref)
+    for name, a, b in zip(["q", "k", "v", "cls_k", "cls_v", "query_k", "query_v"], got, expected, strict=True):
+        assert max_error(a, b) <= tolerance(b), name
+
+
+@pytest.mark.skipif("csrc-cpu" not in BACKENDS, reason="extension not built")
+@pytest.mark.parametrize("isa", ISA_VERSIONS)
+def test_bf16_values_pass_through_bit_for_bit(monkeypatch, isa):
+    """Window 0 without groups returns each row's own value: every one of the 65,536 bf16 bit patterns comes back
+    unchanged (NaNs as NaN; -0 as 0, as fp32 sums make it), so the kernels' bf16 widening and rounding are exactly
+    c10's."""
+    for name, value in ISA_VERSIONS[isa].items():
+        monkeypatch.setenv(name, value)
+    v = torch.arange(-(2**15), 2**15, dtype=torch.int16).view(torch.bfloat16).reshape(1, 1, 2048, 32)
+    q = k = torch.ones_like(v)
+    out = window_attention(q, k, v, 0, torch.tensor([2048]), backend="csrc-cpu")
+    nan = v.isnan()
+    assert torch.equal(out.isnan(), nan)
+    assert torch.equal(out[~nan], v[~nan])  # equal values of one dtype have equal bits, but for -0 and 0
+
+
+@pytest.mark.skipif("csrc-cpu" not in BACKENDS, reason="extension not built")
+@pytest.mark.parametrize("isa", ISA_VERSIONS)
+def test_bf16_rounds_to_nearest_even(monkeypatch, isa):
+    """Two keys with equal scores: each output is the mean of two bf16 values, exact in fp32, then rounded once; half
+    of them are ties, which must round to even as torch rounds (a truncating or biased conversion fails here)."""
+    for name, value in ISA_VERSIONS[isa].items():
+        monkeypatch.setenv(name, value)
+    v = torch.randn(4096, 1, 2, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    q = k = torch.zeros_like(v)
+    out = window_attention(q, k, v, 1, torch.full((4096,), 2), backend="csrc-cpu")
+    mean = (v.float().sum(2, keepdim=True) / 2).to(torch.bfloat16).expand_as(v)
+    assert torch.equal(out.view(torch.int16), mean.view(torch.int16))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_groups_and_strided_inputs(backend):
     # [B, L, H, d] projections viewed as [B, H, L, d], the layout a model produces

@@ -4,7 +4,7 @@ with the 95% confidence interval of the mean difference (a claim "A is within x 
 lies inside ±x; a t-test that fails to reject is no evidence of equality).
 
 One ``pt.Experiment`` (``perquery=True``) per collection scores every run; BM25 (the candidates themselves) is a row
-of its own. TREC DL re-ranks the provided top-100 (see :func:`~pyterrier_tite.pt.rerankers_first_stage.candidates`).
+of its own. TREC DL re-ranks the provided top-100 (see :func:`~pyterrier_tite.pt.first_stage.candidates`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pyterrier.measures import nDCG
 from scipy import stats
 
 from experiments.common.score_cache import cached_scores
-from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
+from pyterrier_tite.pt.first_stage import candidates, topics_and_qrels
 
 BM25 = "BM25"
 

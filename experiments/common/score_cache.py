@@ -38,7 +38,7 @@ def scores_key(model: pt.Transformer) -> str | None:
     source = model.scorer.source
     if not isinstance(source, str) or not os.path.isdir(source):
         return None
-    settings = (type(model).__name__, *model._eq_key()[2:], model.batch_size, SCORING_REVISION)
+    settings = (type(model).__name__, *model.eq_key()[2:], model.batch_size, SCORING_REVISION)
     return model_key(type(model).__name__, os.path.realpath(source), settings)
 
 

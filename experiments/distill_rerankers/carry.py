@@ -63,7 +63,7 @@ def index_texts(texts: dict[str, int], values) -> list[int]:
 
 def evaluation_candidates(texts: dict[str, int], datasets: list[str], depth: int) -> dict[str, dict[str, list]]:
     """BM25's top-``depth`` (TREC DL: the provided run) of each dataset's judged queries, texts indexed in ``texts``."""
-    from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
+    from pyterrier_tite.pt.first_stage import candidates, topics_and_qrels
 
     evaluation = {}
     for dataset in datasets:

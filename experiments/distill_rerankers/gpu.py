@@ -240,7 +240,7 @@ def evaluate(args: argparse.Namespace) -> None:
 
     from experiments.common.rerank_experiment import BM25, per_query, summarise, table_columns
     from experiments.distill_rerankers.recipe import comparisons
-    from pyterrier_tite.pt.rerankers_first_stage import topics_and_qrels
+    from pyterrier_tite.pt.first_stage import topics_and_qrels
 
     data = load_bundle(args.bundle)
     stored = {key: values for path in args.scores for key, values in np.load(path).items()}

@@ -128,7 +128,7 @@ def test_the_start_model_travels_in_fp16_and_trains_in_fp32(tiny_bert, tmp_path)
 def test_evaluate_reads_scores_into_the_recipes_table(irds_home, tiny_bert, tmp_path, capsys):
     """vaswani's first two queries with their judged docs and a few others: a variant scoring exactly as BM25 ties
     with it, one that ranks the judged docs first beats it."""
-    from pyterrier_tite.pt.rerankers_first_stage import topics_and_qrels
+    from pyterrier_tite.pt.first_stage import topics_and_qrels
 
     topics, qrels = topics_and_qrels("vaswani")
     rows = []

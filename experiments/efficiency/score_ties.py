@@ -24,7 +24,7 @@ import torch
 from pyterrier.measures import nDCG
 
 import pyterrier_tite as t
-from pyterrier_tite.pt.rerankers_first_stage import candidates, topics_and_qrels
+from pyterrier_tite.pt.first_stage import candidates, topics_and_qrels
 
 
 def tied_per_query(frame: pd.DataFrame) -> pd.Series:

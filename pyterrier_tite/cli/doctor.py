@@ -70,19 +70,19 @@ def report() -> str:
         "IR_DATASETS_HOME": os.environ.get("IR_DATASETS_HOME") or os.path.expanduser("~/.ir_datasets"),
     }
     versions = {"python": f"{platform.python_version()} ({sys.executable})", "platform": platform.platform(),
-                **{name: _version(dist) for dist, name in PACKAGES.items()}}  # fmt: skip
+                **{name: installed_version(dist) for dist, name in PACKAGES.items()}}  # fmt: skip
     sections = {"versions": versions, "hardware": hardware, "kernels (backend chosen per device)": kernels,
                 "caches": caches}  # fmt: skip
     return "\n".join(title + "".join(f"\n  {k}: {v}" for k, v in part.items()) for title, part in sections.items())
 
 
-def _version(dist: str) -> str:
+def installed_version(dist: str, missing: str = "not installed") -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version(dist)
     except PackageNotFoundError:
-        return "not installed"
+        return missing
 
 
 def _cpu_model() -> str:

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-from pyterrier_tite.cli.batch import input_errors
+from pyterrier_tite.cli.batch import command
 
 DEFAULT_MEASURES = "nDCG@10 AP R@100"
 #: spaces or commas between measures, but not a comma before a number (trec_eval's ``ndcg_cut.10,20``) nor inside a
@@ -46,7 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_evaluate)
 
 
-@input_errors("evaluate")
+@command("evaluate")
 def run_evaluate(args: argparse.Namespace) -> int:
     table = evaluate(
         args.runs, args.qrels, MEASURE_SEPARATOR.split(args.measures), names=_names(args), baseline=args.baseline,

@@ -1,7 +1,5 @@
-"""Flags that several commands share, defined once so that they read the same everywhere: the optimisation flags of
-every training command (``add_training_arguments``), the runtime flags of every batch command
-(``add_runtime_arguments``: ``--device``, ``--batch-size``, ``--threads``, ``--quiet``, ``--precision``) and the text
-lengths (``add_length_arguments``).
+"""Flags that several commands share, defined once so that they read the same everywhere: the training flags
+(``add_training_arguments``), the runtime flags of every batch command (``add_runtime_arguments``) and the text lengths.
 
 One name per concept: ``--model``, ``--dataset``, ``--output-dir`` (a folder: training, ``tirex``; as in
 ``TrainingArguments``), ``--output`` (a run file), ``-k`` / ``--depth``, ``--num-negatives``, ``--max-docs``; the
@@ -24,9 +22,8 @@ def add_training_arguments(
     batch_size_help: str = "training examples (queries or texts) per batch and process",
 ) -> None:
     """The flags of :class:`~pyterrier_tite.training.loop.TrainingArguments` plus threads, resume and quiet;
-    ``recipe``: the command picks its precision with :func:`~experiments.common.recipes.recipe_precision` (bf16 on
-    CPUs with native bf16 too), and its help says so; ``batch_size=None`` leaves ``--batch-size`` to the command;
-    ``batch_size_help`` says what a batch counts where the command means something else by it."""
+    ``recipe``: the help says the command picks bf16 on CPUs with native bf16 too (``recipe_precision``);
+    ``batch_size=None`` leaves ``--batch-size`` to the command, ``batch_size_help`` says what its batch counts."""
     parser.add_argument("--output-dir", required=True, help="output folder (checkpoint/ inside; reruns resume from it)")
     parser.add_argument("--max-steps", type=int, default=max_steps, help="optimizer steps")
     if batch_size is not None:
@@ -91,47 +88,50 @@ def add_precision_argument(parser: argparse.ArgumentParser, recipe: bool = False
     )  # fmt: skip
 
 
-def precision_of(args: argparse.Namespace) -> str:
-    """The precision the flags ask for, or the device's default."""
-    from pyterrier_tite.devices import default_precision
+def apply_process_arguments(args: argparse.Namespace) -> None:
+    """``--threads`` to torch; ``--quiet`` also to transformers' own bars (loading and writing weights) and to
+    ir_datasets' INFO lines, which it sets on each of its loggers: only a process-wide switch reaches them all (the
+    command owns its process)."""
+    if args.threads:
+        import torch
 
-    return args.precision or default_precision(getattr(args, "device", None))
-
-
-def quiet_progress(args: argparse.Namespace) -> None:
-    """``--quiet`` also silences transformers' own bars (loading and writing weights) and ir_datasets' INFO lines,
-    not just our bars."""
-    if getattr(args, "quiet", False):
+        torch.set_num_threads(args.threads)
+    if args.quiet:
         import logging as std_logging
 
         from transformers.utils import logging
 
         logging.disable_progress_bar()
-        # ir_datasets sets INFO on each of its own loggers: only a process-wide switch reaches them all (the command
-        # owns its process)
         std_logging.disable(std_logging.INFO)
 
 
-def training_arguments(args: argparse.Namespace):
-    """``TrainingArguments`` from the parsed flags (and ``--threads`` / ``--quiet`` applied to torch / transformers)."""
-    import torch
+def flag_values(args: argparse.Namespace, *names: str) -> dict:
+    """The named flags as keyword arguments of a function whose parameters are named as the flags; a ``no_x`` switch
+    as ``x=not no_x`` (``no_resume`` -> ``resume``)."""
+    return {
+        name.removeprefix("no_"): (not getattr(args, name)) if name.startswith("no_") else getattr(args, name)
+        for name in names
+    }
 
+
+#: the training flags that are :class:`~pyterrier_tite.training.loop.TrainingArguments` fields of the same name
+TRAINING_FLAGS = ("output_dir", "max_steps", "learning_rate", "warmup_steps", "grad_accumulation", "save_every", "seed")
+
+
+def model_options(args: argparse.Namespace) -> dict:
+    """What a batch command loads its model with: :func:`~pyterrier_tite.cli.service.load_model`'s parameters."""
+    return flag_values(args, "device", "batch_size", "precision")
+
+
+def training_arguments(args: argparse.Namespace):
+    """``TrainingArguments`` from the parsed flags (``--precision`` or the device's default), with ``--threads`` /
+    ``--quiet`` applied to torch / transformers."""
+    from pyterrier_tite.devices import default_precision
     from pyterrier_tite.training.loop import TrainingArguments
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    quiet_progress(args)
-    return TrainingArguments(
-        output_dir=args.output_dir,
-        max_steps=args.max_steps,
-        learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps,
-        grad_accumulation=args.grad_accumulation,
-        save_every=args.save_every,
-        seed=args.seed,
-        verbose=not args.quiet,
-        precision=precision_of(args),
-    )
+    apply_process_arguments(args)
+    precision = args.precision or default_precision(getattr(args, "device", None))
+    return TrainingArguments(**flag_values(args, *TRAINING_FLAGS), verbose=not args.quiet, precision=precision)
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser, writes: str) -> None:
@@ -145,8 +145,8 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, writes: str) -> None:
 
 
 def apply_runtime_arguments(args: argparse.Namespace) -> None:
-    """Apply ``--threads`` to torch and ``--quiet`` to transformers; check ``--batch-size`` / ``--threads`` and
-    ``--device`` (a device this torch cannot run on is a ``ValueError``: one line, before any work)."""
+    """Check ``--batch-size`` / ``--threads`` and ``--device`` (a device this torch cannot run on is a ``ValueError``:
+    one line, before any work), then apply ``--threads`` and ``--quiet``."""
     for flag in ("batch_size", "threads"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
@@ -157,11 +157,7 @@ def apply_runtime_arguments(args: argparse.Namespace) -> None:
         problem = device_problem(args.device)
         if problem is not None:
             raise ValueError(f"--device {args.device}: {problem}; or use --device cpu")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    quiet_progress(args)
+    apply_process_arguments(args)
 
 
 def add_evaluation_data_argument(parser: argparse.ArgumentParser) -> None:

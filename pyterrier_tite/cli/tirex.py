@@ -3,9 +3,9 @@
 TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and collects ``$outputDir`` (or
 ``$TIRA_OUTPUT_DIR``); ``--input`` / ``--output-dir`` override them. ``rerank`` re-scores ``rerank.jsonl(.gz)``;
 ``retrieve`` indexes ``documents.jsonl(.gz)`` / ``corpus.jsonl.gz`` in a temporary folder and retrieves for
-``queries.jsonl`` (or ``queries.xml``). Both write ``run.txt`` + ``ir-metadata.yml`` (by
-tirex-tracker when installed, measuring the work). No network is needed once the
-model is cached (``HF_HUB_OFFLINE=1``), and no Java (BM25 is PISA). See docs/tirex.md.
+``queries.jsonl`` (or ``queries.xml``). Both write ``run.txt`` + ``ir-metadata.yml`` (by tirex-tracker when installed,
+measuring the work). No network is needed once the model is cached (``HF_HUB_OFFLINE=1``), and no Java (BM25 is PISA).
+See docs/tirex.md.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.batch import input_errors, writes_to
-from pyterrier_tite.cli.flags import add_depth_argument, add_runtime_arguments, apply_runtime_arguments, rename
+from pyterrier_tite.cli import flags
+from pyterrier_tite.cli.batch import command
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -32,9 +32,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--model", required=True, help="hub id, model folder, shipped name (retrieve: also bm25)")
         parser.add_argument("--input", default=None, help="input folder (default $inputDataset / $TIRA_INPUT_DATASET)")
         parser.add_argument("--output-dir", default=None, help="output folder (default $outputDir / $TIRA_OUTPUT_DIR)")
-        rename(parser, {"--output": "--output-dir"})
-        add_depth_argument(parser, k, "candidates re-ranked per query" if name == "rerank" else "results per query")
-        add_runtime_arguments(parser, "an existing run.txt (TIRA gives an empty output folder)")
+        flags.rename(parser, {"--output": "--output-dir"})
+        k_help = "candidates re-ranked per query" if name == "rerank" else "results per query"
+        flags.add_depth_argument(parser, k, k_help)
+        flags.add_runtime_arguments(parser, "an existing run.txt (TIRA gives an empty output folder)")
         parser.set_defaults(func=run_tirex_rerank if name == "rerank" else run_tirex_retrieve)
 
 
@@ -52,30 +53,28 @@ def _run_file(args: argparse.Namespace):
     return _folders(args)[1] / "run.txt"
 
 
-@input_errors("tirex rerank")
-@writes_to(_run_file)
+@command("tirex rerank", writes=_run_file)
 def run_tirex_rerank(args: argparse.Namespace) -> int:
-    from pyterrier_tite.cli.service import load_model, rerank, scorer_of, system_name
+    from pyterrier_tite.cli.service import load_model, rerank, system_name
     from pyterrier_tite.store.ir_metadata import tracked_run
     from pyterrier_tite.store.runs import top_k
     from pyterrier_tite.store.tira import read_rerank, write_tirex_output
 
-    apply_runtime_arguments(args)
+    flags.apply_runtime_arguments(args)
     source, target = _folders(args)
     candidates = top_k(read_rerank(source), args.k)
     if args.model.lower() == "bm25":
         raise ValueError("bm25 cannot re-rank a TIREx input; use a neural --model")
     with tracked_run(system_name(args.model)) as record:  # tirex-tracker, when installed, measures the work
-        _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
-        scored = rerank(scorer_of(model), candidates[["qid", "query", "docno", "text"]], verbose=not args.quiet)
+        _, model = load_model(args.model, **flags.model_options(args))
+        scored = rerank(model, candidates[["qid", "query", "docno", "text"]], verbose=not args.quiet)
     metadata = {"task": "rerank", "model": args.model, "k": args.k, "input": str(source)}
     run_file = write_tirex_output(scored, target, system_name(args.model), metadata, record.tracked)
     print(f"{len(scored)} re-ranked results for {scored['qid'].nunique()} queries written to {run_file}")
     return 0
 
 
-@input_errors("tirex retrieve")
-@writes_to(_run_file)
+@command("tirex retrieve", writes=_run_file)
 def run_tirex_retrieve(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -83,23 +82,19 @@ def run_tirex_retrieve(args: argparse.Namespace) -> int:
     from pyterrier_tite.store.ir_metadata import tracked_run
     from pyterrier_tite.store.tira import iter_documents, read_queries, write_tirex_output
 
-    apply_runtime_arguments(args)
+    flags.apply_runtime_arguments(args)
     source, target = _folders(args)
     topics = read_queries(source)  # read first: a missing file is reported before any indexing
     threads = args.threads or 1
     scratch_folder = tempfile.TemporaryDirectory(prefix="pyterrier-tite-tirex-")
     with tracked_run(system_name(args.model)) as record, scratch_folder as scratch:  # tirex-tracker measures the work
-        _, model = load_model(args.model, device=args.device, batch_size=args.batch_size, precision=args.precision)
+        _, model = load_model(args.model, **flags.model_options(args))  # loaded once: indexing and retrieval share it
         index = os.path.join(scratch, "index")
         build_index(
-            args.model, iter_documents(source), index, corpus_name=str(source), device=args.device,
-            batch_size=args.batch_size, precision=args.precision, threads=threads, verbose=not args.quiet, model=model,
-            package_model=False,  # a scratch index: no copy of the model inside it
+            args.model, iter_documents(source), index, corpus_name=str(source), batch_size=args.batch_size,
+            threads=threads, verbose=not args.quiet, model=model, package_model=False,  # a scratch index: no model copy
         )  # fmt: skip
-        retriever = index_retriever(
-            index, args.model, args.k, device=args.device, batch_size=args.batch_size,
-            precision=args.precision, threads=threads, model=model
-        )
+        retriever = index_retriever(index, args.model, args.k, threads=threads, model=model)
         results = retrieve(retriever, topics, verbose=not args.quiet)
     metadata = {"task": "retrieve", "model": args.model, "k": args.k, "input": str(source)}
     run_file = write_tirex_output(results, target, system_name(args.model), metadata, record.tracked)

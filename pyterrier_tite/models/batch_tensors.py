@@ -12,6 +12,7 @@ settings, or fail with "Already borrowed".
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +34,11 @@ def tokenize(tokenizer, texts: Sequence[str] | str, **settings) -> Mapping[str, 
             lock = _LOCKS[key] = threading.Lock()
     with lock:
         return tokenizer(texts, **settings)
+
+
+def takes_token_types(model) -> bool:
+    """Whether ``model(...)`` accepts ``token_type_ids`` (BERT, TITE: yes; DistilBERT: no)."""
+    return "token_type_ids" in inspect.signature(model.forward).parameters
 
 
 def padded_tensors(encoded: Mapping[str, list], names: Iterable[str]) -> dict[str, torch.Tensor]:

@@ -20,18 +20,11 @@ from torch import nn
 
 from pyterrier_tite._user_warnings import warn_user
 from pyterrier_tite.families import Recognised, family_of
-from pyterrier_tite.models.folder_checks import check_folder, weight_header
-from pyterrier_tite.models.meta_files import (  # noqa: F401 - re-exported
-    PT_META,
-    CheckpointError,
-    read_json,
-    read_meta,
-    tokenizer_files_load,
-)
+from pyterrier_tite.models.folder_checks import check_folder, weight_files, weight_header
+from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json, read_meta  # noqa: F401 - re-exported
 
 #: files a model needs; a hub repo's other formats (ONNX, TF, Flax, OpenVINO) are not downloaded
 CHECKPOINT_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model", "*.yaml"]
-#: the file a saved model folder keeps its PyTerrier artifact metadata and settings in
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -49,10 +42,9 @@ def quiet_transformers() -> Iterator[None]:
 
 
 def local_checkpoint(path_or_id: str | os.PathLike | Checkpoint) -> str:
-    """The local folder of a checkpoint: a folder as given, or a hub id (``org/name``) resolved through the Hugging
-    Face cache (downloaded when online; ``HF_HUB_OFFLINE=1`` uses the cache only), checked as
-    :func:`open_checkpoint` checks it. A path that does not exist and cannot be a hub id raises ``FileNotFoundError``
-    at once (no hub retries). A loader that needs the folder's settings too keeps the :class:`Checkpoint` instead."""
+    """The local folder of a checkpoint (:func:`open_checkpoint`): a folder as given, or a hub id (``org/name``)
+    through the Hugging Face cache (``HF_HUB_OFFLINE=1``: the cache only); a path that cannot be either raises
+    ``FileNotFoundError`` at once."""
     return open_checkpoint(path_or_id).folder
 
 
@@ -77,19 +69,17 @@ class Checkpoint:
 
 
 def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint, family: str | None = None) -> Checkpoint:
-    """:class:`Checkpoint` of a folder or hub id (as :func:`local_checkpoint`; a ``Checkpoint`` is returned as is):
-    each settings file and the safetensors header are read once, a malformed JSON file raises ``ValueError`` naming
-    it, a ``config.json`` or ``pt_meta.json`` that is not a JSON object too (transformers would raise an ``OSError``,
-    some layouts would ignore the file), and the folder is checked (:func:`~.folder_checks.check_folder`). ``family`` (a
-    ``pt_meta.json`` format): the family loader opening it; a checkpoint that is recognisably another family's raises
-    :class:`CheckpointError` naming that family and the class that loads it (every family's one check, here)."""
+    """:class:`Checkpoint` of a folder or hub id (a ``Checkpoint`` is returned as is): each settings file and the
+    safetensors header read once (a malformed or non-object JSON file raises ``ValueError`` naming it), the folder
+    checked (:func:`~.folder_checks.check_folder`). ``family`` (a ``pt_meta.json`` format): a checkpoint recognisably
+    another family's raises :class:`CheckpointError` naming that family and the class that loads it."""
     if isinstance(path_or_id, Checkpoint):
         checkpoint = path_or_id
     else:
         name = os.fspath(path_or_id)
         folder = _resolve(name)
         files = ("config.json", PT_META, "tokenizer_config.json")
-        config, meta, tokenizer_config = (_json_or_empty(folder, file) for file in files)
+        config, meta, tokenizer_config = (read_meta(folder, file) for file in files)
         tensors = weight_header(folder)
         check_folder(folder, config, tokenizer_config, tensors)  # no remote code; sizes that match the weights
         checkpoint = Checkpoint(name, folder, config, meta, tokenizer_config, tensors)
@@ -144,13 +134,10 @@ def _resolve(name: str) -> str:
         raise FileNotFoundError(f"no local folder {name!r} and no hub repository of that name") from exc
 
 
-def _json_or_empty(folder: str, name: str) -> dict:
-    file = os.path.join(folder, name)
-    return read_json(file) if os.path.isfile(file) else {}
-
-
 #: files that hold a vocabulary: without one, transformers 5 builds an empty tokenizer instead of failing
 VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+#: the files a tokenizer loads from, named when they do not load
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 #: tokenizer classes of the TITE ecosystem that transformers does not know (both are unchanged BertTokenizerFast)
 UNREGISTERED_TOKENIZERS = ("TiteTokenizer", "BiEncoderTokenizer")
 
@@ -159,7 +146,7 @@ def load_tokenizer(path_or_id: str | os.PathLike | Checkpoint):
     """The tokenizer of a checkpoint (folder, hub id or opened :class:`Checkpoint`, whose ``tokenizer_config.json``
     is not read again) with the template it was trained with. A folder without vocabulary files raises
     ``FileNotFoundError`` (transformers 5 would silently build an empty tokenizer whose ids are wrong); damaged ones
-    raise one :class:`CheckpointError` naming the files.
+    (the tokenizers library raises its parse errors: ``KeyError: 'added_tokens'``) one :class:`CheckpointError`.
 
     ``TiteTokenizer`` / ``BiEncoderTokenizer`` load from ``tokenizer.json`` as stored (``$A``: no [CLS]/[SEP]; added
     marker tokens kept); without a ``tokenizer.json`` they are what they subclass, ``BertTokenizerFast`` on the
@@ -172,39 +159,32 @@ def load_tokenizer(path_or_id: str | os.PathLike | Checkpoint):
     if not any(os.path.isfile(os.path.join(folder, name)) for name in VOCAB_FILES):
         raise FileNotFoundError(f"{folder} has no tokenizer files ({', '.join(VOCAB_FILES)}); pass tokenizer=")
     tokenizer_class = checkpoint.tokenizer_config.get("tokenizer_class")
-    with quiet_transformers(), tokenizer_files_load(folder):
-        if tokenizer_class not in UNREGISTERED_TOKENIZERS:
-            return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-        if os.path.isfile(os.path.join(folder, "tokenizer.json")):
-            return PreTrainedTokenizerFast.from_pretrained(folder)
-        return BertTokenizerFast.from_pretrained(folder)
+    try:
+        with quiet_transformers():
+            if tokenizer_class not in UNREGISTERED_TOKENIZERS:
+                return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+            if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+                return PreTrainedTokenizerFast.from_pretrained(folder)
+            return BertTokenizerFast.from_pretrained(folder)
+    except (OSError, CheckpointError):  # a missing file stays what it is
+        raise
+    except Exception as exc:
+        files = [name for name in TOKENIZER_FILES if os.path.isfile(os.path.join(folder, name))]
+        raise CheckpointError(
+            f"{folder}: its tokenizer files ({', '.join(files) or 'none'}) do not load "
+            f"({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
 
 
 def read_config(folder: str | os.PathLike | Checkpoint) -> dict:
-    """The checkpoint's ``config.json`` as a dict (``FileNotFoundError`` names the folder when there is none); a
-    :class:`Checkpoint`'s, read when it was opened."""
-    if isinstance(folder, Checkpoint):
-        if not folder.config:
-            raise FileNotFoundError(f"{folder.folder} has no config.json: not a model checkpoint folder")
+    """The checkpoint's ``config.json`` as a dict (a :class:`Checkpoint`'s as read when it was opened);
+    ``FileNotFoundError`` names the folder when there is none."""
+    name = folder.folder if isinstance(folder, Checkpoint) else os.fspath(folder)
+    if isinstance(folder, Checkpoint) and folder.config:
         return folder.config
-    file = os.path.join(os.fspath(folder), "config.json")
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"{folder} has no config.json: not a model checkpoint folder")
-    return read_json(file)
-
-
-def weight_files(folder: str | os.PathLike) -> list[str]:
-    """The files holding a checkpoint folder's tensors, in the order transformers prefers them: ``model.safetensors``
-    (or the shards of its index), else ``pytorch_model.bin`` (or its shards)."""
-    folder = os.fspath(folder)
-    for name in ("model.safetensors", "pytorch_model.bin"):
-        single = os.path.join(folder, name)
-        if os.path.isfile(single):
-            return [single]
-        index = single + ".index.json"
-        if os.path.isfile(index):
-            return [os.path.join(folder, shard) for shard in sorted(set(read_json(index)["weight_map"].values()))]
-    raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin")
+    if isinstance(folder, Checkpoint) or not os.path.isfile(os.path.join(name, "config.json")):
+        raise FileNotFoundError(f"{name} has no config.json: not a model checkpoint folder")
+    return read_json(os.path.join(name, "config.json"))
 
 
 def _load_weights(file: str, mmap: bool = False) -> Mapping[str, torch.Tensor]:
@@ -253,10 +233,6 @@ def stored_integer_dtypes(checkpoint: Checkpoint) -> dict[str, torch.dtype]:
     return {k: d for k, d in dtypes.items() if d is not None and not (d.is_floating_point or d.is_complex)}
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def integer_into_float(stored: Mapping[str, torch.dtype], own: Mapping[str, torch.Tensor], prefix: str = "") -> list:
     """``name (checkpoint int64, model float32)`` for each tensor ``stored`` as an integer (or boolean) dtype whose
     model tensor in ``own`` is floating: loading would cast it silently. Integer tensors the model holds as integers
@@ -266,7 +242,8 @@ def integer_into_float(stored: Mapping[str, torch.dtype], own: Mapping[str, torc
         candidates = [key, key.removeprefix(prefix + "."), f"{prefix}.{key}"] if prefix else [key]
         target = next((own[k] for k in candidates if k in own), None)
         if target is not None and target.is_floating_point() and not (dtype.is_floating_point or dtype.is_complex):
-            found.append(f"{key} (checkpoint {_dtype_name(dtype)}, model {_dtype_name(target.dtype)})")
+            names = (str(d).removeprefix("torch.") for d in (dtype, target.dtype))
+            found.append("{} (checkpoint {}, model {})".format(key, *names))
     return sorted(found)
 
 
@@ -328,10 +305,13 @@ def raise_on_mismatch(
         "with the wrong shape": sorted(str(k) for k in mismatched),
         "with an integer dtype where the model holds floats": sorted(str(k) for k in wrong_dtype),
     }
-    found = [f"{len(keys)} tensors {what}: {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}"
-             for what, keys in problems.items() if keys]  # fmt: skip
+    found = [f"{len(keys)} tensors {what}: {_first(keys)}" for what, keys in problems.items() if keys]
     if found:
         raise CheckpointError(f"cannot load {source} exactly; " + "; ".join(found))
+
+
+def _first(names: list[str], count: int = 8) -> str:
+    return ", ".join(names[:count]) + (" ..." if len(names) > count else "")
 
 
 def strict_from_pretrained(
@@ -339,7 +319,7 @@ def strict_from_pretrained(
 ):
     """``model_class.from_pretrained(folder, **kwargs)`` that raises :class:`CheckpointError` instead of logging when
     tensors are missing, unused or mis-shaped, or stored as integers where the model holds floats (transformers casts
-    them silently); ``fresh`` / ``unused`` prefixes as in :func:`load_exactly`."""
+    them silently); ``fresh`` / ``unused`` prefixes as in :func:`load_exactly`: fresh tensors are said in a warning."""
     fresh, unused = tuple(fresh), tuple(unused)
     checkpoint = open_checkpoint(path)
     path = checkpoint.folder
@@ -347,16 +327,10 @@ def strict_from_pretrained(
     missing = [k for k in info.get("missing_keys", ()) if not (fresh and k.startswith(fresh))]
     unexpected = [k for k in info.get("unexpected_keys", ()) if not (unused and k.startswith(unused))]
     raise_on_mismatch(path, missing, unexpected, info.get("mismatched_keys", ()), wrong_dtype)
-    warn_fresh(path, sorted(k for k in info.get("missing_keys", ()) if fresh and k.startswith(fresh)))
-    return model
-
-
-def warn_fresh(source: str, created: list[str]) -> None:
-    """One warning naming the tensors an explicit new-head path started at random (nothing when there are none):
-    fresh weights are allowed there, but never silent."""
+    created = sorted(k for k in info.get("missing_keys", ()) if fresh and k.startswith(fresh))
     if created:
-        names = ", ".join(created[:8]) + (" ..." if len(created) > 8 else "")
-        warn_user(f"{source}: {len(created)} tensors not in the checkpoint start fresh (new head): {names}")
+        warn_user(f"{path}: {len(created)} tensors not in the checkpoint start fresh (new head): {_first(created)}")
+    return model
 
 
 def save_model_folder(

@@ -17,9 +17,8 @@ import struct
 
 from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json
 
-#: the safetensors files a folder keeps its weights in (one file, or shards listed by an index)
-WEIGHTS = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
+#: the files a folder keeps its weights in, in the order transformers prefers them (one file, or shards of an index)
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 #: a safetensors header larger than this is not a header of a model this package loads
 MAX_HEADER_BYTES = 100 * 2**20
 
@@ -50,14 +49,12 @@ def check_folder(folder: str, config: dict, tokenizer_config: dict, tensors: dic
 def refuse_incomplete_save(folder: str) -> None:
     """A folder whose card says this package saved it has a ``pt_meta.json``: without it the settings it was saved
     with (lengths, markers, pooling) would silently fall back to defaults and the model score something else."""
-    from pyterrier_tite.models.model_card import MARKER
+    from pyterrier_tite.models.model_card import is_ours
 
     readme = os.path.join(folder, "README.md")
     if os.path.isfile(os.path.join(folder, PT_META)) or not os.path.isfile(readme) or os.path.islink(readme):
         return
-    with open(readme, "rb") as f:
-        ours = MARKER.encode() in f.read(64 * 1024)
-    if ours:
+    if is_ours(readme):
         raise CheckpointError(
             f"{folder} was saved by pyterrier-tite but has no {PT_META} (the settings it was saved with); save it "
             "again, or copy the folder whole"
@@ -85,20 +82,30 @@ def check_sizes(folder: str, config: dict, shapes: dict[str, list[int]]) -> None
         )
 
 
+def weight_files(folder: str | os.PathLike, required: bool = True) -> list[str]:
+    """The files holding a checkpoint folder's tensors (:data:`WEIGHTS`; an index's shards named as plain files in
+    the folder, never a path out of it); without any ``FileNotFoundError``, or ``[]`` when not ``required``."""
+    folder = os.fspath(folder)
+    for name in WEIGHTS:
+        single, index = os.path.join(folder, name), os.path.join(folder, name + ".index.json")
+        if os.path.isfile(single):
+            return [single]
+        if os.path.isfile(index):
+            weight_map = read_json(index).get("weight_map", {})
+            names = sorted({v for v in weight_map.values() if isinstance(v, str) and os.path.basename(v) == v})
+            return [os.path.join(folder, shard) for shard in names]
+    if required:
+        raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin")
+    return []
+
+
 def weight_header(folder: str) -> dict[str, dict]:
     """Tensor name -> ``{"dtype": "F32", "shape": [...]}`` of the folder's safetensors weights, from the headers alone
     ({} without them)."""
-    files = []
-    index = os.path.join(folder, WEIGHTS_INDEX)
-    if os.path.isfile(os.path.join(folder, WEIGHTS)):
-        files = [os.path.join(folder, WEIGHTS)]
-    elif os.path.isfile(index):
-        weight_map = read_json(index).get("weight_map", {})
-        names = sorted({v for v in weight_map.values() if isinstance(v, str) and os.path.basename(v) == v})
-        files = [os.path.join(folder, name) for name in names if os.path.isfile(os.path.join(folder, name))]
     tensors: dict[str, dict] = {}
-    for file in files:
-        tensors.update(_header(file))
+    for file in weight_files(folder, required=False):
+        if file.endswith(".safetensors") and os.path.isfile(file):
+            tensors.update(_header(file))
     return tensors
 
 

@@ -134,10 +134,10 @@ def front_matter(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def read_front_matter(readme: str | os.PathLike) -> dict:
-    """:func:`front_matter` of a README file, reading at most :data:`MAX_FRONT_MATTER` (and a little) of it."""
-    with open(readme, encoding="utf-8", errors="replace") as f:
-        return front_matter(f.read(MAX_FRONT_MATTER + 16))
+def _head(file: str | os.PathLike, size: int) -> str:
+    """The first ``size`` characters of a text file someone else may have made (any encoding, any length)."""
+    with open(file, encoding="utf-8", errors="replace") as f:
+        return f.read(size)
 
 
 def license_id(value) -> str | None:
@@ -167,7 +167,7 @@ def origin_info(names: Iterable[str | os.PathLike | None]) -> dict:
         card = (read_meta(folder).get("card") or {}) if folder else {}
         card = card if isinstance(card, dict) else {}
         readme = os.path.join(folder, CARD_FILE) if folder else None
-        theirs = read_front_matter(readme) if readme and os.path.isfile(readme) else {}
+        theirs = front_matter(_head(readme, MAX_FRONT_MATTER + 16)) if readme and os.path.isfile(readme) else {}
         found = [repo] if repo else base_models(card.get("base_model"))
         for b in found:
             if b not in bases:
@@ -188,18 +188,16 @@ def origin_info(names: Iterable[str | os.PathLike | None]) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- reading
 def is_ours(readme: str | os.PathLike) -> bool:
-    """Whether a README.md is a card this package wrote (carries :data:`MARKER`)."""
-    with open(readme, encoding="utf-8", errors="replace") as f:
-        return MARKER in f.read(4 * MAX_FRONT_MATTER)  # ours is at the top; a huge README is read no further
+    """Whether a README.md is a card this package wrote (carries :data:`MARKER`, at the top: a huge README is read
+    no further)."""
+    return MARKER in _head(readme, 4 * MAX_FRONT_MATTER)
 
 
 # -------------------------------------------------------------------------------------------------- rendering
 def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, pretty_name: str | None = None) -> str:
     """The card of a model from its ``pt_meta.json`` (``meta``). ``repo``: where it is shared (``org/name``; a
-    placeholder otherwise). ``dataset``: the card of a PyTerrier artifact package (``model.to_hf(repo)`` uploads a
-    dataset repo loaded by the class's ``from_hf``: ``pt.Artifact.from_hf`` fails when two processes fetch one new
-    package at once) rather than of a model repo (the folder: ``model.push_to_hub(repo)``
-    uploads it, ``t.load`` reads it).
+    placeholder otherwise). ``dataset``: the card of a PyTerrier artifact package (the dataset repo
+    ``model.to_hf(repo)`` uploads) rather than of a model repo (``model.push_to_hub(repo)``, read by ``t.load``).
 
     Front matter is written by ``huggingface_hub`` (``ModelCardData`` / ``DatasetCardData``; an evaluation also as
     ``model-index``). The card may carry facts of a folder someone else made, so every value is checked or escaped:
@@ -349,15 +347,9 @@ def _evaluation(evaluation: dict[str, dict[str, float]]) -> list[str]:
     lines = ["## Evaluation", "", "| | " + " | ".join(_cell(m) for m in measures) + " |",
              "|---" * (len(measures) + 1) + "|"]  # fmt: skip
     for name, row in evaluation.items():
-        cells = [_number(row.get(m)) for m in measures]
+        cells = [f"{v:.4f}" if isinstance(v, float) else "" if v is None else str(v) for v in map(row.get, measures)]
         lines.append(f"| {_cell(name)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
-
-
-def _number(value) -> str:
-    if value is None:
-        return ""
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 # ---------------------------------------------------------------------------------------------------- writing

@@ -35,6 +35,7 @@ class Aggretriever(DenseBiEncoder):
 
     ARTIFACT_FORMAT = "aggretriever"  # families.py's format: pt_meta.json's, a pt.Artifact of type "model"
     RELOADS = ("agg_dim", "cls_dim", "new_heads")
+    GIVEN = ("encoder", "tokenizer", "agg_dim", "cls_dim", "new_heads")
 
     PRETRAINED_POSITIONAL = ("agg_dim", "cls_dim", "new_heads", "query_max_length", "doc_max_length")
 
@@ -58,19 +59,11 @@ class Aggretriever(DenseBiEncoder):
         lengths = {"query_max_length": 64, "doc_max_length": 256, **loaded.settings}
         inputs = BiEncoderInputs(loaded.tokenizer, query_max_length or lengths["query_max_length"],
                                  doc_max_length or lengths["doc_max_length"])  # fmt: skip
-        runtime = dict(batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype)
-        super().__init__(AggretrieverTextEncoder(loaded.module, inputs), given_name(encoder), loaded.source, **runtime)
+        self._construct(locals(), loaded, AggretrieverTextEncoder(loaded.module, inputs))
         if given_name(encoder) is not None and loaded.source is None:  # fresh heads: equal only to itself
             self.fresh_weights = "Aggretriever heads"
-        self._encoder, self._tokenizer = encoder, tokenizer  # as given: pt.inspect's attributes
-        self._agg_dim, self._cls_dim, self._new_heads = agg_dim, cls_dim, new_heads
 
-    @property
-    def encoder(self) -> AggretrieverEncoder:
-        return self.model
-
-    def _module_arguments(self) -> dict:
-        return {"encoder": self.model, "tokenizer": self.tokenizer}
+    encoder = property(lambda self: self.model)  # the AggretrieverEncoder
 
     def settings(self) -> dict:
         """Lengths and the encoder's dims / aggregation (what decides the vectors besides the weights)."""

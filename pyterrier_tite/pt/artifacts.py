@@ -80,11 +80,6 @@ def refuse_splade_half(checkpoint: Checkpoint) -> None:
     )
 
 
-def is_index_folder(folder: str | os.PathLike) -> bool:
-    """Whether a folder is an index built by pyterrier-tite (it holds :data:`INDEX_INFO`, naming its model)."""
-    return os.path.isfile(os.path.join(folder, INDEX_INFO))
-
-
 #: what to do with an index that does not record its model, by its kind (:func:`how_to_open`)
 OPEN_BY_KIND = {
     "dense": "compose it with its model: t.load(model).query_encoder() >> pyterrier_dr.FlexIndex({!r}).np_retriever()",
@@ -154,32 +149,37 @@ def weights_fingerprint(model) -> str | None:
     return "sha256:" + digest.hexdigest()
 
 
-def index_retriever(folder: str | os.PathLike, num_results: int = 1000, **kwargs) -> pt.Transformer:
+def index_retriever(
+    folder: str | os.PathLike, num_results: int = 1000, *, model: pt.Transformer | None = None, threads: int = 1,
+    search: str = "exact", search_options: dict | None = None, **kwargs,
+) -> pt.Transformer:  # fmt: skip
     """Queries -> the top ``num_results`` of an index folder, through the model the index records (its packaged
-    copy, else the recorded name: :func:`~pyterrier_tite.store.index_info.model_for_index`): ``query encoder >>
-    FlexIndex`` for a dense index, SPLADE's PISA retriever, or BM25. Keyword arguments go to the model's
-    ``from_pretrained``."""
+    copy, else the recorded name: :func:`~pyterrier_tite.store.index_info.model_for_index`) or ``model`` (loaded
+    already): ``query encoder >> FlexIndex`` for a dense index (``search``: exact, hnsw or ivf, with
+    ``search_options``: :func:`~pyterrier_tite.store.flex.open_flex_retriever`), SPLADE's PISA retriever, or BM25
+    (``threads``: PISA's). Keyword arguments go to the model's ``from_pretrained``."""
     folder = os.fspath(folder)
     info = index_info(folder)
     kind = info.get("kind")
     if kind == BM25:
         from pyterrier_tite.store.pisa_derived import open_pisa_retriever
 
-        return open_pisa_retriever(folder, "bm25", num_results, 1, k1=0.9, b=0.4)
-    name = model_for_index(folder, info)
+        return open_pisa_retriever(folder, "bm25", num_results, threads, k1=0.9, b=0.4)
+    name = model_for_index(folder, info) if model is None else repr(model)
     if not name:
         raise ValueError(f"{folder} is a {kind} index that does not record the model that built it: "
                          f"{how_to_open(folder)}")  # fmt: skip
-    model = load(name, **kwargs)
+    model = load(name, **kwargs) if model is None else model
     if kind == "splade":
         if not hasattr(model, "retriever"):
             raise ValueError(f"{folder} is a SPLADE index but its model {name!r} is a {type(model).__name__}")
-        return model.retriever(folder, num_results=num_results)
+        return model.retriever(folder, num_results=num_results, threads=threads)
     if not hasattr(model, "query_encoder") or hasattr(model, "retriever"):
         raise ValueError(f"{folder} is a dense index but its model {name!r} is a {type(model).__name__}")
     from pyterrier_tite.store.flex import open_flex_retriever
 
-    return model.query_encoder() >> open_flex_retriever(folder, num_results, str(model.device))
+    retriever = open_flex_retriever(folder, num_results, str(model.device), search, **(search_options or {}))
+    return model.query_encoder() >> retriever
 
 
 def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
@@ -209,7 +209,7 @@ def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
 
         if os.path.dirname(os.path.abspath(name)) == os.path.abspath(artifact_cache()):  # from pt.Artifact.from_url:
             checked_cache_folder(name, name)  # PyTerrier leaves it 0777
-    if is_index_folder(name):
+    if os.path.isfile(os.path.join(name, INDEX_INFO)):  # an index built by pyterrier-tite, naming its model
         return index_retriever(name, **kwargs)
     checkpoint = open_checkpoint(name)  # read once; the transformer gets it, not the name
     fmt = model_format(checkpoint)

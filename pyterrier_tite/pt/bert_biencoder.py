@@ -14,7 +14,7 @@ from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
 from pyterrier_tite.models.checkpoint import Checkpoint
 from pyterrier_tite.pt.biencoder import STORED, DenseBiEncoder, merged_settings
-from pyterrier_tite.pt.model_artifact import given_name, opened, shown_name
+from pyterrier_tite.pt.model_artifact import opened, shown_name
 
 __all__ = ["BertBiEncoder", "DenseBiEncoder"]
 
@@ -64,25 +64,15 @@ class BertBiEncoder(DenseBiEncoder):
         dtype: torch.dtype | str | None = None,
     ):
         loaded = opened(model, tokenizer, load)
-        s = merged_settings(DEFAULTS, loaded.settings, pooling=pooling, normalize=normalize,
-                            query_max_length=query_max_length, doc_max_length=doc_max_length,
-                            query_marker=query_marker, doc_marker=doc_marker)  # fmt: skip
+        s = merged_settings(DEFAULTS, loaded.settings, locals())
         if s["pooling"] not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {s['pooling']!r}")
         inputs = BiEncoderInputs(loaded.tokenizer, s["query_max_length"], s["doc_max_length"],
                                  s["query_marker"], s["doc_marker"])  # fmt: skip
-        super().__init__(PooledEncoder(loaded.module, inputs, s["pooling"], s["normalize"]), given_name(model),
-                         loaded.source, batch_size=batch_size, text_field=text_field, device=device, verbose=verbose,
-                         dtype=dtype)  # fmt: skip
-        self._model, self._tokenizer = model, tokenizer  # as given: pt.inspect's attributes
+        self._construct(locals(), loaded, PooledEncoder(loaded.module, inputs, s["pooling"], s["normalize"]))
 
-    @property
-    def pooling(self) -> str:
-        return self.text_encoder.pooling
-
-    @property
-    def normalize(self) -> bool:
-        return self.text_encoder.normalize
+    pooling = property(lambda self: self.text_encoder.pooling)
+    normalize = property(lambda self: self.text_encoder.normalize)
 
     def settings(self) -> dict:
         return {**super().settings(), "pooling": self.pooling, "normalize": self.normalize}

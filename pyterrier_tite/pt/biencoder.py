@@ -1,18 +1,4 @@
-"""Dense bi-encoders as ``pyterrier_dr.BiEncoder`` s: what ``BertBiEncoder``, ``TITE`` and ``Aggretriever`` share.
-
-A :class:`DenseBiEncoder` wraps a torch :class:`~pyterrier_tite.models.bert_biencoder.modeling.TextEncoder`
-(texts -> vectors, the part training uses) and adds the PyTerrier side: length-sorted float32 encoding, a query
-encoder, a doc encoder with ``transform_iter`` (``model >> pyterrier_dr.FlexIndex(path)`` indexes without
-DataFrames, all or nothing and with checked docnos: :class:`FlexIndexing`) and a scorer, each
-
-- refusing missing text (None / NaN in ``query`` or the text field) by qid / docno, and a qid that carries two
-  query texts, decoding ``bytes`` texts (UTF-8) (``pt/validation.py``),
-- refusing NaN / inf vectors (NaN weights, a float16 overflow) by the first qid / docno, before they are ranked or
-  written into an index,
-- comparing equal (``__eq__`` / ``__hash__``) to another built from the same checkpoint with the same settings, so
-  ``pt.Experiment(..., plan='tree')`` shares their common prefixes,
-- showing ``pt.tqdm`` progress bars when ``verbose``.
-"""
+"""Dense bi-encoders as ``pyterrier_dr.BiEncoder`` s: what ``BertBiEncoder``, ``TITE`` and ``Aggretriever`` share."""
 
 from __future__ import annotations
 
@@ -27,10 +13,10 @@ from more_itertools import chunked, peekable
 
 from pyterrier_tite.devices import autocast, default_device, resolve_precision
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
-from pyterrier_tite.models.checkpoint import save_model_folder
+from pyterrier_tite.models.checkpoint import Loaded, save_model_folder
 from pyterrier_tite.pt.artifacts import IndexRecord
-from pyterrier_tite.pt.model_artifact import ModelArtifact
-from pyterrier_tite.pt.schematic import NamedSchematic
+from pyterrier_tite.pt.model_artifact import ModelArtifact, given_name
+from pyterrier_tite.pt.schematic import KeyedEquality, NamedSchematic
 from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.flex import build_flex_index
 from pyterrier_tite.store.values import checked_text
@@ -40,11 +26,11 @@ from pyterrier_tite.store.values import checked_text
 STORED = "stored"
 
 
-def merged_settings(defaults: dict, stored: dict, **given) -> dict:
-    """The settings a bi-encoder is built with: those ``given`` (not :data:`STORED`) over those the checkpoint stores
-    (its family loader's ``settings``) over the family's ``defaults``."""
-    stored = {k: v for k, v in stored.items() if k in defaults}
-    return {**defaults, **stored, **{k: v for k, v in given.items() if not (isinstance(v, str) and v == STORED)}}
+def merged_settings(defaults: dict, stored: dict, given: dict) -> dict:
+    """The settings a bi-encoder is built with: those ``given`` (a constructor's ``locals()``; not :data:`STORED`)
+    over those the checkpoint stores (its family loader's ``settings``) over the family's ``defaults``."""
+    given = {k: v for k, v in given.items() if k in defaults and not (isinstance(v, str) and v == STORED)}
+    return {**defaults, **{k: v for k, v in stored.items() if k in defaults}, **given}
 
 
 class FlexIndexing(pt.Compose):
@@ -89,11 +75,16 @@ class _IndexesAtomically:
         return super().__rshift__(right)
 
 
-class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
-    """A :class:`TextEncoder` as a PyTerrier bi-encoder (dot product of float32 vectors).
+class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
+    """A :class:`TextEncoder` (texts -> vectors, the part training uses) as a PyTerrier bi-encoder (dot product of
+    float32 vectors): length-sorted encoding, a query encoder, a doc encoder with ``transform_iter`` (``model >>
+    pyterrier_dr.FlexIndex(path)`` indexes without DataFrames, all or nothing: :class:`FlexIndexing`) and a scorer,
+    each refusing missing texts (None / NaN) by qid / docno, a qid carrying two query texts and NaN / inf vectors by
+    the first qid / docno, with ``pt.tqdm`` bars when ``verbose``.
 
     ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
-    decides equality. A model built in memory (``source`` None) equals only bi-encoders over the same module.
+    decides equality (``pt.Experiment(..., plan='tree')`` shares equal prefixes). A model built in memory (``source``
+    None) equals only bi-encoders over the same module.
     ``dtype``: float32, bfloat16 or float16 for inference (autocast; vectors stay float32); default bf16 on GPUs
     that support it, else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is 2-3x faster)."""
 
@@ -117,37 +108,27 @@ class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder,
         self.text_encoder = text_encoder.to(self.device).eval()
         self.model_name, self.source, self._dtype = name, source, dtype
 
+    #: constructor parameters kept as given, as ``_<name>`` (pt.inspect's attributes); the first is the model
+    GIVEN: tuple[str, ...] = ("model", "tokenizer")
+
+    def _construct(self, given: dict, loaded: Loaded, text_encoder: TextEncoder) -> None:
+        """The end of each family's constructor (``given``: its ``locals()``): this ``__init__`` with the runtime
+        settings, the parameters of :attr:`GIVEN` kept for pt.inspect."""
+        runtime = {k: given[k] for k in ("batch_size", "text_field", "device", "verbose", "dtype")}
+        DenseBiEncoder.__init__(self, text_encoder, given_name(given[self.GIVEN[0]]), loaded.source, **runtime)
+        vars(self).update({f"_{k}": given[k] for k in self.GIVEN})
+
     def _module_arguments(self) -> dict:
-        return {"model": self.model, "tokenizer": self.tokenizer}
+        return {self.GIVEN[0]: self.model, "tokenizer": self.tokenizer}
 
     # -- what the model is ------------------------------------------------------------------------------------
-    @property
-    def model(self) -> torch.nn.Module:
-        return self.text_encoder.model
-
-    @property
-    def tokenizer(self):
-        return self.text_encoder.inputs.tokenizer
-
-    @property
-    def query_max_length(self) -> int:
-        return self.text_encoder.inputs.query_max_length
-
-    @property
-    def doc_max_length(self) -> int:
-        return self.text_encoder.inputs.doc_max_length
-
-    @property
-    def query_marker(self) -> str | None:
-        return self.text_encoder.inputs.query_marker
-
-    @property
-    def doc_marker(self) -> str | None:
-        return self.text_encoder.inputs.doc_marker
-
-    @property
-    def dim(self) -> int:
-        return self.text_encoder.dim
+    model = property(lambda self: self.text_encoder.model)
+    tokenizer = property(lambda self: self.text_encoder.inputs.tokenizer)
+    query_max_length = property(lambda self: self.text_encoder.inputs.query_max_length)
+    doc_max_length = property(lambda self: self.text_encoder.inputs.doc_max_length)
+    query_marker = property(lambda self: self.text_encoder.inputs.query_marker)
+    doc_marker = property(lambda self: self.text_encoder.inputs.doc_marker)
+    dim = property(lambda self: self.text_encoder.dim)
 
     def settings(self) -> dict:
         """What decides the vectors besides the weights (lengths, markers; subclasses add theirs)."""
@@ -160,15 +141,12 @@ class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder,
         settings = tuple(sorted(self.settings().items()))
         return type(self), origin, settings, self.text_field, str(self.device), self.precision
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, DenseBiEncoder) and self.eq_key() == other.eq_key()
-
-    def __hash__(self) -> int:
-        return hash(self.eq_key())
-
     # -- encoding ---------------------------------------------------------------------------------------------
     def encode_queries_torch(self, texts: Iterable[str], batch_size: int | None = None) -> torch.Tensor:
         """``[N, D]`` in input order, with gradients when they are enabled (training)."""
+        model = self.encoding_model("query")
+        if model is not self:
+            return model.encode_queries_torch(texts, batch_size or self.batch_size)
         return self.text_encoder.encode_queries(list(texts), batch_size or self.batch_size)
 
     def encode_docs_torch(self, texts: Iterable[str], batch_size: int | None = None) -> torch.Tensor:
@@ -177,13 +155,14 @@ class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder,
     def encode(self, texts: Iterable[str], role: str, batch_size: int | None = None, progress: str | None = None):
         """Inference: float32 ``[N, D]`` numpy in input order, encoded in batches of similar length (less padding:
         :meth:`TextEncoder.encode <pyterrier_tite.models.bert_biencoder.modeling.TextEncoder.encode>` sorts and
-        batches, once); ``progress`` names a ``pt.tqdm`` bar over the texts."""
+        batches, once) by :meth:`encoding_model`; ``progress`` names a ``pt.tqdm`` bar over the texts."""
+        model = self.encoding_model(role)
+        if model is not self:
+            return model.encode(texts, role, batch_size or self.batch_size, progress)
         texts = list(texts)
-        bar = pt.tqdm(total=len(texts), desc=progress, unit=role) if progress else None
-        with torch.no_grad(), autocast(self.device, self.precision):
-            vectors = self.text_encoder.encode(texts, role, batch_size or self.batch_size, bar.update if bar else None)
-        if bar is not None:
-            bar.close()
+        bar = pt.tqdm(total=len(texts), desc=progress, unit=role, disable=not progress)
+        with bar, torch.no_grad(), autocast(self.device, self.precision):
+            vectors = self.text_encoder.encode(texts, role, batch_size or self.batch_size, bar.update)
         return vectors.float().cpu().numpy()
 
     def encoding_model(self, role: str) -> DenseBiEncoder:
@@ -232,7 +211,7 @@ class DenseBiEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder,
         save_model_folder(folder, self.model, self.tokenizer, self.ARTIFACT_FORMAT, self.settings())
 
 
-class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
+class DenseQueryEncoder(KeyedEquality, NamedSchematic, pyterrier_dr.BiQueryEncoder):
     """``qid, query`` -> ``+ query_vec``; each distinct query text is encoded once."""
 
     def transform(self, inp):
@@ -247,14 +226,11 @@ class DenseQueryEncoder(NamedSchematic, pyterrier_dr.BiQueryEncoder):
         self.bi_encoder_model.refuse_non_finite(vectors, inp, "query", index=rows)
         return inp.assign(query_vec=[vectors[i] for i in rows])
 
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and self.bi_encoder_model.eq_key() == other.bi_encoder_model.eq_key()
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.bi_encoder_model.eq_key()))
+    def eq_key(self) -> tuple:
+        return (self.bi_encoder_model.eq_key(),)
 
 
-class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEncoder):
+class DenseDocEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEncoder):
     """``docno, text`` -> ``+ doc_vec``, each distinct text encoded once (a frame); ``transform_iter`` encodes a stream
     of records chunk by chunk."""
 
@@ -285,18 +261,11 @@ class DenseDocEncoder(_IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEnco
         self.bi_encoder_model.refuse_non_finite(vectors, inp, "doc", index=rows)
         return inp.assign(doc_vec=[vectors[i] for i in rows])
 
-    def __eq__(self, other) -> bool:
-        return (
-            type(other) is type(self)
-            and self.bi_encoder_model.eq_key() == other.bi_encoder_model.eq_key()
-            and self.text_field == other.text_field
-        )
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.bi_encoder_model.eq_key(), self.text_field))
+    def eq_key(self) -> tuple:
+        return self.bi_encoder_model.eq_key(), self.text_field
 
 
-class DenseScorer(NamedSchematic, pyterrier_dr.BiScorer):
+class DenseScorer(KeyedEquality, NamedSchematic, pyterrier_dr.BiScorer):
     """Re-scores ``qid, query, docno, text`` (or given vectors) by the dot product; ranks added. Given vectors that
     hold NaN / inf are refused by the first qid / docno (``add_ranks`` would fail on their scores)."""
 
@@ -306,11 +275,5 @@ class DenseScorer(NamedSchematic, pyterrier_dr.BiScorer):
                 refuse_non_finite(inp[column], inp, column, repr(self))
         return super().transform(inp)
 
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def _key(self) -> tuple:
-        return type(self), self.bi_encoder_model.eq_key(), self.text_field, self.sim_fn
+    def eq_key(self) -> tuple:
+        return self.bi_encoder_model.eq_key(), self.text_field, self.sim_fn

@@ -1,4 +1,5 @@
-"""First-stage retrievers: BM25 through PISA (no Java) and the provided TREC DL BM25 top-100 runs."""
+"""First-stage retrievers: BM25 through PISA (no Java) and the provided TREC DL BM25 top-100 runs; the candidates
+re-rankers are evaluated and trained on, with their qrels."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from pyterrier_tite import datasets
+from pyterrier_tite.pt.schematic import KeyedEquality
 from pyterrier_tite.pt.validation import CheckedQueries
 from pyterrier_tite.store.pisa_build import pisa_index
 from pyterrier_tite.store.pisa_derived import open_pisa_retriever
+from pyterrier_tite.text import join_text_columns, text_fields
 
 #: TREC DL aliases whose provided BM25 run stands in for full retrieval (the local MS MARCO collection is partial)
 TREC_DL = {"2019": "dl19", "2020": "dl20", "dl19": "dl19", "dl20": "dl20"}
+#: collections whose qrels for graded measures come from another ID (Cranfield's raw Cleverdon codes run the wrong way)
+QRELS_ID = {"cranfield": "cranfield-graded"}
 
 
 def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args) -> BM25:
@@ -27,7 +32,7 @@ def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
     return BM25(dataset, k1=k1, b=b, num_results=num_results, **index_args)
 
 
-class BM25(pt.Transformer):
+class BM25(KeyedEquality, pt.Transformer):
     """BM25 over a collection's cached PISA index: queries are checked (:class:`CheckedQueries`), then PISA retrieves.
 
     Small on purpose: its repr names the collection and the settings (``BM25('vaswani', k1=0.9, b=0.4,
@@ -52,14 +57,8 @@ class BM25(pt.Transformer):
             return None
         return BM25(self.dataset, k1=self.k1, b=self.b, num_results=k, **self.index_args)
 
-    def _key(self) -> tuple:
+    def eq_key(self) -> tuple:
         return (self.dataset, self.k1, self.b, self.num_results, tuple(sorted(self.index_args.items())))
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, BM25) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(("BM25", *self._key()))
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in sorted(self.index_args.items()))
@@ -96,3 +95,20 @@ class RunRetriever(pt.Transformer):
 
     def __repr__(self) -> str:
         return f"RunRetriever({self.name!r})"
+
+
+def candidates(dataset: str, depth: int = 100) -> pt.Transformer:
+    """Queries -> BM25 top-``depth`` (qid, query, docno, score, rank, text). TREC DL uses the provided top-100."""
+    if str(dataset) in TREC_DL:
+        return trec_dl_bm25(dataset) % depth
+    ds = datasets.get_dataset(dataset)
+    fields = text_fields(datasets.irds_id(dataset))
+    return bm25(dataset, num_results=depth) >> ds.text_loader(fields) >> pt.apply.generic(join_text_columns)
+
+
+def topics_and_qrels(dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Topics (qid, query) and qrels (qid, docno, label) of a collection or TREC DL year ('2019', 'dl20', ...)."""
+    name = TREC_DL.get(str(dataset), dataset)
+    topics = datasets.get_dataset(name).get_topics()
+    qrels = datasets.get_dataset(QRELS_ID.get(name, name)).get_qrels()
+    return topics[topics["qid"].isin(set(qrels["qid"]))], qrels

@@ -1,25 +1,11 @@
 """Every model of this package is a PyTerrier artifact: ``to_hf``, ``to_zenodo``, ``build_package`` and
-``pt.Artifact.from_url`` / ``from_hf`` work on the transformers themselves.
+``pt.Artifact.from_url`` / ``from_hf`` work on the transformers themselves; and the construction they share
+(:func:`opened`, ``from_module``, ``from_pretrained``, ``apply_attributes``).
 
-:class:`ModelArtifact` is the last base of ``CrossEncoderReranker`` (SparseCE, MonoCE, CELI), ``DenseBiEncoder``
-(TITE, BertBiEncoder, Aggretriever) and ``Splade``; each names its ``ARTIFACT_FORMAT`` (the ``format`` of its
-``pt_meta.json``, its family's in ``families.py``), so ``pt.inspect.artifact_type_format(model)`` is
-``("model", format)``.
-
-Construction, one path per family: ``Cls(name, **settings)`` is an ordinary constructor that calls the family's one
-loader (``models/<family>/load.py``: :func:`opened`); ``Cls.from_module(module, tokenizer, **settings)`` wraps a
-module in memory; ``from_pretrained`` is ``Cls(name, ...)`` under the Hugging Face name. What ``pt.inspect`` cannot
-read back from a same-named attribute, the constructor keeps as ``_<parameter>``, as given, so
-``pt.inspect.transformer_attributes`` are the constructor's parameters; :meth:`ModelArtifact.apply_attributes` rebuilds
-around the same module where it can. ``save_pretrained`` writes all or nothing and calls each class's ``_save_into``.
-
-Design: the transformers hold their weights in memory and are not backed by a folder, so a package is always a fresh
-``save_pretrained`` of the model as it is (weights, settings, keyword overrides), written into a temporary folder and
-packaged from there; the model you load back computes exactly what the one packaged computes. ``path`` is the folder a
-model was loaded from by ``pt.Artifact.load`` / ``t.load`` / ``from_url`` / ``from_hf`` (``Artifact.NO_PATH``
-otherwise); ``build_package()`` without a path writes beside it. Loading goes through the ``pyterrier.artifact`` entry
-points (``model.<format>`` -> :func:`pyterrier_tite.pt.artifacts.load`), which return the transformer, and
-``SomeClass.load(folder)`` / ``SomeClass.from_hf(repo)`` do the same, checking the class.
+The transformers hold their weights in memory, not backed by a folder, so a package is always a fresh
+``save_pretrained`` of the model as it is (weights, settings, keyword overrides): the model loaded back computes
+exactly what the one packaged computes. Loading goes through the ``pyterrier.artifact`` entry points (``model.<format>``
+-> :func:`pyterrier_tite.pt.artifacts.load`); ``SomeClass.load(folder)`` / ``SomeClass.from_hf(repo)`` check the class.
 
 Example::
 
@@ -34,6 +20,7 @@ import dataclasses
 import inspect
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -100,10 +87,13 @@ IDENTITY = ("model_name", "source", "path", "card", "fresh_weights")
 
 
 class ModelArtifact(pta.Artifact):
-    """A PyTerrier artifact whose folder is a model saved by ``save_pretrained`` (module docstring). Subclasses set
-    ``ARTIFACT_FORMAT`` (their family's, ``families.py``) and write their folder in ``_save_into``; their constructor
-    takes a name (``Cls(name, **settings)``, loaded by the family's one loader) or a module (:meth:`from_module`), and
-    keeps what ``pt.inspect`` cannot read back from a same-named attribute as ``_<parameter>``, as it was given."""
+    """A PyTerrier artifact whose folder is a model saved by ``save_pretrained`` (module docstring), the last base of
+    ``CrossEncoderReranker``, ``DenseBiEncoder`` and ``Splade``. Subclasses set ``ARTIFACT_FORMAT`` (their family's,
+    ``families.py``: ``pt.inspect.artifact_type_format(model)`` is ``("model", format)``) and write their folder in
+    ``_save_into``; their constructor takes a name (``Cls(name, **settings)``, loaded by the family's one loader) or a
+    module (:meth:`from_module`), and keeps what ``pt.inspect`` cannot read back from a same-named attribute as
+    ``_<parameter>``, as it was given, so ``pt.inspect.transformer_attributes`` are the constructor's parameters.
+    ``path``: the folder it was loaded from as an artifact (``build_package()`` without a path writes beside it)."""
 
     ARTIFACT_TYPE = "model"
     ARTIFACT_PACKAGE_HINT = "pyterrier-tite"
@@ -232,9 +222,12 @@ class ModelArtifact(pta.Artifact):
             if self.path is self.NO_PATH:
                 raise ValueError(f"{self!r} was not loaded from a folder: pass build_package(package_path=...)")
             package_path = str(self.path).rstrip("/\\") + ".tar.lz4"
+        return package_saved(self.save_pretrained, package_path, self._their_card(), **kwargs)
+
+    def _their_card(self) -> str | None:
+        """The README.md of the folder it was loaded from when a user wrote it (not our card): it travels instead."""
         theirs = "" if self.path is self.NO_PATH else os.path.join(str(self.path), CARD_FILE)
-        card = theirs if theirs and os.path.isfile(theirs) and not is_ours(theirs) else None
-        return package_saved(self.save_pretrained, package_path, card, **kwargs)
+        return theirs if theirs and os.path.isfile(theirs) and not is_ours(theirs) else None
 
     def push_to_hub(self, repo_id: str, *, private: bool | None = None, branch: str | None = None,
                     commit_message: str | None = None, token: str | None = None) -> str:  # fmt: skip
@@ -242,8 +235,6 @@ class ModelArtifact(pta.Artifact):
         ``pt_meta.json``) whose card says ``t.load(repo_id)``, which is what ``t.load`` and ``from_pretrained`` read.
         (``to_hf`` uploads a PyTerrier artifact *package* into a *dataset* repo instead, read by
         ``pt.Artifact.from_hf``.) Creates the repo if needed (``exist_ok``); returns the commit URL."""
-        import tempfile
-
         from huggingface_hub import HfApi
 
         from pyterrier_tite.models.model_card import write_card
@@ -251,8 +242,7 @@ class ModelArtifact(pta.Artifact):
         api = HfApi(token=token)
         with tempfile.TemporaryDirectory() as folder:
             self.save_pretrained(folder)
-            theirs = "" if self.path is self.NO_PATH else os.path.join(str(self.path), CARD_FILE)
-            if not (theirs and os.path.isfile(theirs) and not is_ours(theirs)):
+            if self._their_card() is None:
                 write_card(folder, repo=repo_id)  # the usage line names the repo it lands in
             api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
             if branch not in (None, "main"):

@@ -1,21 +1,6 @@
 """Cross-encoder rerankers as PyTerrier transformers: ``SparseCE`` (windowed, asymmetric), ``MonoCE`` (full
-attention, monoBERT) and ``CELI`` (late-interaction head on either backbone).
-
-All three take a result frame (qid, query, docno, text) and return every row rescored and re-ranked (pointwise, so
-``pyterrier_caching.ScorerCache`` may call them on any subset). Docs are scored grouped by query, so a sparse
-cross-encoder whose query attends only to itself encodes each query once per batch. Tokenising and truncation:
-:mod:`pyterrier_tite.models.cross_encoder.tokenization`; loading: :mod:`pyterrier_tite.models.cross_encoder.convert` /
-:mod:`~pyterrier_tite.models.sparse_ce.convert`.
-
-Inputs are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missing (None / NaN) query or text is an
-error naming the qid / docno, and so is a qid that carries two different query texts; ``bytes`` texts are decoded
-(UTF-8). NaN / inf scores (NaN weights, a float16 overflow) are an error naming the first pair, not ranked.
-
-Folders and hub ids load exactly: a missing or unused tensor is an error; only a start from a plain encoder (new score
-head) creates fresh weights, and says so in one warning. Lengths stored with a checkpoint are its defaults, explicit
-keyword arguments override them: ``pt_meta.json`` of our saves, the reference's caps for a released sparse checkpoint
-(query 30 word pieces = its 32 with [CLS] and [SEP]). Two rerankers are equal when they load the same folder (or hold
-the same in-memory model) with the same settings, so ``pt.Experiment(..., plan='tree')`` shares their first stage.
+attention, monoBERT) and ``CELI`` (late-interaction head on either backbone). Tokenising and truncation:
+:mod:`pyterrier_tite.models.cross_encoder.tokenization`; loading: :mod:`pyterrier_tite.models.cross_encoder.load`.
 """
 
 from __future__ import annotations
@@ -37,14 +22,24 @@ from pyterrier_tite.models.cross_encoder.pair_scoring import score_by_query
 from pyterrier_tite.models.cross_encoder.tokenization import QUERY_MAX_LENGTH, CrossEncoderInputs
 from pyterrier_tite.models.sparse_ce.modeling import FLAGS, SparseCrossEncoder
 from pyterrier_tite.pt.model_artifact import ModelArtifact, given_name, is_model_name, shown_name
-from pyterrier_tite.pt.schematic import NamedSchematic
+from pyterrier_tite.pt.schematic import KeyedEquality, NamedSchematic
 from pyterrier_tite.pt.validation import one_query_per_qid, refuse_non_finite, text_column
 
 __all__ = ["CELI", "CrossEncoderReranker", "MonoCE", "SparseCE"]
 
 
-class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
-    """Scores (query, doc) pairs of a result frame with a :class:`CrossEncoderScorer`; see the module docstring."""
+class CrossEncoderReranker(KeyedEquality, NamedSchematic, pt.Transformer, ModelArtifact):
+    """Scores (query, doc) pairs of a result frame with a :class:`CrossEncoderScorer` and returns every row rescored
+    and re-ranked (pointwise: ``pyterrier_caching.ScorerCache`` may call it on any subset), grouped by query, so a
+    sparse cross-encoder whose query attends only to itself encodes each query once per batch.
+
+    A missing (None / NaN) query or text is an error naming the qid / docno, and so is a qid carrying two query texts;
+    ``bytes`` texts are decoded (UTF-8); NaN / inf scores are an error naming the first pair. Folders and hub ids load
+    exactly (a missing or unused tensor is an error; only a plain encoder's new score head starts fresh, with one
+    warning); lengths stored with a checkpoint (``pt_meta.json``, or the reference's caps for a released sparse one:
+    query 30 word pieces = its 32 with [CLS] and [SEP]) are the defaults keyword arguments override. Two rerankers of
+    the same folder (or in-memory model) and settings are equal, so ``pt.Experiment(..., plan='tree')`` shares their
+    first stage."""
 
     def __init__(
         self,
@@ -115,7 +110,7 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         return "".join(f", {k}={v}" for k, v in changed.items())
 
     # -- PyTerrier citizenship -----------------------------------------------------------------------------------------
-    def _eq_key(self) -> tuple:
+    def eq_key(self) -> tuple:
         """What determines the scores: the weights (the folder they were loaded from, else the model object), the
         attention pattern, head, caps, tokenizer and text column."""
         s = self.scorer
@@ -124,12 +119,6 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         lengths = (self.query_max_length, self.doc_max_length)
         head = (s.head_name, s.token_dim)
         return (type(self), weights, pattern, head, lengths, self._tokenizer_key, self.text_field, self.precision)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, CrossEncoderReranker) and self._eq_key() == other._eq_key()
-
-    def __hash__(self) -> int:
-        return hash(self._eq_key())
 
     def transform_inputs(self) -> list[list[str]]:
         return [["qid", "query", "docno", self.text_field]]
@@ -186,11 +175,17 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
             target = SparseCE if is_sparse_model(checkpoint) else MonoCE
         return target(checkpoint, **kwargs)
 
-    def _setup(self, given, model, sparse, head, token_dim, tokenizer, query_max_length, doc_max_length, **common):
-        """Shared construction of the three classes: a name goes through the family loader
-        (:func:`pyterrier_tite.models.cross_encoder.load.load`: checkpoint read once, fresh parts reported in one
-        warning, a scorer with fresh weights equal only to itself), a module through its ``from_module``; lengths are
-        the checkpoint's unless given. ``given``: the constructor's arguments as given, ``_<name>`` for pt.inspect."""
+    #: constructor parameters kept as given, as ``_<name>``: pt.inspect's attributes (the rest are same-named ones)
+    GIVEN = ("model", "sparse", "w", "symmetric", "head", "token_dim", "tokenizer", "flags")
+    #: constructor parameters passed on to :class:`CrossEncoderReranker`'s own ``__init__`` as they are
+    RUNTIME = ("batch_size", "text_field", "device", "verbose", "dtype", "cuda_graphs")
+
+    def _setup(self, given: dict, model, sparse: Sparse | None, head: str | None) -> None:
+        """Shared construction of the three classes from their constructor's arguments (``given``: its ``locals()``
+        on entry): a name goes through the family loader (:func:`pyterrier_tite.models.cross_encoder.load.load`:
+        checkpoint read once, fresh parts reported in one warning, a scorer with fresh weights equal only to itself), a
+        module through its ``from_module``; lengths are the checkpoint's unless given."""
+        tokenizer, token_dim = given["tokenizer"], given["token_dim"]
         if is_model_name(model):
             loaded = load(model, sparse, head, token_dim, tokenizer)
         elif tokenizer is None:
@@ -198,17 +193,14 @@ class CrossEncoderReranker(NamedSchematic, pt.Transformer, ModelArtifact):
         else:
             loaded = module_scorer(model, tokenizer, sparse, head, token_dim)
         stored = loaded.settings
-        query_max_length = stored["query_max_length"] if query_max_length is None else query_max_length
-        doc_max_length = stored["doc_max_length"] if doc_max_length is None else doc_max_length
-        CrossEncoderReranker.__init__(
-            self, loaded.module, loaded.tokenizer, query_max_length=query_max_length, doc_max_length=doc_max_length,
-            **common,
-        )  # fmt: skip
+        lengths = {k: stored[k] if given[k] is None else given[k] for k in ("query_max_length", "doc_max_length")}
+        runtime = {k: given[k] for k in self.RUNTIME if k in given}
+        CrossEncoderReranker.__init__(self, loaded.module, loaded.tokenizer, **lengths, **runtime)
         self._tokenizer_key = None if tokenizer is None else id(tokenizer)
         self.model_name = given_name(model)
         if self.model_name is not None and loaded.source is None:  # a plain encoder's new score head
             self.fresh_weights = "score head"
-        vars(self).update({f"_{k}": v for k, v in given.items()})
+        vars(self).update({f"_{k}": given[k] for k in self.GIVEN if k in given})
 
 
 # ------------------------------------------------------------------------------------------------ the three classes
@@ -258,13 +250,7 @@ class SparseCE(CrossEncoderReranker):
         cuda_graphs: bool = True,
         **flags: bool,
     ):
-        given = dict(model=model, w=w, symmetric=symmetric, head=head, token_dim=token_dim, tokenizer=tokenizer,
-                     flags=flags)  # fmt: skip
-        self._setup(
-            given, model, Sparse(w, symmetric, flags), head, token_dim, tokenizer, query_max_length, doc_max_length,
-            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
-            cuda_graphs=cuda_graphs,
-        )  # fmt: skip
+        self._setup(locals(), model, Sparse(w, symmetric, flags), head)
 
 
 class MonoCE(CrossEncoderReranker):
@@ -296,11 +282,7 @@ class MonoCE(CrossEncoderReranker):
     ):
         if isinstance(model, SparseCrossEncoder) or (isinstance(model, CrossEncoderScorer) and model.is_sparse):
             raise ValueError("MonoCE needs a standard BERT / ELECTRA backbone; use SparseCE for a sparse cross-encoder")
-        self._setup(
-            dict(model=model, head=head, token_dim=token_dim, tokenizer=tokenizer), model, None, head, token_dim,
-            tokenizer, query_max_length, doc_max_length, batch_size=batch_size, text_field=text_field, device=device,
-            verbose=verbose, dtype=dtype,
-        )  # fmt: skip
+        self._setup(locals(), model, None, head)
 
 
 class CELI(CrossEncoderReranker):
@@ -332,15 +314,9 @@ class CELI(CrossEncoderReranker):
         cuda_graphs: bool = True,
         **flags: bool,
     ):
-        given = dict(model=model, sparse=sparse, w=w, symmetric=symmetric, token_dim=token_dim, tokenizer=tokenizer,
-                     flags=flags)  # fmt: skip
+        given = dict(locals())  # before the name is opened: pt.inspect's attributes are the arguments as given
         if isinstance(model, (str, os.PathLike)):
             model = open_checkpoint(model)
         if sparse is None:
             sparse = is_sparse_model(model) or w != KEEP or symmetric is not None or bool(flags)
-        backbone = Sparse(w, symmetric, flags) if sparse else None
-        self._setup(
-            given, model, backbone, "celi", token_dim, tokenizer, query_max_length, doc_max_length,
-            batch_size=batch_size, text_field=text_field, device=device, verbose=verbose, dtype=dtype,
-            cuda_graphs=cuda_graphs,
-        )  # fmt: skip
+        self._setup(given, model, Sparse(w, symmetric, flags) if sparse else None, "celi")

@@ -1,5 +1,5 @@
-"""The schematic every transformer of this package shows (``pt.schematic``, ``pt.inspect``, notebooks), and the name
-it has in ``pt.Experiment`` (``str``)."""
+"""The schematic every transformer of this package shows (``pt.schematic``, ``pt.inspect``, notebooks), the name it
+has in ``pt.Experiment`` (``str``) and its equality (``plan='tree'`` shares the prefixes that compare equal)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,16 @@ class NamedSchematic:
 
     def __str__(self) -> str:
         return filename_safe(repr(self))
+
+
+class KeyedEquality:
+    """``==`` / ``hash`` on :meth:`eq_key` (what determines the output), equal only within one class."""
+
+    def eq_key(self) -> tuple:
+        raise NotImplementedError
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and other.eq_key() == self.eq_key()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.eq_key()))

@@ -1,17 +1,8 @@
 """SPLADE as PyTerrier transformers: ``toks`` / ``query_toks`` encoders, a PISA indexer and retriever, a scorer.
 
-Weights leave the encoders as the model's floats, so ``sum_t query_toks[t] * toks[t]`` is exactly the model's
-score. Quantisation for PISA is decided in one place, the PISA writer (:data:`PISA_SCALE`): PISA stores
-``int(w * scale)`` per posting and repeats each query term ``int(w * toks_scale)`` times, so its score is
-``sum_t int(100 q_t) * int(100 d_t)``; :class:`SpladePisaRetriever` divides by ``PISA_SCALE ** 2`` to give scores in
-model units and takes a rank cutoff (``(retriever % 10).compile()`` asks PISA for 10 results; uncompiled, the
-cut applies to PISA's ``num_results``).
-
-Texts are checked at the boundary (:mod:`pyterrier_tite.pt.validation`): a missing query or text is a ``ValueError``
-naming its qid / docno, ``bytes`` are decoded (UTF-8); NaN / inf term weights or scores are a ``ValueError`` naming
-the first qid / docno (:meth:`Splade.refuse_non_finite`) before PISA or ``add_ranks`` sees them; index builds are
-all or nothing and indexes are checked before PISA opens them
-(:mod:`pyterrier_tite.store.pisa_build`, :mod:`pyterrier_tite.store.pisa_files`).
+Weights leave the encoders as the model's floats, so ``sum_t query_toks[t] * toks[t]`` is exactly the model's score;
+quantisation for PISA is decided in one place, the PISA writer (:data:`PISA_SCALE`). A missing query or text, and NaN
+/ inf term weights or scores, are a ``ValueError`` naming the first qid / docno before PISA or ``add_ranks`` sees them.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ from pyterrier_tite.models.splade.modeling import SpladeEncoder, SpladePair
 from pyterrier_tite.models.splade.tokenization import Role, SpladeInputs
 from pyterrier_tite.pt.artifacts import IndexRecord
 from pyterrier_tite.pt.model_artifact import ModelArtifact, is_model_name, opened, shown_name
-from pyterrier_tite.pt.schematic import NamedSchematic
+from pyterrier_tite.pt.schematic import KeyedEquality, NamedSchematic
 from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refuse_non_finite, text_column
 from pyterrier_tite.store.pisa_build import PISA_SCALE, build_toks_index
 from pyterrier_tite.store.pisa_derived import open_pisa_retriever
@@ -53,7 +44,7 @@ def pisa_term(token: str) -> str:
     return "".join("^^" if c == "^" else ("^" + c.lower() if c.lower() != c else c) for c in token)
 
 
-class Splade(pt.Transformer, ModelArtifact):
+class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
     """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns.
 
     ``encoder``: a folder or hub id of an MLM checkpoint with its tokenizer, or ``query=`` and ``doc=`` names of a
@@ -130,20 +121,10 @@ class Splade(pt.Transformer, ModelArtifact):
         """The documents' tokenizer (the queries' too unless this is a pair with its own)."""
         return self.inputs.tokenizers["doc"]
 
-    @property
-    def tokenizers(self) -> dict:
-        """``{"query": tokenizer, "doc": tokenizer}``."""
-        return self.inputs.tokenizers
-
-    @property
-    def query_max_length(self) -> int:
-        """Query tokens kept (fixed at construction: it is part of ``==`` / ``hash``)."""
-        return self.inputs.max_lengths["query"]
-
-    @property
-    def doc_max_length(self) -> int:
-        """Document tokens kept (fixed at construction: it is part of ``==`` / ``hash``)."""
-        return self.inputs.max_lengths["doc"]
+    tokenizers = property(lambda self: self.inputs.tokenizers)  # {"query": tokenizer, "doc": tokenizer}
+    # the tokens kept, fixed at construction (they are part of ``==`` / ``hash``)
+    query_max_length = property(lambda self: self.inputs.max_lengths["query"])
+    doc_max_length = property(lambda self: self.inputs.max_lengths["doc"])
 
     @property
     def is_pair(self) -> bool:
@@ -170,12 +151,6 @@ class Splade(pt.Transformer, ModelArtifact):
         model = getattr(self, "model_name", None) or id(self.encoder)
         return (model, self.query_max_length, self.doc_max_length, self.text_field, self.precision)
 
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and other.eq_key() == self.eq_key()
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.eq_key()))
-
     # -- tensors ---------------------------------------------------------------------------------------------------
     def _role(self, role: Role | None) -> Role:
         """The side to encode with; a pair must be told (documents through the query MLM would be silently wrong)."""
@@ -195,16 +170,13 @@ class Splade(pt.Transformer, ModelArtifact):
         batches = list(chunked(list(texts), batch_size or self.batch_size))
         if verbose if verbose is not None else self.verbose:
             batches = pt.tqdm(batches, desc="SPLADE encoding", unit="batch")
-        out = [self._encode_batch(batch, max_length, role) for batch in batches]
+        out = [self._encode_on_device(batch, max_length, role).cpu() for batch in batches]
         return torch.cat(out) if out else torch.zeros(0, self.encoder.vocab_size)
 
     def encode_torch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
         """One batch of texts -> ``[N, V]`` on the model's device, with gradients when enabled."""
         role = self._role(role)
         return self.encoder.side(role)(**self.inputs(texts, role, max_length, device=self.device))
-
-    def _encode_batch(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
-        return self._encode_on_device(texts, max_length, role).cpu()
 
     def _encode_on_device(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
         """One batch -> ``[N, V]`` float32 weights left on the model's device: on a GPU the dense rows (122 KB per
@@ -271,11 +243,10 @@ class Splade(pt.Transformer, ModelArtifact):
             v.result_frame(extra_columns=["query", self.text_field], mode="scorer")
             v.query_frame(extra_columns=["query"], mode="query_encoder")
             v.document_frame(extra_columns=[self.text_field], mode="doc_encoder")
-        stages = {"scorer": self.scorer, "query_encoder": self.query_encoder, "doc_encoder": self.doc_encoder}
-        return stages[v.mode]()(inp)
+        return getattr(self, v.mode)()(inp)  # the modes are the methods that make each stage
 
 
-class _Stage(NamedSchematic, pt.Transformer):
+class _Stage(KeyedEquality, NamedSchematic, pt.Transformer):
     """A transformer over a :class:`Splade`: equal to another of the same kind over an equal model (``verbose`` and
     ``batch_size`` change no output)."""
 
@@ -287,11 +258,8 @@ class _Stage(NamedSchematic, pt.Transformer):
     def subtransformers(self) -> dict:
         return {}
 
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and other.model == self.model
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.model))
+    def eq_key(self) -> tuple:
+        return (self.model,)
 
 
 class SpladeQueryEncoder(_Stage):
@@ -377,12 +345,13 @@ class SpladeScorer(_Stage):
         return f"{self.model!r}.scorer()"
 
 
-class SpladePisaRetriever(NamedSchematic, pt.Transformer):
+class SpladePisaRetriever(KeyedEquality, NamedSchematic, pt.Transformer):
     """``query_toks`` -> PISA's quantised top ``num_results`` over a SPLADE index, scores in model units.
 
-    PISA scores ``sum_t int(PISA_SCALE q_t) * int(PISA_SCALE d_t)``; the scores are divided by ``PISA_SCALE ** 2``
-    (ranks unchanged). Unlike ``pipeline * factor``, whose ``ScalarProduct`` stage hides the retriever from a
-    following ``RankCutoff``, this takes the cut: ``(retriever % k).compile()`` asks PISA for ``k`` results.
+    PISA stores ``int(w * PISA_SCALE)`` per posting and repeats each query term ``int(w * toks_scale)`` times, so its
+    scores are divided by ``PISA_SCALE ** 2`` (ranks unchanged). Unlike ``pipeline * factor``, whose ``ScalarProduct``
+    stage hides the retriever from a following ``RankCutoff``, this takes the cut: ``(retriever % k).compile()`` asks
+    PISA for ``k`` results (uncompiled, the cut applies to ``num_results``).
     """
 
     def __init__(self, index, num_results: int = 1000, threads: int = 1):
@@ -410,14 +379,8 @@ class SpladePisaRetriever(NamedSchematic, pt.Transformer):
     def schematic(self, *, input_columns=None) -> dict:
         return {**super().schematic(input_columns=input_columns), "label": f"SPLADE PISA {self.num_results}"}
 
-    def _key(self) -> tuple:
+    def eq_key(self) -> tuple:
         return (str(self.index.path), self.num_results)
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and other._key() == self._key()
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self._key()))
 
     def __repr__(self) -> str:
         return f"SpladePisaRetriever({str(self.index.path)!r}, num_results={self.num_results})"

@@ -1,24 +1,9 @@
-"""TITE as a ``pyterrier_dr.BiEncoder``: the model pools every text to one vector inside its layers, scored by dot
-product. Reference conventions: marker tokens ``[QUE]`` / ``[DOC]`` first, queries cut to 32 and documents to 256
-tokens (the marker included).
-
-``TITE(folder_or_hub_id)`` loads every TITE layout (``models.tite.convert``): the reference pre-training module
-(``webis/tite-2-late``), Lightning IR bi-encoders (``webis/tite-2-late-msmarco``, whose stored lengths, markers and
-similarity are used) and folders saved by ``save_pretrained`` (settings in ``pt_meta.json``); explicit keyword
-arguments override stored settings. ``TITE.from_bert(bert_folder, ...)`` inserts pooling into a BERT checkpoint
-(``tite_from_bert``) so TITE can be fine-tuned from e.g. MiniLM.
-
-``query_model``: another bi-encoder that encodes the queries (TITE only the documents). ``distill-tite`` saves the
-teacher it distilled TITE from in the checkpoint's ``query_encoder/`` folder (by default), which ``TITE(folder)``
-loads back: documents are encoded at TITE's speed, a query (a few tokens, one per search) by the model the index
-imitates; ``TITE(folder, query_model=None)`` uses TITE's own query vectors instead.
-"""
+"""TITE as a ``pyterrier_dr.BiEncoder`` (:class:`TITE`)."""
 
 from __future__ import annotations
 
 import os
 
-import numpy as np
 import torch
 
 from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
@@ -29,7 +14,7 @@ from pyterrier_tite.models.tite.load import load
 from pyterrier_tite.models.tite.modeling import TiteModel
 from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
 from pyterrier_tite.pt.biencoder import STORED, DenseBiEncoder, merged_settings
-from pyterrier_tite.pt.model_artifact import given_name, opened, shown_name
+from pyterrier_tite.pt.model_artifact import opened, shown_name
 
 #: the sub-folder of a saved TITE that holds its query model, when it has one
 QUERY_ENCODER_FOLDER = "query_encoder"
@@ -39,17 +24,23 @@ DEFAULTS = {"query_max_length": 32, "doc_max_length": 256, "query_marker": QUERY
 
 
 class TITE(DenseBiEncoder):
-    """Single-vector dense retrieval with a ``TiteModel`` (its one output row per text is the vector).
+    """Single-vector dense retrieval with a ``TiteModel``, which pools every text to one vector inside its layers
+    (scored by dot product). Reference conventions: marker tokens ``[QUE]`` / ``[DOC]`` first, queries cut to 32 and
+    documents to 256 tokens (the marker included).
+
+    ``model``: a folder or hub id of any TITE layout (``models.tite.convert``: the reference pre-training module
+    ``webis/tite-2-late``, Lightning IR bi-encoders such as ``webis/tite-2-late-msmarco``, folders saved by
+    ``save_pretrained``), loaded exactly with its own tokenizer by the family loader (``models/tite/load.py``); a
+    setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the checkpoint's (Lightning IR ``config.json`` or our
+    ``pt_meta.json``), else the default shown in parentheses. Another model type (e.g. a BERT folder) raises
+    ``CheckpointError`` pointing to :meth:`from_bert` (pooling inserted into a BERT such as MiniLM, to fine-tune). A
+    ``TiteModel`` in memory: :meth:`from_module` (or the module with ``tokenizer=``).
 
     ``normalize``: L2-normalise the vectors (Lightning IR ``cosine`` similarity or normalisation), so that the dot
     product a FlexIndex retrieves with is the checkpoint's cosine score. ``query_model``: a bi-encoder of the same
-    dimension that encodes the queries instead (module docstring).
-
-    ``model``: a folder or hub id, any TITE layout (module docstring), loaded exactly with its own tokenizer by the
-    family loader (``models/tite/load.py``); a setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the
-    checkpoint's (Lightning IR ``config.json`` or our ``pt_meta.json``), else the default shown in parentheses. Another
-    model type (e.g. a BERT folder) raises ``CheckpointError`` pointing to :meth:`from_bert`. A ``TiteModel`` in
-    memory: :meth:`from_module` (or the module with ``tokenizer=``).
+    dimension that encodes the queries instead: ``distill-tite`` saves its teacher in the checkpoint's
+    ``query_encoder/``, which ``TITE(folder)`` loads back (documents at TITE's speed, a query by the model the index
+    imitates); ``query_model=None`` uses TITE's own query vectors.
 
     Example::
 
@@ -79,9 +70,7 @@ class TITE(DenseBiEncoder):
         dtype: torch.dtype | str | None = None,
     ):
         loaded = opened(model, tokenizer, load)
-        given = dict(query_max_length=query_max_length, doc_max_length=doc_max_length, query_marker=query_marker,
-                     doc_marker=doc_marker, normalize=normalize, query_model=query_model)  # fmt: skip
-        s = merged_settings(DEFAULTS, loaded.settings, **given)
+        s = merged_settings(DEFAULTS, loaded.settings, locals())
         if isinstance(query_model, str) and loaded.settings.get("query_encoder"):  # STORED: the saved query model
             runtime = dict(batch_size=batch_size, device=device, verbose=verbose, dtype=dtype)
             s["query_model"] = BertBiEncoder(loaded.settings["query_encoder"], **runtime)
@@ -91,17 +80,12 @@ class TITE(DenseBiEncoder):
                              " positions")  # fmt: skip
         inputs = BiEncoderInputs(loaded.tokenizer, s["query_max_length"], s["doc_max_length"],
                                  s["query_marker"], s["doc_marker"])  # fmt: skip
-        text_encoder = PooledEncoder(loaded.module, inputs, "single", s["normalize"])
-        super().__init__(text_encoder, given_name(model), loaded.source, batch_size=batch_size, text_field=text_field,
-                         device=device, verbose=verbose, dtype=dtype)  # fmt: skip
+        self._construct(locals(), loaded, PooledEncoder(loaded.module, inputs, "single", s["normalize"]))
         if s["query_model"] is not None and s["query_model"].dim != self.dim:
             raise ValueError(f"the query model's vectors have {s['query_model'].dim} dimensions, TITE's {self.dim}")
         self.query_model = s["query_model"]
-        self._model, self._tokenizer = model, tokenizer  # as given: pt.inspect's attributes
 
-    @property
-    def normalize(self) -> bool:
-        return self.text_encoder.normalize
+    normalize = property(lambda self: self.text_encoder.normalize)
 
     @classmethod
     def from_bert(cls, bert_path: str, tite_kwargs: dict | None = None, **kwargs) -> TITE:
@@ -129,19 +113,9 @@ class TITE(DenseBiEncoder):
         """The document model's key and the query model's (None: TITE encodes its queries)."""
         return (*super().eq_key(), self.query_model.eq_key() if self.query_model is not None else None)
 
-    def encode(self, texts, role: str, batch_size: int | None = None, progress: str | None = None) -> np.ndarray:
-        """Queries go to the query model when there is one, documents (and queries otherwise) to TITE."""
-        if role == "query" and self.query_model is not None:
-            return self.query_model.encode(texts, role, batch_size or self.batch_size, progress)
-        return super().encode(texts, role, batch_size, progress)
-
     def encoding_model(self, role: str) -> DenseBiEncoder:
+        """Queries go to the query model when there is one, documents (and queries otherwise) to TITE."""
         return self.query_model if role == "query" and self.query_model is not None else self
-
-    def encode_queries_torch(self, texts, batch_size: int | None = None) -> torch.Tensor:
-        if self.query_model is not None:
-            return self.query_model.encode_queries_torch(texts, batch_size or self.batch_size)
-        return super().encode_queries_torch(texts, batch_size)
 
     def _save_into(self, folder: str) -> None:
         """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json``; the query model,

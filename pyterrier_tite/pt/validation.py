@@ -1,14 +1,8 @@
 """Input checks at the PyTerrier boundary, one rule per kind of column, the same in every transformer, index and
-command: ids written into an index, a run file or PISA's query batch become ``str`` and must be single tokens (in
-other frames they pass through as given); a missing value (None / NaN) in a text or query column is a
-``ValueError`` naming the column and the first offending id (never the words "None" / "nan"); ``bytes`` are decoded
-as UTF-8 (bytes that are not UTF-8 are a ``ValueError`` naming the column and id); an empty string is an empty text;
-one qid carrying two different query texts is refused (it would be scored against one of them).
-
-Outputs are checked on the way out too (:func:`refuse_non_finite`): a NaN / inf score, vector or term weight is a
-``ValueError`` saying which model produced it, for how many rows, the first qid / docno and the likely cause, before
-``add_ranks`` (which fails on NaN with a pandas error) or an index sees it. The value rules themselves (ids, texts)
-live on the storage floor (:mod:`pyterrier_tite.store.values`): index builds and file readers check with them too."""
+command (the value rules live on the storage floor, :mod:`pyterrier_tite.store.values`): a missing text or query (None /
+NaN) is a ``ValueError`` naming the column and the first id (never the words "None" / "nan"), ``bytes`` are decoded as
+UTF-8, a qid carrying two query texts is refused; on the way out, a NaN / inf score, vector or term weight is refused
+(:func:`refuse_non_finite`) before ``add_ranks`` or an index sees it."""
 
 from __future__ import annotations
 
@@ -19,6 +13,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
+from pyterrier_tite.pt.schematic import KeyedEquality
 from pyterrier_tite.store.values import checked_id, checked_texts
 from pyterrier_tite.store.values import one_query_per_qid as one_query_per_qid_of
 
@@ -41,33 +36,6 @@ def one_query_per_qid(frame: pd.DataFrame, query_column: str = "query") -> None:
     :func:`pyterrier_tite.store.values.one_query_per_qid`)."""
     if not frame.empty and query_column in frame.columns and "qid" in frame.columns:
         one_query_per_qid_of(frame["qid"], frame[query_column], query_column)
-
-
-def non_finite_rows(values) -> np.ndarray:
-    """Which rows of ``values`` hold NaN or inf: ``[N]`` scores, ``[N, D]`` vectors (numpy or a torch tensor), or a
-    sequence of vectors (a ``query_vec`` / ``doc_vec`` column)."""
-    if not len(values):
-        return np.zeros(0, dtype=bool)
-    if hasattr(values, "isfinite"):  # a torch tensor, checked where it lies
-        finite = values.detach().isfinite().reshape(len(values), -1).all(dim=1).cpu().numpy()
-    elif isinstance(values, (pd.Series, list, tuple)) and np.ndim(_at(values, 0)) > 0:
-        finite = np.array([np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in values], dtype=bool)
-    else:
-        array = np.asarray(values, dtype=np.float64)
-        finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
-    return ~finite
-
-
-def _holds_nan(values, bad: np.ndarray) -> bool:
-    """Whether the bad rows of ``values`` hold a NaN (else they hold only infinities)."""
-    rows = np.flatnonzero(bad)
-    if hasattr(values, "isnan"):
-        return bool(values.detach()[rows].isnan().any())
-    return any(np.isnan(np.asarray(_at(values, i), dtype=np.float64)).any() for i in rows)
-
-
-def _at(values, i: int):
-    return values.iloc[i] if isinstance(values, pd.Series) else values[i]
 
 
 def _row_label(rows, i: int) -> str:
@@ -109,10 +77,17 @@ def refuse_non_finite(
     found in ``modules``' weights (or ``precision``). ``index`` maps each row to its row of ``values`` (one value per
     distinct query). Nothing happens when all are finite. Without ``modules`` (values given to a model rather than
     made by it) the message says ``{what} holds NaN`` and asks for finite inputs."""
-    bad = non_finite_rows(values)
+    if not len(values):
+        return
+    if hasattr(values, "isfinite"):  # a torch tensor, checked where it lies
+        values = values.detach()
+        bad = (~values.isfinite()).reshape(len(values), -1).any(dim=1).cpu().numpy()
+    else:  # [N] scores, [N, D] vectors or a sequence of vectors (a query_vec / doc_vec column)
+        values = np.asarray(list(values) if isinstance(values, pd.Series) else values, dtype=np.float64)
+        bad = ~np.isfinite(values).reshape(len(values), -1).all(axis=1)
     if not bad.any():
         return
-    word = "NaN" if _holds_nan(values, bad) else "infinite"
+    word = "NaN" if bool((values.isnan() if hasattr(values, "isnan") else np.isnan(values)).any()) else "infinite"
     if index is not None:
         bad = bad[np.asarray(index, dtype=np.int64)]
     first = int(np.argmax(bad))
@@ -123,7 +98,7 @@ def refuse_non_finite(
     raise ValueError(f"{source} produced {word} {what} {where}: {_likely_cause(modules, precision)}")
 
 
-class CheckedQueries(pt.Transformer):
+class CheckedQueries(KeyedEquality, pt.Transformer):
     """Checks the ``query`` column before an engine sees it: qids become ``str``, a missing query is a ``ValueError``
     naming its qid, so is a qid with two query texts, ``bytes`` are decoded (UTF-8), NUL bytes become spaces (PISA
     would fail with an opaque ``SystemError``). Stateless, so all
@@ -137,11 +112,8 @@ class CheckedQueries(pt.Transformer):
         one_query_per_qid(inp)  # PISA would return both queries' results under the one qid
         return inp.assign(qid=[checked_id(q, "qid") for q in inp["qid"]], query=queries)
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, CheckedQueries)
-
-    def __hash__(self) -> int:
-        return hash("CheckedQueries")
+    def eq_key(self) -> tuple:
+        return ()
 
     def __repr__(self) -> str:
         return "CheckedQueries()"

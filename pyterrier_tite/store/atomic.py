@@ -63,22 +63,6 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-def _own_staging(path: Path) -> bool:
-    """``path`` is a staging folder of this process (an engine's all-or-nothing build inside one of ours)."""
-    return re.fullmatch(rf"\..+\.building-{os.getpid()}", path.name) is not None
-
-
-def _fresh_folder(staging: Path, target: Path) -> None:
-    """Make the staging folder ``staging`` of ``target`` anew: whatever has its name (a link someone planted, a
-    folder a dead build left) is removed by name first, and the folder is created exclusively (``mkdir`` never
-    follows a link), with the umask's mode."""
-    _remove(staging)
-    try:
-        os.mkdir(staging, 0o777)
-    except FileExistsError:  # planted again between the removal and the mkdir
-        raise planted(staging, target, "staging folder") from None
-
-
 def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--overwrite") -> None:
     """A clear error when ``path`` exists and may not be replaced."""
     if os.path.lexists(path) and not overwrite:
@@ -87,22 +71,24 @@ def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--ove
 
 @contextmanager
 def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yields a fresh hidden sibling of ``path`` to build into; renames it to ``path`` when the block succeeds and
-    removes it when anything (an error, Ctrl-C) leaves the block, so ``path`` is either complete or absent.
-    ``overwrite=True`` replaces an existing ``path``, only once the new build is complete. The build holds ``path``'s
-    write lock (:func:`~pyterrier_tite.store.locks.write_lock`): a second build of the same path fails at once naming
-    this process, and what dead builds left beside ``path`` is removed. A write that fails for want of room (a full
-    disk, ``ulimit -f``) is a :class:`~pyterrier_tite.store.locks.WriteFailedError` naming ``path`` and the cause."""
+    """Yields a fresh hidden sibling of ``path`` to build into, renamed to ``path`` when the block succeeds and removed
+    when anything (an error, Ctrl-C) leaves it; ``overwrite=True`` replaces an existing ``path`` only then. Under
+    ``path``'s write lock (:func:`~pyterrier_tite.store.locks.write_lock`); what dead builds left is removed. A write
+    that fails for want of room (a full disk, ``ulimit -f``) is a ``WriteFailedError`` naming ``path`` and cause."""
     final = Path(path)
-    nested = _own_staging(final)  # an engine's build inside ours: our lock covers it
+    nested = re.fullmatch(rf"\..+\.building-{os.getpid()}", final.name)  # an engine's build inside ours: locked
     with contextlib.nullcontext() if nested else write_lock(final):
         if final.exists() and not overwrite:
             raise FileExistsError(f"{final} already exists; remove it (or choose another path) to build it again")
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_builds(final, holding_lock=not nested)
         staging = side_file(final, f".building-{os.getpid()}")
+        _remove(staging)  # whatever has its name (a planted link, a dead build's folder) is removed by name
         try:
-            _fresh_folder(staging, final)
+            try:
+                os.mkdir(staging, 0o777)  # exclusively (never through a link), with the umask's mode
+            except FileExistsError:  # planted again between the removal and the mkdir
+                raise planted(staging, final, "staging folder") from None
             yield staging
             if not staging.exists():
                 raise RuntimeError(f"the build of {final} produced nothing")
@@ -145,10 +131,9 @@ def _swap_into_place(staging: Path, final: Path, overwrite: bool) -> None:
 
 
 def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None:
-    """``data`` into ``path``, all or nothing: under ``path``'s write lock (:func:`write_lock`: a second writer fails
-    naming this process), written to a hidden sibling, flushed to the disk (``fsync``: a full disk may only show
-    there) and checked, then renamed into place. A failed write is a :class:`WriteFailedError` naming the path and
-    the cause (``No space left on device``, ``File too large``); the previous file, if any, stays as it was."""
+    """``data`` into ``path``, all or nothing, under its write lock: written to a hidden sibling, flushed to the disk
+    (``fsync``: a full disk may only show there), checked and renamed into place. A failed write is a
+    :class:`WriteFailedError` naming the path and the cause; the previous file, if any, stays as it was."""
     target = Path(path)
     with write_lock(target):
         remove_stale_builds(target, holding_lock=True)
@@ -178,29 +163,35 @@ def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None
 
 def _create_exclusive(staging: Path, target: Path) -> int:
     """A new file at ``staging`` (umask's mode), created exclusively and never through a link: a name left there (a
-    planted link, a file of a dead writer with this pid) is removed by name first, once."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    planted link, a file of a dead writer with this pid) is removed by name first."""
+    _remove(staging)
     try:
-        return os.open(staging, flags, 0o666)
-    except FileExistsError:
-        _remove(staging)
-    try:
-        return os.open(staging, flags, 0o666)
-    except FileExistsError:
+        return os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except FileExistsError:  # planted again meanwhile
         raise planted(staging, target, "staging file") from None
+
+
+def umask() -> int:
+    """This process's umask, read from /proc where it can be (changing it, even briefly, races other threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def follow_umask(folder: str | os.PathLike) -> None:
     """Give what was written under ``folder`` the modes the umask allows (libraries such as safetensors write 0600,
     so a shared model folder failed for other users); links are not followed."""
-    umask = os.umask(0)
-    os.umask(umask)
+    mask = umask()
     for root, _dirs, files in os.walk(folder):
-        os.chmod(root, 0o777 & ~umask)
+        os.chmod(root, 0o777 & ~mask)
         for name in files:
             file = os.path.join(root, name)
             if not os.path.islink(file):
-                os.chmod(file, 0o666 & ~umask)
+                os.chmod(file, 0o666 & ~mask)
 
 
 def keep_user_readme(old_folder: str | os.PathLike, staging: str | os.PathLike) -> None:

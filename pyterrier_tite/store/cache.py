@@ -1,8 +1,6 @@
-"""Where cached things live and what their folders are called: the cache root (``$PYTERRIER_TITE_HOME``, default
-``~/.cache/pyterrier_tite``), the one rule that turns a name into a path component (:func:`slug`), a lock around
-building a cached index once, and folder names for what is cached per model (dense indexes, re-ranker scores) that
-change whenever the checkpoint or a setting the model computes with changes, so nothing cached for an old checkpoint
-is ever read for a new one."""
+"""Where cached things live (``$PYTERRIER_TITE_HOME``, default ``~/.cache/pyterrier_tite``), the one rule that turns
+a name into a path component (:func:`slug`), a lock around building a cached index once, and the folder names of what
+is cached per model (:func:`model_key`), new whenever the checkpoint or a setting it computes with changes."""
 
 from __future__ import annotations
 

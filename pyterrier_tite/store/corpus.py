@@ -96,53 +96,27 @@ def checked_corpus(corpus: Iterable[dict], fields: Sequence[str]) -> Iterator[di
         yield {**doc, "docno": docno, **{f: checked_text(doc[f], f, f"docno {docno!r}") for f in fields}}
 
 
-class GuardedCorpus:
-    """A corpus iterator for an engine that consumes it in another thread: documents are validated (ids as ``str``,
-    unique, single tokens; text fields present and not missing), and the first exception is kept for
-    :meth:`raise_if_failed` instead of ending as a message printed by that thread."""
-
-    def __init__(self, corpus: Iterable[dict], fields: Sequence[str]):
-        self.corpus, self.fields = corpus, list(fields)
-        self.error: BaseException | None = None
-        self.count = 0
-
-    def __iter__(self) -> Iterator[dict]:
-        try:
-            for doc in checked_corpus(self.corpus, self.fields):
-                yield doc
-                self.count += 1
-        except BaseException as exc:  # noqa: B036 - kept and re-raised in the caller's thread
-            self.error = exc
-
-    def raise_if_failed(self) -> None:
-        if self.error is not None:
-            raise self.error
-        if self.count == 0:
-            raise ValueError("the corpus is empty: nothing to index")
-
-
 class SpilledTexts:
-    """Texts by docno kept in an unnamed temporary file under ``TMPDIR`` (gone when closed or at exit), memory holding
-    only where each one lies: re-ranking 300,000 pairs needs their texts a chunk at a time, never all at once."""
+    """The texts of a corpus file by docno (only the ``wanted`` ones) in an unnamed temporary file under ``TMPDIR``
+    (gone when closed or at exit), memory holding only where each one lies: re-ranking 300,000 pairs needs their
+    texts a chunk at a time, never all at once. A docno twice in the file is an error, as in ``index``."""
 
-    def __init__(self):
+    def __init__(self, path: str, wanted: set[str] | None):
         self.file = tempfile.TemporaryFile(prefix="pyterrier-tite-texts-")
         self.where: dict[str, tuple[int, int, int]] = {}  # docno -> (offset, length, line it was read from)
-        self.size = 0
-
-    def add(self, docno: str, text: str, line: int = 0) -> None:
-        data = text.encode("utf-8", "surrogatepass")  # a lone surrogate from JSON comes back as it went in
-        self.file.write(data)
-        self.where[docno] = (self.size, len(data), line)
-        self.size += len(data)
-
-    def line_of(self, docno: str) -> int:
-        """The line of the source file the text of ``docno`` came from (for an error naming both copies)."""
-        return self.where[docno][2]
-
-    def done(self) -> SpilledTexts:
+        size = 0
+        for line, docno, text in corpus_file_records(path):
+            if wanted is not None and docno not in wanted:
+                continue
+            if docno in self.where:
+                first = self.where[docno][2]
+                raise ValueError(f"{path}, line {line}: docno {docno!r} appears twice (first at line {first}); "
+                                 "docnos must be unique in a corpus: remove or rename one")  # fmt: skip
+            data = text.encode("utf-8", "surrogatepass")  # a lone surrogate from JSON comes back as it went in
+            self.file.write(data)
+            self.where[docno] = (size, len(data), line)
+            size += len(data)
         self.file.flush()
-        return self
 
     def __contains__(self, docno: object) -> bool:
         return docno in self.where
@@ -155,21 +129,6 @@ class SpilledTexts:
         return os.pread(self.file.fileno(), length, offset).decode("utf-8", "surrogatepass")
 
 
-def _corpus_file_texts(path: str, wanted: set[str] | None) -> SpilledTexts:
-    """The texts of a corpus file (only ``wanted`` docnos), spilled to a temporary file; one of them twice is an
-    error, as in ``index``."""
-    texts = SpilledTexts()
-    for line, docno, text in corpus_file_records(path):
-        if wanted is not None and docno not in wanted:
-            continue
-        if docno in texts:
-            first = texts.line_of(docno)
-            raise ValueError(f"{path}, line {line}: docno {docno!r} appears twice (first at line {first}); "
-                             "docnos must be unique in a corpus: remove or rename one")  # fmt: skip
-        texts.add(docno, text, line)
-    return texts.done()
-
-
 class DocumentTexts:
     """Texts of documents by docno, from an ir_datasets collection (its docstore, the collection's text fields by
     the one text rule) or from a corpus file (read once, keeping only the docnos asked for, in a temporary file and
@@ -179,7 +138,7 @@ class DocumentTexts:
         self.source = source
         self.texts: SpilledTexts | None = None
         if is_file_argument(source):
-            self.texts = _corpus_file_texts(source, set(docnos) if docnos is not None else None)
+            self.texts = SpilledTexts(source, set(docnos) if docnos is not None else None)
         else:
             from pyterrier_tite import datasets
 
@@ -248,16 +207,10 @@ def known_size(corpus) -> int | None:
 def corpus_size(source: str) -> int | None:
     """The number of documents of an ir_datasets collection, or of lines of a plain corpus file (one document a
     line); None where it is not known without reading the documents (compressed files, streams)."""
-    from pyterrier_tite.store.input_files import is_plain_file
+    from pyterrier_tite.store.input_files import count_lines, is_plain_file
 
     if os.path.exists(source):
-        if not is_plain_file(source) or os.fspath(source).endswith(".gz"):
-            return None
-        lines = 0
-        with open(source, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                lines += block.count(b"\n")
-        return lines
+        return count_lines(source) if is_plain_file(source) and not os.fspath(source).endswith(".gz") else None
     try:
         from pyterrier_tite import datasets
 

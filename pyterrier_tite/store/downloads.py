@@ -4,17 +4,15 @@ A package URL (``http(s)://``, ``file://``, ``hf:org/name``, ``zenodo:ID``: PyTe
 PyTerrier's artifact cache (``$PYTERRIER_HOME/artifacts/<sha256 of the URL>``, so PyTerrier finds it too; a local
 file's: of its path, size and time) by :func:`fetch_package`:
 
-- one process at a time per URL (the write lock of the cache folder, :func:`~pyterrier_tite.store.locks.write_lock`,
-  waiting): a second process fetching the same new URL waits, then uses what the first cached;
-- extracted into a fresh private folder beside the cache folder (``mkdtemp``), renamed into place only when the
-  package is verified complete: the tar's end-of-archive blocks reached, the compressed stream's end, the declared
-  sha256 (``<url>.json``, written by ``build_package``) matched. A cut download is never cached;
-- with a size cap: the declared ``total_size`` (the sum of the members' sizes) when the package declares one, never
-  above :data:`MAX_BYTES_ENV` (default 20 GiB; set it to lift the cap);
-- with an expansion cap: at most :data:`MAX_RATIO_ENV` (default 100) extracted bytes per compressed byte read so far
-  (counted from 1 MiB up), so a small package cannot fill the disk up to the size cap (a decompression bomb: 1.4 MB
-  of lz4 unpack to 200 MiB). Packages of models and indexes expand less than 10 times; set it (0: no cap) to allow
-  more;
+- one process at a time per URL (the cache folder's write lock, waiting): a second one then uses what the first cached;
+- all or nothing (:func:`~pyterrier_tite.store.atomic.atomic_build`): renamed into place only when verified complete:
+  the tar's end-of-archive blocks reached, the compressed stream's end, the declared sha256 (``<url>.json``, written
+  by ``build_package``) matched. A cut download is never cached;
+- with a size cap: the declared ``total_size`` when the package declares one, never above :data:`MAX_BYTES_ENV`
+  (default 20 GiB; set it to lift the cap);
+- with an expansion cap: at most :data:`MAX_RATIO_ENV` (default 100; 0: none) extracted bytes per compressed byte
+  read so far (counted from 1 MiB up), so a decompression bomb (1.4 MB of lz4 unpack to 200 MiB) cannot fill the disk
+  up to the size cap; packages of models and indexes expand less than 10 times;
 - members are plain files and folders only: a link, hard link, device or FIFO member, an absolute name, a name with
   ``..`` and a name given twice are refused naming the member; files are created exclusively, never through a link;
 - the cached folder follows the umask (PyTerrier makes it 0777: anyone could swap the model or index in it). A folder
@@ -32,15 +30,13 @@ import io
 import json
 import os
 import re
-import shutil
 import stat
 import tarfile
-import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path, PurePosixPath
 
-from pyterrier_tite.store.atomic import write_file
+from pyterrier_tite.store.atomic import atomic_build, umask, write_file
 from pyterrier_tite.store.locks import write_lock
 
 #: environment variable: the most bytes a package may extract to (default :data:`DEFAULT_MAX_BYTES`)
@@ -66,28 +62,6 @@ def _cap(variable: str, default: int, unit: str) -> int:
     if not value.isdigit():
         raise ValueError(f"{variable}={value!r} is not {unit}")
     return int(value)
-
-
-def max_package_bytes() -> int:
-    """The size cap of an extracted package: ``$PYTERRIER_TITE_MAX_PACKAGE_BYTES``, else 20 GiB."""
-    return _cap(MAX_BYTES_ENV, DEFAULT_MAX_BYTES, "a number of bytes")
-
-
-def max_package_ratio() -> int:
-    """The expansion cap of a package: ``$PYTERRIER_TITE_MAX_PACKAGE_RATIO`` extracted bytes per compressed byte, else
-    100 (0: none)."""
-    return _cap(MAX_RATIO_ENV, DEFAULT_MAX_RATIO, "a whole number (extracted bytes per compressed byte)")
-
-
-def umask() -> int:
-    """This process's umask (read from /proc where it can be, without changing it)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def resolve_url(url: str) -> tuple[str, dict[str, str]]:
@@ -132,24 +106,17 @@ def fetch_package(url: str, expected_sha256: str | None = None) -> str:
     with write_lock(final, wait=True):
         if os.path.isdir(final):  # fetched by another process while this one waited
             return checked_cache_folder(final, url)
-        _remove_dead_fetches(final)
         declared = _declared(resolved, headers, url)
         sha = declared.get("expected_sha256")
         if expected_sha256 is not None and sha is not None and expected_sha256.lower() != sha:
             raise PackageError(f"{url}: its .json declares sha256 {sha}, not the expected {expected_sha256}")
         sha = (expected_sha256 or sha or "").lower() or None
-        bound = max_package_bytes()
+        bound = _cap(MAX_BYTES_ENV, DEFAULT_MAX_BYTES, "a number of bytes")
         cap = min(declared["total_size"], bound) if "total_size" in declared else bound
-        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.fetching-", dir=cache)
-        try:
-            _download_and_extract(resolved, headers, url, Path(staging), cap, bound, sha)
-            os.chmod(staging, 0o777 & ~umask())
+        with atomic_build(final) as staging:  # a dead fetch's staging folder is removed
+            _download_and_extract(resolved, headers, url, staging, cap, bound, sha)
             info = {"url": resolved} if urllib.parse.urlparse(resolved).scheme else {"path": resolved}
             write_file(f"{final}.json", (json.dumps(info) + "\n").encode(), "package record")
-            os.rename(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
     return final
 
 
@@ -180,14 +147,6 @@ def checked_cache_folder(folder: str, url: str) -> str:
                                .format(stat.S_IMODE(info.st_mode)))  # fmt: skip
         os.chmod(folder, stat.S_IMODE(info.st_mode) & ~loose)
     return folder
-
-
-def _remove_dead_fetches(final: str) -> None:
-    """Staging folders of fetches of this URL that died (their lock is held now, so none is running)."""
-    folder, name = os.path.split(final)
-    for entry in os.scandir(folder):
-        if entry.name.startswith(f".{name}.fetching-") and entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _open(url: str, headers: dict[str, str]) -> io.BufferedIOBase:
@@ -281,7 +240,7 @@ def _download_and_extract(url: str, headers: dict, shown: str, dest: Path, cap: 
         plain = _Counting(inner, window=_TRAILER + 2 * tarfile.BLOCKSIZE)
         try:
             tar = stack.enter_context(tarfile.open(fileobj=plain, mode="r|"))
-            _extract_members(tar, dest, shown, cap, bound, _ExpansionCap(raw, shown))
+            _extract_members(tar, dest, shown, cap, bound, raw)
             _check_end(tar, plain, shown)
             raw.drain(_TRAILER)
         except (tarfile.TarError, EOFError, RuntimeError, OSError) as exc:
@@ -301,26 +260,12 @@ def _member_path(dest: Path, name: str, shown: str) -> Path:
     return dest.joinpath(*parts) if parts else dest
 
 
-class _ExpansionCap:
-    """Refuses a package that extracts to more than :func:`max_package_ratio` times the compressed bytes read so far
-    (at least 1 MiB of them: a small package may expand as it likes up to that)."""
-
-    def __init__(self, compressed: _Counting, shown: str):
-        self.compressed, self.shown, self.ratio, self.extracted = compressed, shown, max_package_ratio(), 0
-
-    def add(self, n: int, member: str) -> None:
-        self.extracted += n
-        read = max(self.compressed.count, _CHUNK)
-        if self.ratio and self.extracted > self.ratio * read:
-            so_far = f"{self.extracted} bytes from {self.compressed.count} compressed, at member {member!r}"
-            raise PackageError(f"{self.shown} expands more than {self.ratio} times ({so_far}), like a decompression "
-                               f"bomb; set {MAX_RATIO_ENV} above {self.ratio} (0: no limit) to allow it; nothing was "
-                               "cached")  # fmt: skip
-
-
 def _extract_members(tar: tarfile.TarFile, dest: Path, shown: str, cap: int, bound: int,
-                     expansion: _ExpansionCap) -> None:  # fmt: skip
-    total = 0
+                     compressed: _Counting) -> None:  # fmt: skip
+    """Plain files and folders only, at most ``cap`` bytes, and at most :data:`MAX_RATIO_ENV` times the
+    ``compressed`` bytes read so far (at least 1 MiB of them: a small package may expand as it likes up to that)."""
+    ratio = _cap(MAX_RATIO_ENV, DEFAULT_MAX_RATIO, "a whole number (extracted bytes per compressed byte)")
+    total = extracted = 0
     for member in tar:
         target = _member_path(dest, member.name, shown)
         if member.isdir():
@@ -347,7 +292,12 @@ def _extract_members(tar: tarfile.TarFile, dest: Path, shown: str, cap: int, bou
         written = 0
         with os.fdopen(fd, "wb") as out:
             while chunk := source.read(min(_CHUNK, member.size - written)):
-                expansion.add(len(chunk), member.name)
+                extracted += len(chunk)
+                if ratio and extracted > ratio * max(compressed.count, _CHUNK):
+                    raise PackageError(f"{shown} expands more than {ratio} times ({extracted} bytes from "
+                                       f"{compressed.count} compressed, at member {member.name!r}), like a "
+                                       f"decompression bomb; set {MAX_RATIO_ENV} above {ratio} (0: no limit) to "
+                                       "allow it; nothing was cached")  # fmt: skip
                 out.write(chunk)
                 written += len(chunk)
         if written != member.size:

@@ -1,11 +1,7 @@
-"""Approximate search over a FlexIndex's vectors with FAISS: HNSW (a graph; recall set by ``ef_search``) or IVF
-(clusters; recall set by ``n_probe``), by inner product as the exact search scores.
-
-Exact search reads every vector for every query, so its cost grows with the collection; past about a million
-vectors, or when exact search is too slow for the query load, these answer in a fraction of the time at a recall
-against exact search that depends on the vectors (``benchmarks/scale.py`` measures it). The FAISS index is built
-once and kept beside the FlexIndex (``faiss-<kind>-<settings>.index``; in the per-user cache when the index folder is
-read-only), written under the index's lock and renamed into place when complete, so a killed build leaves nothing.
+"""Approximate search over a FlexIndex's vectors with FAISS, by inner product as exact search scores: HNSW (a
+graph; recall set by ``ef_search``) or IVF (clusters; recall set by ``n_probe``), for collections where exact search
+(every vector for every query) is too slow, at a recall that depends on the vectors (``benchmarks/scale.py``). The
+FAISS index is built once, beside the FlexIndex (in the per-user cache when that is read-only), all or nothing.
 """
 
 from __future__ import annotations
@@ -38,13 +34,6 @@ def faiss_file(index_path: Path, search: str, settings: dict) -> Path:
     if os.access(index_path, os.W_OK):
         return index_path / name
     return Path(cache_dir("faiss", slug(str(index_path.resolve())))) / name
-
-
-def build_settings(search: str, n: int, hnsw_neighbours: int, ivf_lists: int | None) -> dict:
-    if search == "hnsw":
-        return {"m": int(hnsw_neighbours)}
-    lists = ivf_lists or max(1, min(n // 39, int(4 * np.sqrt(n))))  # FAISS wants >= 39 training points per list
-    return {"lists": int(lists)}
 
 
 def load_or_build(flex, search: str, settings: dict):
@@ -92,8 +81,9 @@ class FaissRetriever(pt.Transformer):
 
     def index(self):
         if self._index is None:
-            n = len(self.flex)
-            settings = build_settings(self.search, n, self.options["hnsw_neighbours"], self.options["ivf_lists"])
+            n, lists = len(self.flex), self.options["ivf_lists"]
+            lists = lists or max(1, min(n // 39, int(4 * np.sqrt(n))))  # FAISS wants >= 39 training points per list
+            settings = {"m": int(self.options["hnsw_neighbours"])} if self.search == "hnsw" else {"lists": int(lists)}
             self._index = load_or_build(self.flex, self.search, settings)
         index = self._index
         if self.search == "hnsw":

@@ -1,12 +1,7 @@
-"""FlexIndex (pyterrier_dr) writing and opening: the one builder of a dense index (:func:`build_flex_index`, all or
-nothing, documents checked, optionally sharded over ``torchrun`` ranks; the encoder is passed in), its files written as
-pyterrier_dr reads them (:func:`write_flex_files`, with npids' one-id-block fault worked around), and retrieval from it
-with ``k`` cut to its size and scalar cells for ``k=1`` (:func:`open_flex_retriever`).
-
-pyterrier_dr's own indexer (0.8) writes straight into ``path``: a corpus or encoder error leaves a folder that
-``FlexIndex.built()`` calls built, duplicate docnos are stored twice, integer docnos fail inside npids
-(``AttributeError``), an empty corpus fails with ``struct.error`` and a single document with ``ZeroDivisionError``.
-"""
+"""FlexIndex (pyterrier_dr): the one builder of a dense index (:func:`build_flex_index`; the encoder is passed in) and
+retrieval from it (:func:`open_flex_retriever`). pyterrier_dr's own indexer (0.8) writes straight into ``path`` (a
+failed build looks built), stores duplicate docnos twice and fails obscurely on integer docnos (``AttributeError``),
+an empty corpus (``struct.error``) and a single document (``ZeroDivisionError``)."""
 
 from __future__ import annotations
 
@@ -36,14 +31,11 @@ def build_flex_index(
     progress: str | None = None,
     finalize: Callable[[Path], None] | None = None,
 ):
-    """Encode ``corpus`` into a FlexIndex at ``path``, all or nothing: the documents are checked
-    (:func:`~pyterrier_tite.store.corpus.checked_corpus`: single-token ``str`` docnos, each once, ``text_field``
-    present), an empty corpus is refused, ``encode(docs)`` turns each chunk of checked documents into one vector each,
-    and the files (``vecs.f4``, ``docnos.npids``, ``pt_meta.json`` last) are written in a hidden sibling of ``path``
-    renamed into place when complete (:func:`~pyterrier_tite.store.atomic.atomic_build`; ``overwrite`` replaces an
-    existing ``path`` only then). ``finalize(staging)`` adds files to the complete index before the rename. Sharded
-    when ``shard.world_size > 1``: every rank calls this with the same corpus; rank 0 writes the index and returns
-    it, the others return None. ``progress`` labels a progress bar over the documents (rank 0)."""
+    """Encode ``corpus`` into a FlexIndex at ``path``, all or nothing (:func:`~pyterrier_tite.store.atomic.
+    atomic_build`): documents checked (:func:`~pyterrier_tite.store.corpus.checked_corpus`), an empty corpus refused,
+    ``encode(docs)`` gives one vector per document of a chunk. ``finalize(staging)`` adds files to the complete index
+    before the rename. Sharded when ``shard.world_size > 1``: every rank calls this with the same corpus; rank 0
+    writes the index and returns it, the others return None. ``progress`` labels a progress bar (rank 0)."""
     from pyterrier_dr import FlexIndex
 
     total = known_size(corpus)  # a known corpus size gives the bar an ETA
@@ -80,8 +72,6 @@ def write_flex_files(folder: Path, encoded: Iterable[tuple[str, np.ndarray]]) ->
             dim = vector.shape[0]
             vecs.write(vector.tobytes())
             docnos.append(docno)
-    if not docnos:
-        raise ValueError("the corpus is empty: nothing to index")
     write_docnos(folder / "docnos.npids", docnos)
     meta = {"type": FlexIndex.ARTIFACT_TYPE, "format": FlexIndex.ARTIFACT_FORMAT, "vec_size": dim}
     with open(folder / "pt_meta.json", "w") as f:
@@ -90,10 +80,9 @@ def write_flex_files(folder: Path, encoded: Iterable[tuple[str, np.ndarray]]) ->
 
 
 def write_docnos(file, docnos: list[str]) -> None:
-    """A FlexIndex's ``docnos.npids``, written by npids. npids stores each block of ids without their common prefix,
-    so a block of one id (a 1-document corpus, or a last id whose form differs from the ids before it) gets
-    zero-width rows that it cannot read (``ZeroDivisionError``); such a store is written again as one block that
-    keeps the whole ids."""
+    """A FlexIndex's ``docnos.npids``. npids stores a block of ids without their common prefix, so a block of one id
+    (one document, or a last id shaped unlike the others) has zero-width rows it cannot read (``ZeroDivisionError``);
+    such a store is written again as one block of whole ids."""
     from npids import Lookup
 
     try:
@@ -121,11 +110,10 @@ def write_docnos(file, docnos: list[str]) -> None:
 def open_flex_retriever(
     index, k: int = 1000, device: str = "cpu", search: str = "exact", **search_options
 ) -> pt.Transformer:
-    """The top ``k`` of a FlexIndex (``index``: one or its folder) for ``query_vec`` s on ``device`` (pyterrier_dr's
-    torch retriever on a GPU, its numpy one else), ``k`` cut to the number of documents, with scalar cells also where
-    each query has a single result (:class:`ScalarResults`). ``search='hnsw'`` or ``'ivf'`` searches approximately
-    with FAISS instead (:mod:`~pyterrier_tite.store.faiss_search`; ``search_options``: ``hnsw_neighbours``,
-    ``ef_search``, ``ivf_lists``, ``n_probe``): for collections where exact search is too slow, at a stated recall."""
+    """The top ``k`` (cut to the number of documents) of a FlexIndex (or its folder) for ``query_vec`` s on
+    ``device`` (pyterrier_dr's torch retriever on a GPU, its numpy one else), cells scalar (:class:`ScalarResults`).
+    ``search='hnsw'`` or ``'ivf'`` searches approximately with FAISS (:mod:`~pyterrier_tite.store.faiss_search`;
+    ``search_options``: ``hnsw_neighbours``, ``ef_search``, ``ivf_lists``, ``n_probe``)."""
     from pyterrier_dr import FlexIndex
 
     from pyterrier_tite.store.faiss_search import FaissRetriever, check_search
@@ -141,9 +129,8 @@ def open_flex_retriever(
 
 
 class ScalarResults(pt.Transformer):
-    """A pyterrier_dr retriever whose result cells are scalars also when each query has a single result (``k=1``, a
-    one-document index): its ``DataFrameBuilder`` keeps them as 1-element arrays then, which pandas can neither
-    compare nor hash (``Invalid object type``, ``unhashable type: 'numpy.ndarray'``). ``% k`` still fuses into it."""
+    """A pyterrier_dr retriever whose cells are scalars also when each query has one result (``k=1``): its
+    ``DataFrameBuilder`` keeps 1-element arrays then, which pandas can neither compare nor hash. ``% k`` fuses in."""
 
     COLUMNS = ("docno", "docid", "score", "rank")
 

@@ -1,22 +1,13 @@
-"""What an index says about itself (:data:`INDEX_INFO`, beside the engine's own ``pt_meta.json``), and the model it
-needs travelling with it: what ``pyterrier-tite index``, ``model >> pyterrier_dr.FlexIndex(path)`` and
-``splade.indexer(path)`` record of the model, and the copy of a model kept inside the index.
+"""What an index records of itself and its model (:data:`INDEX_INFO`, beside the engine's own ``pt_meta.json``), as
+``pyterrier-tite index``, ``model >> pyterrier_dr.FlexIndex(path)`` and ``splade.indexer(path)`` write it.
 
-An index built from a hub id (or a shipped name) records that name and its ``hub_id``; one built from a model folder
-(or in memory) keeps the model itself in ``<index>/model/`` (a ``save_pretrained`` of the
-transformer that encoded the documents, named by ``packaged_model`` in the index info). So an index folder copied to
-another machine, or packaged (``pt.Artifact.load(index).build_package()``), shared (``to_hf``) and downloaded again
-(``pt.Artifact.from_url`` / ``from_hf``), retrieves with the very model that built it:
-
-    pyterrier-tite index --model runs/my-tite --dataset vaswani --index vaswani.tite
-    python -c "import pyterrier as pt; pt.Artifact.load('vaswani.tite').build_package('vaswani.tite.tar.lz4')"
-    pyterrier-tite retrieve --index https://example.org/vaswani.tite.tar.lz4 --topics vaswani --output run.gz
-
-An index folder may come from anyone, so what it records is data, never a path to follow: a recorded model is a
-folder inside the index (no absolute path, no ``..``, no link leading out) or a hub id (``org/name``), else refused in
-one line (:class:`RecordedPathError`). The index also records ``model_fingerprint``, a hash of the weights that
-encoded it (computed by the caller), and ``model_name`` (what to show: the hub id or the folder's name); retrieval
-with other weights is refused naming both (:func:`check_fingerprint`).
+An index built from a hub id (or a shipped name) records that name; one built from a model folder (or in memory) keeps
+a ``save_pretrained`` of the model in ``<index>/model/`` (``packaged_model``). So an index copied, packaged
+(``build_package``), shared (``to_hf``) and fetched again (``from_url`` / ``from_hf``) retrieves with the very model
+that built it. What an index records is data, never a path to follow: a recorded model is a folder inside the index
+(no absolute path, no ``..``, no link leading out) or a hub id, else refused in one line (:class:`RecordedPathError`);
+``model_fingerprint`` (a hash of the weights) refuses retrieval with other weights, naming both
+(:func:`check_fingerprint`).
 """
 
 from __future__ import annotations
@@ -90,13 +81,11 @@ def write_index_info(
     fingerprint: str | None = None,
     collection: str | None = None,
 ) -> None:
-    """:data:`INDEX_INFO`: kind; the model as a hub id or a folder inside the index, never the builder's absolute
-    path (``model``: the hub id, else ``model/`` when the model is packaged, else None); ``model_name`` (the hub id
-    or the folder's name, for display); ``hub_id``; ``model_fingerprint`` (the weights' hash, see
-    :func:`check_fingerprint`); corpus (as given), ``collection`` (its ir_datasets ID, None for a corpus file: see
-    :func:`indexed_collection`), size, date. With ``transformer`` (anything with ``save_pretrained``), a model
-    from a folder, or one no name loads again (built in memory, a SPLADE pair), is saved into the index
-    (``packaged_model``: the folder inside it); a hub id or shipped name is recorded, not copied."""
+    """Write :data:`INDEX_INFO`: kind; ``model`` (the hub id, else ``model/`` when packaged, never the builder's
+    absolute path), ``model_name`` (for display), ``hub_id``, ``model_fingerprint`` (:func:`check_fingerprint`);
+    ``corpus`` as given, ``collection`` (its ir_datasets ID, None for a corpus file), size, date. With
+    ``transformer`` (anything with ``save_pretrained``), a model from a folder, or one no name loads again (built in
+    memory, a SPLADE pair), is saved into the index (``packaged_model``); a hub id or shipped name is only recorded."""
     if kind == BM25:
         info = {"kind": kind, "model": BM25}
     else:

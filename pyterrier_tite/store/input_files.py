@@ -1,9 +1,7 @@
 """Opening a file a user names, once, whatever it is: a regular file, a FIFO, a pipe or ``/dev/stdin``, plain or
-compressed (gzip, bzip2, xz; zstd when ``zstandard`` is installed), recognised by its first bytes, not its name.
-
-A stream can be read only once, so nothing here reads an input twice: callers take lines from :func:`binary_lines`
-and keep the line numbers they need for messages. A FIFO that no process writes to is waited on for
-:data:`FIFO_WAIT_SECONDS`, then refused, never waited on forever. Every problem is a ``ValueError`` naming the file.
+compressed (gzip, bzip2, xz; zstd when ``zstandard`` is installed), recognised by its first bytes, not its name. A
+stream can be read only once: callers take lines from :func:`binary_lines` and keep the line numbers they need. A FIFO
+without a writer is refused after :data:`FIFO_WAIT_SECONDS`. Every problem is a ``ValueError`` naming the file.
 """
 
 from __future__ import annotations
@@ -36,6 +34,12 @@ def is_plain_file(path: str | os.PathLike) -> bool:
     except OSError:
         return False
     return kind is None or (kind == "gzip" and os.fspath(path).endswith(".gz"))
+
+
+def count_lines(path: str | os.PathLike) -> int:
+    """The ``\\n`` bytes of a regular file, read a block at a time."""
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 
 
 def compression(head: bytes) -> str | None:

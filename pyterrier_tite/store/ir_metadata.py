@@ -1,18 +1,11 @@
-"""The ``ir-metadata.yml`` beside a run (https://www.ir-metadata.org): recorded by ``tirex-tracker``, the library TIREx
-uses for it, when it is installed (the ``tirex`` extra: ``pip install pyterrier-tite[tirex]``), else a small
-hand-written record. docs/tirex.md lists the fields each writes.
-
-With ``tirex-tracker`` the work of a command (loading the model, indexing, retrieving or re-ranking) runs inside
-:func:`tracked_run`: the tracker measures the block (``resources``: runtime, CPU, RAM, GPU, energy where the machine
-reports it) and describes the machine and code (``platform``, ``implementation``: command line, Python packages, git
-state of the working directory); the command's settings are added as ``method`` (and the input as ``data``), with the
-run's ``tag`` and pyterrier-tite's name and version. Without it (or when its native library cannot start here: a
-warning says so), the record is ``tag``, ``date``, pyterrier-tite's version, Python version, machine and ``method``.
-
-Example::
+"""The ``ir-metadata.yml`` beside a run (https://www.ir-metadata.org), as docs/tirex.md describes it: with
+``tirex-tracker`` installed (the ``tirex`` extra), the work of a command runs inside :func:`tracked_run`, whose
+measurements and description of machine and code :func:`render` completes with the run's ``tag``, pyterrier-tite and
+the command's settings (``method``); without it (or when its native library cannot start: a warning says so) the
+record is short: ``tag``, ``date``, versions, machine and ``method``::
 
     with tracked_run("pyterrier-tite.my-model") as record:
-        results = ...                                       # the work measured
+        results = ...  # the work measured
     text = render("pyterrier-tite.my-model", {"task": "rerank", "model": "me/model"}, record.tracked)
 """
 
@@ -36,21 +29,15 @@ class RunRecord:
     tracked: dict | None = None
 
 
-def tracker_module():
-    """``tirex_tracker`` when it is installed and imports, else None."""
-    try:
-        import tirex_tracker
-    except ImportError:
-        return None
-    return tirex_tracker
-
-
 @contextmanager
 def tracked_run(system: str | None = None) -> Iterator[RunRecord]:
     """Measure the block with tirex-tracker (when installed); afterwards ``record.tracked`` holds its ir_metadata.
     The tracker writes into a scratch folder, never beside the run (its code archive included)."""
     record = RunRecord()
-    tracker = tracker_module()
+    try:
+        import tirex_tracker as tracker
+    except ImportError:
+        tracker = None
     with tempfile.TemporaryDirectory(prefix="pyterrier-tite-ir-metadata-") as scratch:
         target = Path(scratch) / "ir-metadata.yml"
         handle = _start(tracker, target, system) if tracker is not None else None
@@ -103,9 +90,8 @@ def render(system: str, settings: dict, tracked: dict | None = None) -> str:
 
     record = dict(tracked)
     record["tag"] = system
-    implementation = record.setdefault("implementation", {})
-    source = implementation.setdefault("source", {})
-    source.update({"name": "pyterrier-tite", "version": pyterrier_tite.__version__})
+    software = {"name": "pyterrier-tite", "version": pyterrier_tite.__version__}
+    record.setdefault("implementation", {}).setdefault("source", {}).update(software)
     method = record.get("method") if isinstance(record.get("method"), dict) else {}
     record["method"] = {**method, **settings}
     if "input" in settings:

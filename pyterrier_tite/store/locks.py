@@ -1,13 +1,10 @@
 """Write targets (an index folder, a run file): one writer at a time, checked before the work, failures named.
 
-:func:`write_lock` takes an exclusive lock on a target before anything is computed for it: a lock file beside it,
-``.NAME.lock``, locked with ``flock`` (the kernel releases it when its process ends, also by SIGKILL, so a lock of a
-dead process is simply taken over) and holding the holder's pid and host for the message. A second writer of the same
-target fails at once naming that pid (:class:`TargetBusyError`), or waits with ``wait=True`` (caches: the second
-process then uses what the first built). Taking the lock also proves the target's folder exists (it is created) and
-is writable (:class:`UnwritableTargetError` naming the path), so a command fails before it loads any model.
-The lock is re-entrant within a thread: a command locks its target and the library function it calls locks it again.
-:func:`write_failure` names what a failed write ran into (``File too large`` at ``ulimit -f``, a full disk).
+:func:`write_lock` locks a target before anything is computed for it: ``flock`` on ``.NAME.lock`` beside it (released
+by the kernel when its process ends, even by SIGKILL), which holds the holder's pid and host for the message. A second
+writer fails at once naming that pid (:class:`TargetBusyError`), or waits (``wait=True``: caches). Taking the lock
+proves the target's folder exists and is writable (:class:`UnwritableTargetError`), so a command fails before it loads
+a model. It is re-entrant within a thread. :func:`write_failure` names what a failed write ran into.
 """
 
 from __future__ import annotations
@@ -71,11 +68,6 @@ def side_file(target: str | os.PathLike, suffix: str) -> Path:
     return target.with_name(f".{side_stem(target.name)}{suffix}")
 
 
-def lock_file(target: str | os.PathLike) -> Path:
-    """The lock file of ``target``: ``.NAME.lock`` beside it (a long NAME shortened, :func:`side_stem`)."""
-    return side_file(target, ".lock")
-
-
 class PlantedLinkError(WriteTargetError):
     """A side file of a target (lock, staging file or folder) is a link or a file this project did not make."""
 
@@ -91,7 +83,7 @@ def planted(path: Path, target: str | os.PathLike, what: str) -> PlantedLinkErro
 def write_lock(target: str | os.PathLike, wait: bool = False) -> Iterator[Path]:
     """Hold the exclusive write lock of ``target`` in the block (see the module's docstring); yields the lock file.
     Folders created for it are removed again when the block leaves them empty."""
-    lock = lock_file(target)
+    lock = side_file(target, ".lock")
     key = str(lock)
     with _held_guard:
         entry = _held.get(key)

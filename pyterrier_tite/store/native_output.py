@@ -1,10 +1,6 @@
-"""Silence what compiled libraries (PISA) print on the process's stdout/stderr, keeping Python's own output.
-
-PISA logs every percent of its indexing on the C-level streams, which floods notebooks and logs; its
-``pyterrier_pisa.log_level`` switch raises AttributeError in 0.4.9, so the file descriptors are redirected instead.
-Python-level writes (progress bars) keep going to the original terminal through duplicated descriptors. The native
-output is kept in a temporary file, not thrown away: when the block raises, its last lines are attached to the
-exception, so an engine's fatal message is never hidden.
+"""Silence what compiled libraries (PISA) print on the process's fds 1 and 2, keeping Python's own output: PISA logs
+every percent of its indexing there, and ``pyterrier_pisa.log_level`` raises AttributeError in 0.4.9. The native output
+is kept in a temporary file: when the block raises, its last lines are attached to the exception.
 """
 
 from __future__ import annotations
@@ -22,11 +18,8 @@ TAIL_LINES = 20
 
 @contextlib.contextmanager
 def native_output_silenced(enabled: bool = True) -> Iterator[None]:
-    """Within the block, fds 1 and 2 go to /dev/null while ``sys.stdout`` / ``sys.stderr`` still reach the terminal.
-
-    In Jupyter (ipykernel forwards fds 1/2 into the notebook) and under pytest, Python's streams are not fds 1/2:
-    only the fds are redirected there, so native logs vanish and Python output is untouched.
-    """
+    """Within the block, fds 1 and 2 go to a temporary file while ``sys.stdout`` / ``sys.stderr`` still reach the
+    terminal (through duplicated fds; in Jupyter and under pytest they are not fds 1/2 and stay untouched)."""
     if not enabled or not _fds_open():
         yield
         return

@@ -1,9 +1,7 @@
-"""PISA index builds, all or nothing (built beside the target, checked, renamed into place), one per kind:
-
-- :func:`build_pisa_index`: text (BM25), PISA's indexer in a child process, so its aborts are errors;
-- :func:`build_toks_index`: learned-sparse ``toks`` (SPLADE), the one SPLADE -> PISA writer, optionally sharded over
-  ``torchrun`` ranks; the encoder is passed in, so this floor knows no model;
-- :func:`pisa_index`: a collection's text index, built once into the cache and shared by processes.
+"""PISA index builds, all or nothing (built beside the target, checked, renamed into place): text
+(:func:`build_pisa_index`, PISA's indexer in a child process, so its aborts are errors), learned-sparse ``toks``
+(:func:`build_toks_index`, the one SPLADE -> PISA writer, optionally sharded; the encoder is passed in) and a
+collection's cached text index (:func:`pisa_index`).
 
 Quantisation for PISA is decided here and only here (:data:`PISA_SCALE`): PISA stores ``int(w * scale)`` per posting
 and repeats each query term ``int(w * toks_scale)`` times, so its score is ``sum_t int(100 q_t) * int(100 d_t)``.
@@ -12,7 +10,7 @@ and repeats each query term ``int(w * toks_scale)`` times, so its score is ``sum
 from __future__ import annotations
 
 import errno
-import itertools
+import functools
 import json
 import os
 import re
@@ -20,12 +18,14 @@ import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+from more_itertools import countable, peekable
+
 from pyterrier_tite.store.atomic import atomic_build
 from pyterrier_tite.store.cache import cache_dir, cache_lock, slug
-from pyterrier_tite.store.corpus import GuardedCorpus, checked_corpus, known_size
+from pyterrier_tite.store.corpus import checked_corpus, known_size
 from pyterrier_tite.store.locks import WriteFailedError, write_failure
 from pyterrier_tite.store.native_output import native_output_silenced
-from pyterrier_tite.store.pisa_files import check_built_pisa, check_pisa_index
+from pyterrier_tite.store.pisa_files import check_built_pisa, check_pisa_index, pisa_child
 from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
 from pyterrier_tite.text import text_fields
 
@@ -43,24 +43,22 @@ def build_pisa(
     finalize: Callable[[Path], None] | None = None,
 ) -> None:
     """Build a PISA index of ``corpus`` at ``path``, all or nothing: ``index(staging_folder, documents)`` runs the
-    engine (a text or a ``toks`` indexer) on the validated documents (see :class:`GuardedCorpus`, which checks
-    ``fields``) in a sibling that is renamed to ``path`` when complete; a corpus error or Ctrl-C leaves no ``path``.
-    PISA does not check its own writes: the finished files are checked (:func:`check_built_pisa`) before the rename.
-    PISA's native logging is silenced; ``progress`` labels a progress bar over the documents (none when None).
+    engine (a text or a ``toks`` indexer) on the documents, checked (:func:`~pyterrier_tite.store.corpus.
+    checked_corpus` with ``fields``), in a sibling renamed to ``path`` when complete; a corpus error or Ctrl-C leaves
+    no ``path``. PISA does not check its own writes: the finished files are checked (:func:`check_built_pisa`)
+    before the rename. PISA's native logging is silenced; ``progress`` labels a progress bar over the documents.
     ``finalize(staging)`` adds files (an index record, a model) to the checked index before the rename."""
     import pyterrier as pt
 
     with atomic_build(path, overwrite) as staging, native_output_silenced():  # the bar is made inside: it must
         if progress:  # reach the terminal; a known corpus size gives it an ETA
             corpus = pt.tqdm(corpus, desc=progress, unit="doc", total=known_size(corpus))
-        guarded = GuardedCorpus(corpus, fields)
-        docs = iter(guarded)
-        first = next(docs, None)
-        if first is None:  # an error in the first document, or no documents: PISA would fail obscurely
-            guarded.raise_if_failed()
-        index(staging, itertools.chain([first], docs))
-        guarded.raise_if_failed()
-        check_built_pisa(staging, path, guarded.count)
+        counted = countable(checked_corpus(corpus, fields))
+        docs = peekable(counted)
+        if not docs:  # PISA would fail obscurely
+            raise ValueError("the corpus is empty: nothing to index")
+        index(staging, docs)
+        check_built_pisa(staging, path, counted.items_seen)
         if finalize is not None:
             finalize(staging)
 
@@ -75,32 +73,25 @@ def build_pisa_index(
     overwrite: bool = False,
     finalize: Callable[[Path], None] | None = None,
 ) -> None:
-    """Index ``corpus`` (dicts with docno + ``fields``) into a new PISA index at ``path``, all or nothing: built
-    beside ``path`` and renamed when complete; a corpus error, Ctrl-C or a write that fails (PISA's, checked after
-    the build: a full disk, ``ulimit -f``) leaves no ``path`` behind. ``progress``: the label of a progress bar (none
-    when None). PISA runs in a child process (:func:`pisa_text_index`). ``finalize(staging)`` adds files to the
-    complete index before it is renamed into place."""
+    """Index ``corpus`` (dicts with docno + ``fields``) into a new PISA text index at ``path``, all or nothing
+    (:func:`build_pisa`; PISA in a child process, :func:`pisa_text_index`): a corpus error, Ctrl-C or a failed write
+    (a full disk, ``ulimit -f``) leaves no ``path``. ``progress`` labels a progress bar; ``finalize`` as there."""
     text_field = list(fields) if len(fields) > 1 else fields[0]
-
-    def index(staging, docs) -> None:
-        pisa_text_index(staging, docs, text_field, stemmer=stemmer, threads=threads)
-
+    index = functools.partial(pisa_text_index, text_field=text_field, stemmer=stemmer, threads=threads)
     build_pisa(corpus, path, fields, index, progress=progress, overwrite=overwrite, finalize=finalize)
 
 
 def pisa_text_index(folder, docs, text_field, stemmer: str = "porter2", threads: int = 1, batch_size: int = 100_000):
-    """What ``PisaIndex(folder, text_field=..., stemmer=...).index(docs)`` does, with PISA in a child process that
-    reads the documents from a named pipe this thread writes. PISA aborts its process when it cannot go on (a file it
-    could not write in full: a full disk, ``ulimit -f``), printing its reason on its stderr only; the child's death is
-    a :class:`~pyterrier_tite.store.locks.WriteFailedError` (the cause found) or a ``RuntimeError`` giving PISA's last
-    message, and the caller removes the build. The child dies with this process (and on Ctrl-C)."""
+    """What ``PisaIndex(folder, text_field=..., stemmer=...).index(docs)`` does, with PISA in a child process reading
+    a named pipe this thread writes. PISA aborts its process when a write fails (a full disk, ``ulimit -f``), saying
+    why on its stderr only: the child's death is a :class:`~pyterrier_tite.store.locks.WriteFailedError` (the cause
+    found) or a ``RuntimeError`` giving PISA's last message."""
     import collections
     import subprocess
-    import sys
     import tempfile
     import threading
 
-    from pyterrier_pisa import PisaStemmer, _pisathon
+    from pyterrier_pisa import PisaStemmer
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,9 +100,9 @@ def pisa_text_index(folder, docs, text_field, stemmer: str = "porter2", threads:
     with tempfile.TemporaryDirectory(prefix="pyterrier-tite-pisa-") as scratch:
         pipe = os.path.join(scratch, "documents")
         os.mkfifo(pipe)
-        arguments = [_pisathon.__file__, pipe, str(folder), "" if stem == PisaStemmer.none else stem.value,
-                     str(batch_size), str(threads), str(os.getpid())]  # fmt: skip
-        child = subprocess.Popen([sys.executable, "-c", _PISA_CHILD, *arguments], stdin=subprocess.DEVNULL,
+        call = "pisa.index(*sys.argv[3:6], int(sys.argv[6]), int(sys.argv[7]))"
+        stemmed = "" if stem == PisaStemmer.none else stem.value
+        child = subprocess.Popen(pisa_child(call, pipe, folder, stemmed, batch_size, threads), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
         log: collections.deque[str] = collections.deque(maxlen=20)
         reader = threading.Thread(target=lambda: log.extend(line.decode(errors="replace") for line in child.stdout))
@@ -165,24 +156,6 @@ def _feed(pipe: str, child, docs, fields: list[str]) -> None:
         pass
 
 
-#: the child process of :func:`pisa_text_index`: PISA's indexer alone (its extension loaded without PyTerrier)
-_PISA_CHILD = """
-import ctypes, importlib.machinery, importlib.util, os, signal, sys
-library, pipe, path, stemmer, batch_size, threads, parent = sys.argv[1:]
-signal.signal(signal.SIGINT, signal.SIG_DFL)
-try:
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the process that started this one
-except (OSError, AttributeError):
-    pass
-if os.getppid() != int(parent):
-    sys.exit(1)
-loader = importlib.machinery.ExtensionFileLoader("pyterrier_pisa._pisathon", library)
-pisa = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-loader.exec_module(pisa)
-pisa.index(pipe, path, stemmer, int(batch_size), int(threads))
-"""
-
-
 def build_toks_index(
     corpus: Iterable[dict],
     path: str | os.PathLike,
@@ -196,12 +169,11 @@ def build_toks_index(
     shard: Shard = SINGLE,
     finalize: Callable[[Path], None] | None = None,
 ):
-    """A PISA index of learned-sparse ``toks`` at ``path``, all or nothing (:func:`build_pisa`: documents checked,
-    files checked, renamed when complete): ``encode(docs)`` turns a chunk of checked documents into one
-    ``{term: weight}`` dict each (a SPLADE doc encoder), quantised with :data:`PISA_SCALE`. Sharded when
-    ``shard.world_size > 1``: every rank calls this with the same corpus and encodes every ``world_size``-th document of
-    each chunk (:func:`~pyterrier_tite.store.sharding.encode_in_order`); rank 0 writes the index and returns its
-    ``PisaIndex``, the others return None. ``finalize(staging)`` adds files before the rename."""
+    """A PISA index of learned-sparse ``toks`` at ``path``, all or nothing (:func:`build_pisa`): ``encode(docs)``
+    gives one ``{term: weight}`` dict per document of a chunk (a SPLADE doc encoder), quantised with
+    :data:`PISA_SCALE`. Sharded when ``shard.world_size > 1`` (:func:`~pyterrier_tite.store.sharding.encode_in_order`):
+    every rank calls this with the same corpus; rank 0 writes the index and returns its ``PisaIndex``, the others
+    None. ``finalize(staging)`` adds files before the rename."""
     from pyterrier_pisa import PisaIndex
 
     if shard.rank != 0:

@@ -1,48 +1,41 @@
-"""The files PISA derives from an index the first time a retriever opens it (block-max data
-``<scorer>.q<n>.bmw.<block>`` and the compressed index ``<that>.<encoding>``), written so that no fault costs the
-process, the index or the user's time:
+"""The files PISA derives from an index when a retriever first opens it (block-max data ``<scorer>.q<n>.bmw.<block>``,
+the compressed index ``<that>.<encoding>``), written so that no fault costs the process, the index or the user's time:
 
-- PISA writes them in place without checking its writes, and aborts the process (SIGABRT, no message) when a write
-  fails: a full disk, a file-size limit, a folder it may not write. :func:`open_pisa_retriever` has a helper process
-  write them first, so a failure is a :class:`DerivedFilesError` naming the folder and the cause, and the partial files
-  are removed.
-- A process killed meanwhile leaves a truncated file that PISA would reuse: files are recorded as complete
-  (``pt_derived.json``) and unrecorded ones removed before PISA runs, under a lock (:func:`pisa_derived_files`).
-- An index this user may not write (another user's, a read-only mount) keeps them in a per-user cache folder of
-  symlinks to the index's files (``$PYTERRIER_TITE_HOME/pisa-derived/``, default ``~/.cache/pyterrier_tite``), unless
-  they are already recorded complete in the index.
-- PISA allocates ``num_results`` results per query up front, so ``num_results`` is cut to the number of documents.
+- PISA writes them unchecked and aborts the process when a write fails (a full disk, ``ulimit -f``, a folder it may
+  not write): a helper process writes them (:func:`derive`), so a failure is a :class:`DerivedFilesError`;
+- a file cut short by a killed process would be reused: files are recorded complete (``pt_derived.json``) and the
+  others removed before PISA runs, under a lock (:func:`pisa_derived_files`);
+- an index this user may not write keeps them in a per-user cache folder of links to its files
+  (``$PYTERRIER_TITE_HOME/pisa-derived/``), unless they are recorded complete in the index;
+- PISA allocates ``num_results`` results per query up front: it is cut to the number of documents.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
+import contextlib
 import fnmatch
 import hashlib
 import inspect
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from pyterrier_tite.store.atomic import write_file
 from pyterrier_tite.store.cache import cache_root
-from pyterrier_tite.store.locks import write_failure
+from pyterrier_tite.store.locks import write_failure, write_lock
 from pyterrier_tite.store.native_output import native_output_silenced
-from pyterrier_tite.store.pisa_files import check_pisa_index, num_documents
+from pyterrier_tite.store.pisa_files import check_pisa_index, num_documents, pisa_child
 
 #: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``
 #: and the compressed index ``<that>.<encoding>``
 PISA_DERIVED = "*.bmw.*"
 #: the derived files that were written completely, each with its size, inode, change time and digest
 PISA_DERIVED_RECORD = "pt_derived.json"
-#: the lock file that serialises the opening of one index's first retrievers across processes
-PISA_DERIVED_LOCK = ".pt_derived.lock"
 #: the scorers of pyterrier_pisa's retriever factories (``PisaIndex.bm25(k1=...)``): setting -> ``prepare_index`` name
 SCORER_SETTINGS = {"bm25": {"k1": "bm25_k1", "b": "bm25_b"}, "pl2": {"c": "pl2_c"}, "qld": {"mu": "qld_mu"},
                    "dph": {}, "quantized": {}}  # fmt: skip
@@ -99,32 +92,13 @@ def derived_names(scorer: str, encoding: str, native: dict) -> list[str]:
     return [wand, f"{wand}.{encoding}"]
 
 
-#: the helper process: PISA's extension module alone (no pyterrier import: fast, and no temporary files of its own)
-_DERIVE = """
-import ctypes, importlib.machinery, importlib.util, json, os, signal, sys
-library, folder, args, kwargs, parent = json.loads(sys.argv[1])
-signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it at once (the caller removes what it wrote)
-try:
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a writer outliving the lock's holder would race
-except (OSError, AttributeError):
-    pass
-if os.getppid() != parent:
-    sys.exit(1)
-loader = importlib.machinery.ExtensionFileLoader("pyterrier_pisa._pisathon", library)
-pisa = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-loader.exec_module(pisa)
-pisa.prepare_index(pisa.RetrievalContext(), folder, *args, **kwargs)
-"""
-
-
 def derive(folder: Path, args: list, kwargs: dict) -> None:
-    """PISA's ``prepare_index`` in a helper process: writes the derived files into ``folder``; a failure (PISA aborts)
-    is a :class:`DerivedFilesError` naming the folder and the cause."""
-    from pyterrier_pisa import _pisathon
-
-    payload = json.dumps([_pisathon.__file__, str(folder), args, kwargs, os.getpid()])
-    done = subprocess.run([sys.executable, "-c", _DERIVE, payload], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, errors="replace")  # fmt: skip
+    """PISA's ``prepare_index`` in a helper process (:func:`~pyterrier_tite.store.pisa_files.pisa_child`): writes the
+    derived files into ``folder``; a failure (PISA aborts) is a :class:`DerivedFilesError` naming folder and cause."""
+    call = ("args, kwargs = json.loads(sys.argv[4])\n"
+            "pisa.prepare_index(pisa.RetrievalContext(), sys.argv[3], *args, **kwargs)")  # fmt: skip
+    done = subprocess.run(pisa_child(call, folder, json.dumps([args, kwargs])), capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, errors="replace")  # fmt: skip
     if done.returncode == 0:
         return
     cause = write_failure(None, folder)
@@ -143,47 +117,27 @@ def derive(folder: Path, args: list, kwargs: dict) -> None:
 def pisa_derived_files(path: str | os.PathLike, needed: Sequence[str] = ()) -> Iterator[Path]:
     """Wrap the opening of a PISA retriever of the index at ``path``; yields the folder to open it from: ``path``, or
     for an index this user may not write a per-user cache folder (:func:`derived_cache`), unless the ``needed``
-    derived files are recorded complete in the index. PISA reuses any derived file of the right name, so a process
-    killed while writing one leaves a truncated file that every later run uses (a segfault, or silently no results):
-    derived files not recorded as complete in ``pt_derived.json`` are removed before the block (and after it, when
-    it raises), so PISA writes them again; those present after the block are recorded. The block holds an exclusive
-    lock on the folder (``.pt_derived.lock``): two processes opening the same index at once (two recipes started
-    together on a fresh cache) would otherwise remove or overwrite each other's half-written files."""
+    derived files are recorded complete in the index. PISA reuses any derived file of the right name, so one cut
+    short by a killed process would be used by every later run (a segfault, or silently no results): derived files
+    not recorded complete in ``pt_derived.json`` are removed before the block (and after it, when it raises), those
+    present after it are recorded. The block holds the folder's lock (``.pt_derived.lock``, waiting): two processes
+    opening one index at once would otherwise remove or overwrite each other's half-written files."""
     folder = Path(path)
     if not os.access(folder, os.W_OK):
         if needed and _recorded(folder, needed):
             yield folder
             return
         folder = derived_cache(folder)
-    try:
-        lock_fd = os.open(folder / PISA_DERIVED_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)  # never a link
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        raise DerivedFilesError(
-            f"{folder / PISA_DERIVED_LOCK} is a symbolic link; it is never followed or written through: remove it"
-        ) from None
-    with open(lock_fd, "r+b") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if the block raises
-        except OSError:  # a file system without locks (some network mounts): go on unlocked, as before
-            pass
+    with write_lock(folder / "pt_derived", wait=True):
         _remove_unrecorded(folder)
         try:
             yield folder
         except BaseException:
             _remove_unrecorded(folder)  # what a failed writer left
             raise
-        record = folder / PISA_DERIVED_RECORD
-        staged = record.with_name(f".{record.name}.{os.getpid()}")
-        try:
-            staged.unlink(missing_ok=True)  # whatever has that name (a planted link) is never written through
-            fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-            with open(fd, "w") as f:
-                json.dump({f.name: _stamp(f, digest=True) for f in sorted(folder.glob(PISA_DERIVED))}, f)
-            os.replace(staged, record)
-        except OSError:  # a full disk: unrecorded files are only written again next time
-            staged.unlink(missing_ok=True)
+        record = {f.name: _stamp(f, digest=True) for f in sorted(folder.glob(PISA_DERIVED))}
+        with contextlib.suppress(OSError):  # a full disk: unrecorded files are only written again next time
+            write_file(folder / PISA_DERIVED_RECORD, json.dumps(record).encode(), "record of derived files")
 
 
 def _stamp(file: Path, digest: bool = False) -> dict:
@@ -192,9 +146,7 @@ def _stamp(file: Path, digest: bool = False) -> dict:
     set the time back)."""
     info = file.stat()
     stamp = {"size": info.st_size, "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}
-    if digest:
-        stamp["blake2b"] = _digest(file)
-    return stamp
+    return {**stamp, "blake2b": _digest(file)} if digest else stamp
 
 
 def _digest(file: Path) -> str:

@@ -1,14 +1,17 @@
 """PISA's index files, checked: PISA aborts or segfaults on an incomplete or truncated index (killing the Python
 process without a message) and writes without checking its writes, so an index is checked before PISA opens it
-(:func:`check_pisa_index`) and a fresh build before it is renamed into place (:func:`check_built_pisa`)."""
+(:func:`check_pisa_index`) and a fresh build before it is renamed into place (:func:`check_built_pisa`); PISA's
+writers run in a child process (:func:`pisa_child`), so their aborts are errors."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 
+from pyterrier_tite.store.input_files import count_lines
 from pyterrier_tite.store.locks import WriteFailedError, write_failure
 
 
@@ -35,8 +38,7 @@ def check_pisa_index(path: str | os.PathLike) -> None:
     num_docs = int(header[1])
     _expect_size(folder / "inv.sizes", 4 * (num_docs + 1))
     _expect_size(folder / "inv.freqs", (folder / "inv.docs").stat().st_size - 8)
-    with open(folder / "fwd.documents", "rb") as f:
-        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    lines = count_lines(folder / "fwd.documents")
     if lines != num_docs:
         raise CorruptIndexError(f"PISA index {folder}: fwd.documents lists {lines} docnos for {num_docs} documents")
     _check_payload_vector(folder / "fwd.doclex", num_docs)
@@ -72,8 +74,7 @@ def check_built_pisa(folder: str | os.PathLike, target: str | os.PathLike, count
     try:
         check_pisa_index(folder)
         terms = int(np.fromfile(folder / "fwd.termlex", dtype=np.uint64, count=1)[0])
-        with open(folder / "fwd.terms", "rb") as f:
-            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        lines = count_lines(folder / "fwd.terms")
         if lines != terms:
             raise CorruptIndexError(f"PISA index {folder}: fwd.terms lists {lines} terms for {terms} in fwd.termlex")
         lists = _posting_lists(folder / "inv.docs")
@@ -107,3 +108,28 @@ def _posting_lists(file: Path) -> int:
 def num_documents(path: str | os.PathLike) -> int:
     """The number of documents of a (checked) PISA index, from the header of ``inv.docs``."""
     return int(np.fromfile(Path(path) / "inv.docs", dtype=np.uint32, count=2)[1])
+
+
+#: the start of a child process that runs PISA's extension alone, as ``pisa`` (no PyTerrier import: fast, and no files
+#: of its own); it dies with the process that started it (``argv[1]``) and at once on Ctrl-C
+_CHILD = """
+import ctypes, importlib.machinery, importlib.util, json, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+try:
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a writer outliving its starter would race
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)
+loader = importlib.machinery.ExtensionFileLoader("pyterrier_pisa._pisathon", sys.argv[2])
+pisa = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+loader.exec_module(pisa)
+"""
+
+
+def pisa_child(call: str, *args: object) -> list[str]:
+    """The command line of a child process that runs ``call`` (Python using ``pisa`` and ``sys.argv[3:]``: ``args``
+    as strings) after loading PISA's extension module alone."""
+    from pyterrier_pisa import _pisathon
+
+    return [sys.executable, "-c", _CHILD + call, str(os.getpid()), _pisathon.__file__, *map(str, args)]

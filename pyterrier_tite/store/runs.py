@@ -1,8 +1,7 @@
-"""TREC run files written so that evaluation tools and TIRA accept them: ids checked, one line per (query, document),
-ranks from 1 in descending score order, and the file appears complete or not at all (written beside, then renamed).
-``.gz`` names are compressed. A run written here records the collection whose documents it ranks, where that is an
-ir_datasets collection, in ``<run>.meta.json`` beside it (:data:`RUN_RECORD`): the run itself stays the plain TREC
-format that trec_eval, ir_measures and TIRA read, and ``evaluate`` / ``rerank`` refuse it against another corpus."""
+"""TREC run files as evaluation tools and TIRA accept them: ids checked, one line per (query, document), ranks from 1
+in descending score order, all or nothing, ``.gz`` names compressed. The ir_datasets collection a run ranks is
+recorded beside it (:data:`RUN_RECORD`; the run stays plain TREC), so ``evaluate`` / ``rerank`` refuse it against
+another corpus."""
 
 from __future__ import annotations
 
@@ -49,11 +48,9 @@ RUN_RECORD = ".meta.json"
 def write_trec_run(
     results: pd.DataFrame, path: str | os.PathLike, system: str = "pyterrier-tite", collection: str | None = None
 ) -> pd.DataFrame:
-    """Write ``results`` as ``qid Q0 docno rank score system`` lines (see :func:`normalised_run`); returns the rows
-    written. All or nothing, one writer at a time (:func:`write_file`): a crash, a full disk or a second writer never
-    leaves half a run. ``collection`` (the ir_datasets ID of the documents ranked) is recorded beside the run
-    (:data:`RUN_RECORD`); the record of a run written before over the same path is removed first, so a run never
-    keeps another run's record."""
+    """Write ``results`` as ``qid Q0 docno rank score system`` lines (:func:`normalised_run`), all or nothing, one
+    writer at a time (:func:`write_file`); returns the rows written. ``collection`` (the ir_datasets ID of the
+    documents ranked) is recorded beside the run (:data:`RUN_RECORD`); an older run's record there is removed."""
     if not system or any(c.isspace() for c in system):
         raise ValueError(f"the system name must be one token without whitespace, got {system!r}")
     run = normalised_run(results)

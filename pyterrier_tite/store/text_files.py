@@ -53,12 +53,8 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def field(record: dict, names: tuple[str, ...], where: str | os.PathLike) -> object:
-    """The first of ``names`` present in ``record`` (alternative spellings such as docno / doc_id)."""
-    return record[field_name(record, names, where)]
-
-
 def field_name(record: dict, names: tuple[str, ...], where) -> str:
+    """The first of ``names`` present in ``record`` (alternative spellings such as docno / doc_id)."""
     for name in names:
         if name in record:
             return name

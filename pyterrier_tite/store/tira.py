@@ -1,11 +1,8 @@
-"""TIREx / TIRA inputs and outputs, read and written without the ``tira`` package or the network.
-
-TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and collects ``$outputDir`` (or
-``$TIRA_OUTPUT_DIR``). Re-ranking inputs are ``rerank.jsonl(.gz)`` (qid, query, docno, text, rank, score and
-``original_*`` fields); full-rank inputs are ``documents.jsonl(.gz)`` or ``corpus.jsonl.gz`` (docno or doc_id; text or
-default_text) with ``queries.jsonl`` (qid, query) or ``queries.xml``. Ids may be JSON integers: they become strings.
-The output is ``run.txt`` (``qid Q0 docno rank score system``) and ``ir-metadata.yml`` (by tirex-tracker when
-installed, see :mod:`~pyterrier_tite.store.ir_metadata`).
+"""TIREx / TIRA inputs and outputs, without the ``tira`` package or the network. TIRA mounts the input at
+``$inputDataset`` (or ``$TIRA_INPUT_DATASET``): ``rerank.jsonl(.gz)`` to re-rank, or ``documents.jsonl(.gz)`` /
+``corpus.jsonl.gz`` with ``queries.jsonl`` or ``queries.xml`` (ids may be JSON integers: they become strings); it
+collects ``$outputDir`` (or ``$TIRA_OUTPUT_DIR``): ``run.txt`` and ``ir-metadata.yml``
+(:mod:`~pyterrier_tite.store.ir_metadata`).
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from pyterrier_tite.store.corpus import iter_corpus
 from pyterrier_tite.store.ir_metadata import render
 from pyterrier_tite.store.locks import write_lock
 from pyterrier_tite.store.runs import write_trec_run
-from pyterrier_tite.store.text_files import field, json_id, json_text, jsonl_records
+from pyterrier_tite.store.text_files import field_name, json_id, json_text, jsonl_records
 from pyterrier_tite.store.topics import load_topics
 
 INPUT_VARIABLES = ("inputDataset", "TIRA_INPUT_DATASET")
@@ -37,18 +34,20 @@ def tira_dir(given: str | None, variables: tuple[str, ...], what: str) -> Path:
     return Path(value)
 
 
-def _first_file(folder: Path, names: tuple[str, ...]) -> Path | None:
-    return next((folder / n for n in names if (folder / n).is_file()), None)
+def _input_file(folder: str | os.PathLike, names: tuple[str, ...], missing: str) -> Path:
+    """The first of ``names`` in ``folder``; none there is a ``FileNotFoundError``: "FOLDER has no ``missing``"."""
+    folder = Path(folder)
+    found = next((folder / n for n in names if (folder / n).is_file()), None)
+    if found is None:
+        raise FileNotFoundError(f"{folder} has no {missing}")
+    return found
 
 
 def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
     """The re-ranking input as a result frame ``qid, query, docno, text, score, rank`` (ids as str; a missing score
     or rank is 0). A value of the wrong JSON type names file, line and field; a (qid, docno) on two lines is kept
     with a warning giving the count (it is re-ranked once)."""
-    folder = Path(folder)
-    file = _first_file(folder, ("rerank.jsonl.gz", "rerank.jsonl"))
-    if file is None:
-        raise FileNotFoundError(f"{folder} has no rerank.jsonl(.gz): not a TIREx re-ranking input")
+    file = _input_file(folder, ("rerank.jsonl.gz", "rerank.jsonl"), "rerank.jsonl(.gz): not a TIREx re-ranking input")
     rows, lines = [], []
     for number, r in jsonl_records(file):
         where = f"{file}, line {number}"
@@ -56,9 +55,9 @@ def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
         rows.append(
             {
                 "qid": qid,
-                "query": json_text(field(r, ("query",), where), "query", where, f"qid {qid!r}"),
+                "query": json_text(r[field_name(r, ("query",), where)], "query", where, f"qid {qid!r}"),
                 "docno": docno,
-                "text": json_text(field(r, ("text",), where), "text", where, f"docno {docno!r}"),
+                "text": json_text(r[field_name(r, ("text",), where)], "text", where, f"docno {docno!r}"),
                 "score": _number(r, "score", float, where),
                 "rank": _number(r, "rank", int, where),
             }
@@ -91,30 +90,21 @@ def _number(record: dict, name: str, kind: type, where: str):
 def iter_documents(folder: str | os.PathLike) -> Iterator[dict]:
     """The full-rank corpus as ``{docno, text}`` dicts (for indexing), read by the corpus-file rules of
     :func:`~pyterrier_tite.store.corpus.iter_corpus`."""
-    folder = Path(folder)
-    file = _first_file(folder, ("documents.jsonl.gz", "documents.jsonl", "corpus.jsonl.gz", "corpus.jsonl"))
-    if file is None:
-        raise FileNotFoundError(f"{folder} has no documents.jsonl(.gz) or corpus.jsonl.gz")
-    yield from iter_corpus(str(file))
+    names = ("documents.jsonl.gz", "documents.jsonl", "corpus.jsonl.gz", "corpus.jsonl")
+    yield from iter_corpus(str(_input_file(folder, names, "documents.jsonl(.gz) or corpus.jsonl.gz")))
 
 
 def read_queries(folder: str | os.PathLike) -> pd.DataFrame:
     """The topics as ``qid, query``: ``queries.jsonl`` or, failing that, ``queries.xml`` (TREC topic XML)."""
-    folder = Path(folder)
-    file = _first_file(folder, ("queries.jsonl", "queries.xml"))
-    if file is None:
-        raise FileNotFoundError(f"{folder} has no queries.jsonl or queries.xml")
-    return load_topics(str(file))
+    return load_topics(str(_input_file(folder, ("queries.jsonl", "queries.xml"), "queries.jsonl or queries.xml")))
 
 
 def write_tirex_output(
     results: pd.DataFrame, folder: str | os.PathLike, system: str, metadata: dict, tracked: dict | None = None
 ) -> Path:
-    """``run.txt`` (normalised, see :func:`~pyterrier_tite.store.runs.write_trec_run`) and ``ir-metadata.yml``
-    describing how it was made (``tracked``: what tirex-tracker measured, see :mod:`~pyterrier_tite.store.ir_metadata`;
-    else the short record); returns the run file. Both are written all or nothing under ``run.txt``'s write lock
-    (a second writer of the folder fails naming this process); when the metadata cannot be written, the run is
-    removed again, so the folder never holds one without the other."""
+    """``run.txt`` (:func:`~pyterrier_tite.store.runs.write_trec_run`) and its ``ir-metadata.yml`` (``tracked``: what
+    tirex-tracker measured, else the short record); returns the run file. Both are written all or nothing under
+    ``run.txt``'s write lock, and the run is removed again when its metadata cannot be written."""
     folder = Path(folder)
     run_file = folder / "run.txt"
     with write_lock(run_file):

@@ -10,9 +10,8 @@
 Without teacher scores (``Y`` = 1 for the positive, 0 otherwise) only InfoNCE is used.
 
 ``fine_tune`` trains a :class:`~pyterrier_tite.models.bert_biencoder.modeling.TextEncoder` (texts -> vectors on the
-torch side):
-given directly with a ``save(path)`` callback, or held by a bi-encoder as ``.text_encoder`` (the PyTerrier ``TITE`` /
-``BertBiEncoder``), which then saves with its ``save_pretrained``. Only the encoder's ``.model`` is trained.
+torch side): given directly with a ``save(path)`` callback, or held by a bi-encoder as ``.text_encoder`` (the
+PyTerrier ``TITE`` / ``BertBiEncoder``), which then saves with its ``save_pretrained``. Only its ``.model`` is trained.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -36,6 +36,53 @@ class Sample:
     query: str
     docs: list[str]
     scores: list[float]
+
+
+def build_samples(
+    topics: pd.DataFrame,
+    qrels: pd.DataFrame,
+    run: pd.DataFrame,
+    doc_text: Callable[[str], str | None],
+    num_negatives: int = 7,
+    teacher=None,
+    min_label: int = 1,
+    seed: int = 42,
+) -> list[Sample]:
+    """One sample per judged (query, positive) pair: the positive and the ``num_negatives`` best-ranked unjudged-or-
+    non-relevant docs of ``run`` (BM25 hard negatives). Scores are the teacher's (``qid, query, docno, text`` ->
+    ``score``) or 1 / 0 labels. Pairs whose texts are missing are skipped."""
+    rng = random.Random(seed)
+    topics = topics.assign(qid=topics["qid"].astype(str))
+    qrels = qrels.assign(qid=qrels["qid"].astype(str), docno=qrels["docno"].astype(str))
+    run = run.assign(qid=run["qid"].astype(str), docno=run["docno"].astype(str)).sort_values(["qid", "rank"])
+    positives = qrels[qrels["label"] >= min_label].groupby("qid")["docno"].apply(list).to_dict()
+    judged_relevant = {q: set(d) for q, d in positives.items()}
+    candidates = run.groupby("qid")["docno"].apply(list).to_dict()
+    rows = []
+    for qid, query in zip(topics["qid"], topics["query"], strict=True):
+        negatives = [d for d in candidates.get(qid, []) if d not in judged_relevant.get(qid, set())]
+        negatives = [d for d in negatives if doc_text(d)][:num_negatives]
+        if len(negatives) < num_negatives:
+            continue
+        for pos in positives.get(qid, []):
+            if doc_text(pos):
+                rows.append((qid, query, [pos, *negatives]))
+    rng.shuffle(rows)
+    if teacher is None:
+        return [Sample(q, [doc_text(d) for d in docs], [1.0] + [0.0] * num_negatives) for _, q, docs in rows]
+    frame = pd.DataFrame(
+        [
+            {"qid": f"{i}", "query": q, "docno": d, "text": doc_text(d), "slot": j}
+            for i, (_, q, docs) in enumerate(rows)
+            for j, d in enumerate(docs)
+        ]
+    )
+    scored = teacher(frame).sort_values(["qid", "slot"])
+    by_sample = scored.groupby("qid")["score"].apply(list).to_dict()
+    return [
+        Sample(q, [doc_text(d) for d in docs], [float(s) for s in by_sample[f"{i}"]])
+        for i, (_, q, docs) in enumerate(rows)
+    ]
 
 
 def pairwise_margin_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
@@ -71,10 +118,8 @@ def info_nce(
         return query_reps.new_zeros(())
     scores = query_reps @ doc_reps.T  # [B, B * n]
     positive = teacher.argmax(1) if positive is None else positive.to(scores.device)
-    own = torch.zeros(batch, batch * n, dtype=torch.bool, device=scores.device)
     rows = torch.arange(batch, device=scores.device)
-    for k in range(n):
-        own[rows, rows * n + k] = True
+    own = torch.arange(batch * n, device=scores.device)[None, :] // n == rows[:, None]  # [B, B * n]: its own docs
     hard = (teacher.gather(1, positive[:, None]) - teacher) > theta  # [B, n]
     allowed = ~own if in_batch else torch.zeros_like(own)
     allowed[own] = hard.reshape(-1)
@@ -180,14 +225,8 @@ def fine_tune(
         positive = torch.zeros(len(batch), dtype=torch.long) if positive_first else None
         return biencoder_loss(queries, docs, teacher, weights, distill, positive)
 
-    trainer = Trainer(
-        encoder.model,
-        sample_batches(samples, batch_size, docs_per_query, args.seed),
-        loss_fn,
-        lambda module, path: save(path),
-        args,
-    )
-    return trainer.train(resume=resume)
+    batches = sample_batches(samples, batch_size, docs_per_query, args.seed)
+    return Trainer(encoder.model, batches, loss_fn, lambda module, path: save(path), args).train(resume=resume)
 
 
 def save_samples(samples: Sequence[Sample], path: str) -> None:

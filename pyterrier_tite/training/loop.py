@@ -100,20 +100,16 @@ def distributed_context() -> tuple[int, int]:
         return 0, 1
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
-        # torn down before the interpreter's exit: a gloo group left to static destructors now and then aborted a
-        # rank that had finished its training ("terminate called without an active exception"), so torchrun failed
-        # a job that had succeeded. No barrier: after an error the other ranks may never reach it.
-        atexit.register(leave_process_group, wait_for_others=False)
+        atexit.register(leave_process_group, wait_for_others=False)  # see leave_process_group
     return dist.get_rank(), dist.get_world_size()
 
 
 def leave_process_group(wait_for_others: bool = True) -> None:
     """Leave the ``torchrun`` process group (a no-op outside one), after a barrier when ``wait_for_others``.
 
-    Without it a rank that finished its share tore its gloo group down while rank 0 still worked (writing the index),
-    and now and then aborted ("terminate called without an active exception"; one of 15 runs of the sharded-index
-    test), so torchrun stopped a job that had succeeded. gloo's barrier also waits for the rank's collectives still in
-    flight. After an error, skip it: the other ranks may never reach it, and torchrun stops them anyway.
+    A gloo group left to static destructors, or torn down while rank 0 still worked, now and then aborted a finished
+    rank ("terminate called without an active exception"), so torchrun failed a job that had succeeded. No barrier
+    after an error (``atexit``): the other ranks may never reach it, and torchrun stops them anyway.
     """
     if not dist.is_initialized():
         return
@@ -137,18 +133,14 @@ def main_process_first() -> Iterator[bool]:
         dist.barrier()
 
 
-def no_decay(name: str) -> bool:
-    """Biases and normalisation weights are not decayed (the usual BERT recipe)."""
-    lowered = name.lower()
-    return name.endswith(".bias") or "norm" in lowered or "layernorm" in lowered
-
-
 def make_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Optimizer:
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for n, p in params if not no_decay(n)], "weight_decay": args.weight_decay},
-        {"params": [p for n, p in params if no_decay(n)], "weight_decay": 0.0},
-    ]
+    """AdamW; biases and normalisation weights are not decayed (the usual BERT recipe)."""
+    decayed: list[nn.Parameter] = []
+    kept: list[nn.Parameter] = []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (kept if name.endswith(".bias") or "norm" in name.lower() else decayed).append(param)
+    groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": kept, "weight_decay": 0.0}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=args.learning_rate)
 
 
@@ -175,8 +167,6 @@ class Trainer:
         args: TrainingArguments,
         recipe: dict | None = None,
     ):
-        """``recipe``: the caller's settings that shape the loss (weights, terms), recorded in each checkpoint and
-        checked on resume like the run-defining arguments."""
         self.model = model
         self.recipe = dict(recipe or {})
         use_fast_dropout(model)
@@ -260,11 +250,6 @@ class Trainer:
         return True
 
     # -- data parallel -----------------------------------------------------------------------------------------
-    def _broadcast_parameters(self) -> None:
-        if self.world_size > 1:
-            for tensor in self.model.state_dict().values():
-                dist.broadcast(tensor, src=0)
-
     def _average_gradients(self) -> None:
         if self.world_size == 1:
             return
@@ -311,7 +296,9 @@ class Trainer:
         resumed = resume and self.load_checkpoint()
         if not resumed and self.is_main:
             open(os.path.join(args.output_dir, "log.jsonl"), "w").close()
-        self._broadcast_parameters()
+        if self.world_size > 1:  # every rank starts from rank 0's weights
+            for tensor in self.model.state_dict().values():
+                dist.broadcast(tensor, src=0)
         self.model.train()
         batches = self._micro_batches()
         bar = tqdm(
@@ -322,13 +309,14 @@ class Trainer:
             totals: dict[str, float] = {}
             for _ in range(args.grad_accumulation):
                 with autocast(self.device, args.precision):
-                    loss, parts = _split_loss(self.loss_fn(self.model, next(batches), self.step))
+                    output = self.loss_fn(self.model, next(batches), self.step)
+                loss, parts = output if isinstance(output, tuple) else (output, {})
                 loss = loss.float()
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss is {loss.item()} at step {self.step}")
                 self.scaler.scale(loss / args.grad_accumulation).backward()
                 for name, value in {"loss": loss.item(), **parts}.items():
-                    totals[name] = totals.get(name, 0.0) + value / args.grad_accumulation
+                    totals[name] = totals.get(name, 0.0) + float(value) / args.grad_accumulation
             self._average_gradients()
             self.scaler.unscale_(self.optimizer)  # clipping sees the true gradients (no-op unless fp16)
             if args.max_grad_norm:
@@ -398,12 +386,9 @@ def _load_resume_state(path: str) -> dict:
 
 
 def check_resumable(saved: dict, args: TrainingArguments, step: int, path: str) -> None:
-    """A resume under other settings either applies them or is refused, never silently ignores them.
-
-    A new ``max_steps`` applies (train on, or stop earlier): the linear decay is re-planned to end at the new step
-    count, with a warning. ``max_steps`` below the checkpoint's step, or any other run-defining setting changed
-    (they would be silently overridden by the checkpoint's optimizer state or change the data order), is refused,
-    naming each difference and the ways out."""
+    """A resume under other settings applies them or is refused, never silently ignores them: a new ``max_steps``
+    re-plans the linear decay (with a warning); ``max_steps`` below the checkpoint's step or any other run-defining
+    setting changed (the checkpoint's optimizer state would override it, or the data order change) is refused."""
     if args.max_steps < step:
         raise ValueError(
             f"cannot resume {path}: it has trained {step} steps, more than --max-steps {args.max_steps}; "
@@ -440,13 +425,6 @@ def _refuse_changes(changed: dict, what: str, path: str) -> None:
             f"cannot resume {path} with changed {what} ({listed}): rerun with the checkpoint's values to continue, "
             "pass --no-resume (resume=False) to start over, or choose another output directory"
         )
-
-
-def _split_loss(output: LossOutput) -> tuple[torch.Tensor, dict[str, float]]:
-    if isinstance(output, tuple):
-        loss, parts = output
-        return loss, {k: float(v) for k, v in parts.items()}
-    return output, {}
 
 
 def training_seconds(output_dir: str) -> float | None:

@@ -95,6 +95,11 @@ def margin_mse(
     return F.mse_loss(pos_scores - neg_scores, (teacher_pos - teacher_neg).to(pos_scores.dtype))
 
 
+def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """:func:`margin_mse` of every negative of a group ``[B, 1 + k]`` (positive first) against its positive."""
+    return margin_mse(scores[:, 0], scores[:, 1:], teacher[:, 0], teacher[:, 1:])
+
+
 class SpladeLoss(torch.nn.Module):
     """Ranking loss + FLOPS on queries and documents, each FLOPS weight with its own quadratic warm-up.
 
@@ -125,9 +130,7 @@ class SpladeLoss(torch.nn.Module):
         terms = {"contrastive": contrastive_loss(query_reps, doc_reps, in_batch=self.in_batch)}
         if teacher_scores is not None:
             scores = group_scores(query_reps, doc_reps)
-            terms["margin_mse"] = self.margin_mse_weight * margin_mse(
-                scores[:, 0], scores[:, 1:], teacher_scores[:, 0], teacher_scores[:, 1:]
-            )
+            terms["margin_mse"] = self.margin_mse_weight * margin_mse_loss(scores, teacher_scores)
         terms["flops_q"] = self.lambda_q(step) * flops(query_reps)
         terms["flops_d"] = self.lambda_d(step) * flops(doc_reps)
         terms["loss"] = sum(terms.values())

@@ -150,7 +150,7 @@ class MlmLoss:
 
 
 def save_mlm(tokenizer):
-    """``save_fn`` writing the MLM and its tokenizer in the Hugging Face layout (a SPLADE-loadable checkpoint)."""
+    """``save_fn`` writing a model and its tokenizer in the Hugging Face layout (an MLM's is a SPLADE checkpoint)."""
 
     def save(model: nn.Module, path: str) -> None:
         os.makedirs(path, exist_ok=True)

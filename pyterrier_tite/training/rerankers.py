@@ -27,9 +27,7 @@ from pyterrier_tite.models.cross_encoder.tokenization import CrossEncoderInputs
 from pyterrier_tite.models.model_card import update_card
 from pyterrier_tite.store.values import checked_texts, one_query_per_qid
 from pyterrier_tite.training.loop import Trainer, TrainingArguments
-from pyterrier_tite.training.losses import margin_mse
-
-LOSSES = ("lce", "margin_mse", "ranknet")
+from pyterrier_tite.training.losses import margin_mse_loss
 
 
 # ------------------------------------------------------------------------------------------------------------ losses
@@ -47,21 +45,13 @@ def ranknet_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.softplus(diff[better]).mean()
 
 
-def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """MarginMSE of every negative against the group's positive (the shared ``losses.margin_mse``)."""
-    return margin_mse(scores[:, 0], scores[:, 1:], teacher[:, 0], teacher[:, 1:])
-
-
-def group_loss(name: str, scores: torch.Tensor, labels: torch.Tensor, teacher: torch.Tensor | None) -> torch.Tensor:
-    if name == "lce":
-        return lce_loss(scores)
-    if name == "ranknet":
-        return ranknet_loss(scores, labels)
-    if name == "margin_mse":
-        if teacher is None:
-            raise ValueError("margin_mse needs teacher scores")
-        return margin_mse_loss(scores, teacher)
-    raise ValueError(f"unknown loss {name!r}; expected one of {LOSSES}")
+#: each loss of a group's scores ``[B, 1 + n]``, its graded labels and the teacher's scores
+GROUP_LOSSES = {
+    "lce": lambda scores, labels, teacher: lce_loss(scores),
+    "margin_mse": lambda scores, labels, teacher: margin_mse_loss(scores, teacher),
+    "ranknet": lambda scores, labels, teacher: ranknet_loss(scores, labels),
+}
+LOSSES = tuple(GROUP_LOSSES)
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -104,14 +94,14 @@ class RerankerTrainingData:
     ):
         if negatives < 1 or queries_per_batch < 1:
             raise ValueError("negatives and queries_per_batch must be >= 1")
-        if doc_max_length is not None and doc_max_length < 1:
-            raise ValueError(f"doc_max_length must be >= 1 (or None for no cap), got {doc_max_length}")
         if doc_max_length is not None:  # the tokenizer's own truncation, on a copy: the model's inputs stay uncapped
+            if doc_max_length < 1:
+                raise ValueError(f"doc_max_length must be >= 1 (or None for no cap), got {doc_max_length}")
             inputs = dataclasses.replace(inputs, doc_max_length=doc_max_length)
         self.negatives = negatives
         self.queries_per_batch = queries_per_batch
         self.seed = seed
-        frame = candidates.assign(qid=candidates["qid"].astype(str), docno=candidates["docno"].astype(str))
+        frame = _str_ids(candidates)
         frame = frame.assign(  # the rules every transformer checks its input with (store/values.py)
             query=checked_texts(frame["query"], frame["qid"], "query", "qid"),
             text=checked_texts(frame["text"], frame["docno"], "text", "docno"),
@@ -120,16 +110,11 @@ class RerankerTrainingData:
         if depth is not None:
             ranks = frame["rank"] if "rank" in frame else frame.groupby("qid").cumcount()
             frame = frame[ranks < depth]
-        qrels = qrels.assign(qid=qrels["qid"].astype(str), docno=qrels["docno"].astype(str))
-        frame = frame.merge(qrels[["qid", "docno", "label"]], on=["qid", "docno"], how="left")
+        frame = frame.merge(_str_ids(qrels)[["qid", "docno", "label"]], on=["qid", "docno"], how="left")
         frame["label"] = frame["label"].fillna(0).astype(int).clip(lower=0)
         if teacher is not None:
-            teacher = teacher.assign(qid=teacher["qid"].astype(str), docno=teacher["docno"].astype(str))
-            frame = frame.merge(
-                teacher[["qid", "docno", "score"]].rename(columns={"score": "teacher_score"}),
-                on=["qid", "docno"],
-                how="left",
-            )
+            scores = _str_ids(teacher)[["qid", "docno", "score"]].rename(columns={"score": "teacher_score"})
+            frame = frame.merge(scores, on=["qid", "docno"], how="left")
             if frame["teacher_score"].isna().any():
                 raise ValueError("the teacher has no score for some candidates")
         self.queries: list[QueryCandidates] = []
@@ -171,20 +156,26 @@ class RerankerTrainingData:
         }
 
 
+def _str_ids(frame: pd.DataFrame) -> pd.DataFrame:
+    """``qid`` and ``docno`` as strings: candidates, qrels and teacher scores join whatever types they were read as."""
+    return frame.assign(qid=frame["qid"].astype(str), docno=frame["docno"].astype(str))
+
+
 # ------------------------------------------------------------------------------------------------------------ train
 def reranker_loss(loss: str):
     """``loss_fn(scorer, batch, step)`` for the Trainer: the loss of each score part (CELI: s_cls and s_late)."""
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    group_loss = GROUP_LOSSES[loss]
 
     def loss_fn(scorer, batch: dict, step: int):
         parts = scorer.score_parts(batch["queries"], batch["docs"])
         groups = len(batch["queries"])
         labels = batch["labels"].to(scorer.device)
+        if batch["teacher"] is None and loss == "margin_mse":
+            raise ValueError("margin_mse needs teacher scores")
         teacher = batch["teacher"].to(scorer.device) if batch["teacher"] is not None else None
-        terms = {
-            name: group_loss(loss, scores.view(groups, -1).float(), labels, teacher) for name, scores in parts.items()
-        }
+        terms = {name: group_loss(scores.view(groups, -1).float(), labels, teacher) for name, scores in parts.items()}
         total = sum(terms.values())
         return total, {f"loss_{k}": v.item() for k, v in terms.items()} if len(terms) > 1 else {}
 

@@ -25,25 +25,6 @@ class TrainableSplade(Protocol):
     def save_pretrained(self, path: str) -> None: ...
 
 
-class SpladeTrainingLoss:
-    """``loss_fn`` for the Trainer over a SPLADE encoder (one MLM or a query/doc pair)."""
-
-    def __init__(self, inputs: SpladeInputs, loss: SpladeLoss):
-        self.inputs = inputs
-        self.loss = loss
-
-    def __call__(self, model: nn.Module, batch: dict, step: int):
-        device = next(model.parameters()).device
-        queries = model.side("query")(**self.inputs(batch["queries"], "query", device=device))
-        docs = model.side("doc")(**self.inputs(batch["docs"], "doc", device=device))
-        teacher = batch.get("teacher")
-        terms = self.loss(queries, docs, step, None if teacher is None else teacher.to(device))
-        parts = {k: v.item() for k, v in terms.items() if k != "loss"}
-        parts["query_terms"] = (queries > 0).sum(dim=1).float().mean().item()
-        parts["doc_terms"] = (docs > 0).sum(dim=1).float().mean().item()
-        return terms["loss"], parts
-
-
 def fine_tune_splade(
     splade: TrainableSplade,
     examples: Sequence[Example],
@@ -62,7 +43,19 @@ def fine_tune_splade(
     ``flops_warmup_steps`` defaults to a third of the run. Returns the per-step log.
     """
     warmup = args.max_steps // 3 if flops_warmup_steps is None else flops_warmup_steps
-    loss = SpladeTrainingLoss(splade.inputs, SpladeLoss(lambda_q, lambda_d, warmup, in_batch=in_batch))
+    loss, inputs = SpladeLoss(lambda_q, lambda_d, warmup, in_batch=in_batch), splade.inputs
+
+    def loss_fn(model: nn.Module, batch: dict, step: int):  # over one MLM or a query / doc pair
+        device = next(model.parameters()).device
+        queries = model.side("query")(**inputs(batch["queries"], "query", device=device))
+        docs = model.side("doc")(**inputs(batch["docs"], "doc", device=device))
+        teacher = batch.get("teacher")
+        terms = loss(queries, docs, step, None if teacher is None else teacher.to(device))
+        parts = {k: v.item() for k, v in terms.items() if k != "loss"}
+        parts["query_terms"] = (queries > 0).sum(dim=1).float().mean().item()
+        parts["doc_terms"] = (docs > 0).sum(dim=1).float().mean().item()
+        return terms["loss"], parts
+
     batches = ContrastiveBatches(examples, batch_size, num_negatives, seed=args.seed)
-    trainer = Trainer(splade.encoder, batches, loss, lambda _model, path: splade.save_pretrained(path), args)
+    trainer = Trainer(splade.encoder, batches, loss_fn, lambda _model, path: splade.save_pretrained(path), args)
     return trainer.train(resume=resume)

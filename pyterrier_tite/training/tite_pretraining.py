@@ -20,6 +20,7 @@ from torch import nn
 
 from pyterrier_tite.models.bert_biencoder.tokenization import BiEncoderInputs
 from pyterrier_tite.training.loop import Trainer, TrainingArguments, epoch_rng
+from pyterrier_tite.training.mlm import save_mlm
 
 
 def bow_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor, vocab_size: int, ignore: Sequence[int]):
@@ -84,13 +85,10 @@ class TitePretrainingModel(nn.Module):
         self.ignore_ids = list(ignore_ids)
         self.mask_rate = mask_rate
 
-    def text_vector(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, 0]
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, encoder_input_ids=None) -> dict:
         """Losses on the clean ids; ``encoder_input_ids`` (optionally masked) is what the encoder sees."""
         enc_ids = input_ids if encoder_input_ids is None else encoder_input_ids
-        vector = self.text_vector(enc_ids, attention_mask)
+        vector = self.encoder(input_ids=enc_ids, attention_mask=attention_mask).last_hidden_state[:, 0]
         targets = bow_targets(input_ids, attention_mask, self.bow[-1].out_features, self.ignore_ids)
         bow = F.binary_cross_entropy_with_logits(self.bow(vector), targets)
         lengths = attention_mask.sum(1).cpu()
@@ -151,9 +149,7 @@ def pretrain(
         out = module(ids, mask, enc_ids)
         return out["loss"], {"mae": out["mae"].item(), "bow": out["bow"].item()}
 
-    def save(module: TitePretrainingModel, path: str) -> None:
-        module.encoder.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-
-    trainer = Trainer(model, text_batches(texts, tokenizer, batch_size, max_length, args.seed), loss_fn, save, args)
+    save = save_mlm(tokenizer)
+    batches = text_batches(texts, tokenizer, batch_size, max_length, args.seed)
+    trainer = Trainer(model, batches, loss_fn, lambda module, path: save(module.encoder, path), args)
     return trainer.train(resume=resume)

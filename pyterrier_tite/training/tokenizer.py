@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+
+from pyterrier_tite.text import text_fields
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -25,7 +28,7 @@ def train_wordpiece(
     from transformers import BertTokenizer
 
     special_tokens = list(special_tokens)
-    missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in special_tokens]
+    missing = [t for t in SPECIAL_TOKENS if t not in special_tokens]
     if missing:
         raise ValueError(f"special_tokens must include {missing}")
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -51,10 +54,8 @@ def collection_texts(dataset: str, fields: Sequence[str] | None = None, limit: i
     from pyterrier_tite import datasets
 
     dataset_id = datasets.irds_id(dataset)
-    fields = list(fields or (["title", "text"] if dataset_id.startswith("beir/") else ["text"]))  # as BM25 indexes
-    for i, doc in enumerate(datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False)):
-        if limit is not None and i >= limit:
-            return
+    fields = list(fields or text_fields(dataset_id))  # as BM25 indexes them
+    for i, doc in enumerate(islice(datasets.get_dataset(dataset_id).get_corpus_iter(verbose=False), limit)):
         if i == 0:
             absent = [f for f in fields if f not in doc]
             if absent:

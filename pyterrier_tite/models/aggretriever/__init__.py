@@ -1,4 +1,3 @@
 """Aggretriever: aggregated MLM term weights concatenated with a projected [CLS], and the pyserini / dhr layouts.
-
-Modules are imported by name (``pyterrier_tite.models.aggretriever.modeling``): this file imports nothing, so a
-family can use another's tokenization without loading its models."""
+Modules are imported by name: this file imports nothing, so a family can use another's tokenization without loading
+its models."""

@@ -28,15 +28,23 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from pyterrier_tite.models.aggretriever.configuration import CONFIG_NAME, HEADS_NAME, castorini_offset
-from pyterrier_tite.models.checkpoint import (
-    CheckpointError,
-    read_json,
-)
+from pyterrier_tite.models.checkpoint import CheckpointError, read_json
 
+CONFIG_NAME = "aggretriever.json"
+HEADS_NAME = "aggretriever_heads.safetensors"
 #: text lengths (query, document) each layout's own encoder uses when the checkpoint does not store them
 LAYOUT_LENGTHS: dict[str, tuple[int, int]] = {"pyserini": (32, 512), "dhr": (32, 128)}
 HEADS = ("term_weight.", "cls_projection.")
+#: the vocabulary size castorini's aggregation derives its slicing from, whatever the model's vocabulary
+CASTORINI_VOCAB = 30522
+
+
+def castorini_offset(width: int, vocab_size: int = CASTORINI_VOCAB) -> int:
+    """castorini's vocabulary offset for slices of ``width`` ids (dhr ``cal_remove_dim``; pyserini copies it): ``k >=
+    0`` drops the first ``k`` ids (BERT's [unused] block), ``k < 0`` appends ``-k`` zeros. It is computed from 30,522
+    for every model, so for d = 640 (width 1,280) it always appends 198 zeros."""
+    offset = vocab_size % width
+    return offset - width if offset > 1000 else offset
 
 
 @dataclass

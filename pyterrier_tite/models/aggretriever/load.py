@@ -20,7 +20,5 @@ def load(
     needs ``new_heads=True`` (fresh heads, with a warning; ``source`` None: the model equals only itself)."""
     checkpoint = open_checkpoint(path_or_id, "aggretriever")
     loaded = load_aggretriever(checkpoint, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads)
-    lengths = {"query_max_length": loaded.query_max_length, "doc_max_length": loaded.doc_max_length}
-    settings = {k: v for k, v in lengths.items() if v is not None}
-    source = None if loaded.layout == "mlm" else os.path.realpath(loaded.folder)
-    return Loaded(loaded.encoder, load_tokenizer(checkpoint), settings, source)
+    loaded.tokenizer = load_tokenizer(checkpoint)
+    return loaded

@@ -13,7 +13,6 @@ to the maximum length and lets padded positions contribute 0 to the max, and ``m
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import warnings
@@ -23,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pyterrier_tite.models.aggretriever.configuration import CONFIG_NAME, HEADS_NAME
 from pyterrier_tite.models.aggretriever.convert import (
+    CONFIG_NAME,
     HEADS,
+    HEADS_NAME,
     READERS,
     detect_layout,
     fill_tied,
@@ -33,11 +33,13 @@ from pyterrier_tite.models.aggretriever.convert import (
     mlm_from_config,
     settings_of,
 )
+from pyterrier_tite.models.batch_tensors import takes_token_types
 from pyterrier_tite.models.bert_biencoder.modeling import TextEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import Role
 from pyterrier_tite.models.checkpoint import (
     Checkpoint,
     CheckpointError,
+    Loaded,
     load_exactly,
     open_checkpoint,
     read_state_dict,
@@ -139,7 +141,7 @@ class AggretrieverEncoder(nn.Module):
         with warnings.catch_warnings():  # cls_dim 0 (dhr without pooler): torch warns that it initialises nothing
             warnings.simplefilter("ignore", UserWarning)
             self.cls_projection = nn.Linear(hidden, cls_dim)
-        self._takes_token_types = "token_type_ids" in inspect.signature(mlm.forward).parameters
+        self._takes_token_types = takes_token_types(mlm)
         self.packed = True  # CPU inference of a BERT MLM: the packed forward (no compute on padding)
         self._packed_encoder: PackedEncoder | None = None
 
@@ -156,25 +158,23 @@ class AggretrieverEncoder(nn.Module):
             "vocab_offset": self.vocab_offset,
         }
 
-    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None):
-        """MLM logits and last hidden states; token types only reach MLMs that take them (DistilBERT does not)."""
+    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
+             head: bool = True):  # fmt: skip
+        """MLM logits, last hidden states and term weights (``head=False``: the hidden states of the MLM's encoder
+        alone); token types only reach MLMs that take them (DistilBERT does not)."""
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._takes_token_types else {}
+        if not head:
+            return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
         out = self.mlm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
-        hidden = out.hidden_states[-1]
-        weights = self.term_weight(hidden)  # [B, L, 1]
-        return out.logits, hidden, torch.relu(weights) if self.term_weight_relu else weights
-
-    def _hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None):
-        """Last hidden states of the MLM's encoder alone (its head skipped)."""
-        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._takes_token_types else {}
-        return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+        weights = self.term_weight(out.hidden_states[-1])  # [B, L, 1]
+        return out.logits, out.hidden_states[-1], torch.relu(weights) if self.term_weight_relu else weights
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> AggretrieverOutput:
         """Token ids ``[B, L]`` (with [CLS] first) -> projected [CLS] and ``agg*``."""
         if self.agg_dim == 0:
-            hidden = self._hidden(input_ids, attention_mask, token_type_ids)
+            hidden = self._run(input_ids, attention_mask, token_type_ids, head=False)
             return AggretrieverOutput(cls=self.cls_projection(hidden[:, 0]), agg=hidden.new_zeros(len(hidden), 0))
         packed = self._packed_parts(input_ids, attention_mask, token_type_ids)
         if packed is not None:
@@ -213,7 +213,7 @@ class AggretrieverEncoder(nn.Module):
         lengths = (attention_mask.sum(dim=1) - 1).tolist()  # tokens after [CLS]
         tokens = hidden[not_cls]
         lexical = hidden.new_full((len(lengths), self.mlm.config.vocab_size), float("-inf"))
-        text, left = 0, lengths[0] if lengths else 0
+        ends = torch.tensor(lengths, dtype=torch.long).cumsum(0).tolist()
         for begin in range(0, tokens.shape[0], PACKED_HEAD_ROWS):  # the MLM head a block of rows at a time
             block = tokens[begin : begin + PACKED_HEAD_ROWS]
             logits = self.mlm.cls(block)  # [rows, V]
@@ -221,14 +221,10 @@ class AggretrieverEncoder(nn.Module):
             probabilities.div_(probabilities.sum(dim=-1, keepdim=True))
             weights = self.term_weight(block)
             weighted = probabilities.mul_(torch.relu(weights) if self.term_weight_relu else weights)
-            row = 0
-            while row < weighted.shape[0]:
-                while left == 0:  # texts with no (more) rows
-                    text += 1
-                    left = lengths[text]
-                take = min(left, weighted.shape[0] - row)
-                torch.maximum(lexical[text], weighted[row : row + take].amax(dim=0), out=lexical[text])
-                row, left = row + take, left - take
+            for text, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):  # each text's rows in it
+                low, high = max(start, begin) - begin, min(end, begin + len(block)) - begin
+                if low < high:
+                    torch.maximum(lexical[text], weighted[low:high].amax(dim=0), out=lexical[text])
         lexical[lexical == float("-inf")] = 0.0  # a text with nothing after [CLS]: zeros, as the padded forward
         return AggretrieverOutput(cls=cls, agg=agg_star(lexical, self.agg_dim, self.vocab_offset))
 
@@ -247,7 +243,7 @@ class AggretrieverEncoder(nn.Module):
 
         A plain MLM has no heads: it raises unless ``new_heads=True`` (the training start point), which starts them
         fresh with the given dims and says so in a warning."""
-        return load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads).encoder
+        return load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads).module
 
     def save_pretrained(self, path: str, extra: dict | None = None) -> None:
         """The MLM in Hugging Face layout, plus the heads (safetensors) and the settings (json) beside it; ``extra``
@@ -280,27 +276,18 @@ class AggretrieverTextEncoder(TextEncoder):
 
 
 # ------------------------------------------------------------------------------------------------ loading
-@dataclass
-class LoadedAggretriever:
-    """An encoder loaded exactly, with what the checkpoint says about using it."""
-
-    encoder: AggretrieverEncoder
-    folder: str
-    layout: str
-    query_max_length: int | None = None
-    doc_max_length: int | None = None
-
-
 def load_aggretriever(
     path_or_id: str | os.PathLike | Checkpoint,
     *,
     agg_dim: int | None = None,
     cls_dim: int | None = None,
     new_heads: bool = False,
-) -> LoadedAggretriever:
+) -> Loaded:
     """Any Aggretriever checkpoint (folder or hub id) loaded exactly: every tensor of the encoder from the
     checkpoint and every checkpoint tensor used (a ``position_ids`` buffer aside), else :class:`CheckpointError`
-    naming them. A plain MLM raises unless ``new_heads=True``, which starts the two heads fresh and warns once."""
+    naming them. A plain MLM raises unless ``new_heads=True``, which starts the two heads fresh and warns once
+    (``source`` None: the model equals only itself). ``settings``: the text lengths the checkpoint stores or its
+    layout implies; no tokenizer."""
     checkpoint = open_checkpoint(path_or_id)
     source, folder = checkpoint.name, checkpoint.folder
     state = read_state_dict(folder)
@@ -326,7 +313,8 @@ def load_aggretriever(
             "start fresh; train them before use",
             stacklevel=3,
         )
-    return LoadedAggretriever(encoder, folder, layout, *read.lengths)
+    lengths = {k: v for k, v in zip(("query_max_length", "doc_max_length"), read.lengths, strict=True) if v is not None}
+    return Loaded(encoder, None, lengths, None if layout == "mlm" else os.path.realpath(folder))
 
 
 def check_vocabulary(encoder: AggretrieverEncoder, source: str) -> None:

@@ -10,20 +10,14 @@ tensors a model gets (tokenizers load in :func:`pyterrier_tite.models.checkpoint
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from pyterrier_tite.models.batch_tensors import padded_tensors, tokenize
+from pyterrier_tite.models.batch_tensors import padded_tensors, takes_token_types, tokenize
 
 QUERY_MARKER, DOC_MARKER = "[QUE]", "[DOC]"
 Role = Literal["query", "doc"]
-
-
-def takes_token_types(model) -> bool:
-    """Whether ``model(...)`` accepts ``token_type_ids`` (BERT, TITE: yes; DistilBERT: no)."""
-    return "token_type_ids" in inspect.signature(model.forward).parameters
 
 
 @dataclass(frozen=True, eq=False)

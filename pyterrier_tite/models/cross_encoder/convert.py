@@ -22,10 +22,8 @@ from pyterrier_tite.models.checkpoint import (
 )
 from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
 from pyterrier_tite.models.sparse_ce.configuration import FLAGS
-from pyterrier_tite.models.sparse_ce.convert import KEEP, RELEASED_PATTERN, is_sparse_config
-from pyterrier_tite.models.sparse_ce.convert import stored_lengths as checkpoint_lengths
+from pyterrier_tite.models.sparse_ce.convert import KEEP, RELEASED_PATTERN, is_sparse_config, stored_lengths  # noqa: F401
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, from_bert
-from pyterrier_tite.models.sparse_ce.tokenization import QUERY_MAX_LENGTH
 
 #: model types whose ``*ForSequenceClassification`` takes ``[CLS] q [SEP] d [SEP]`` with token types 0 / 1
 SEQUENCE_CLASSIFIER_TYPES = ("bert", "electra")
@@ -204,11 +202,3 @@ def is_sparse_model(model) -> bool:
         return isinstance(model, SparseCrossEncoder)
     checkpoint = open_checkpoint(model)
     return checkpoint.meta.get("backbone") == "sparse" or is_sparse_config(checkpoint.config)
-
-
-def stored_lengths(model) -> dict[str, int | None]:
-    """The input caps of a checkpoint (folder, hub id or :class:`Checkpoint`; see
-    :func:`pyterrier_tite.models.sparse_ce.convert.stored_lengths`); ours (32, positions) for a module."""
-    if isinstance(model, (str, os.PathLike, Checkpoint)):
-        return checkpoint_lengths(open_checkpoint(model))
-    return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}

@@ -1,13 +1,9 @@
 """The one loader of the cross-encoder family (SparseCE, MonoCE, CELI): a folder or hub id -> scorer (backbone + score
-head), tokenizer and the settings the checkpoint stores (input caps, reranker class). The checkpoint is resolved and
-its ``config.json`` / ``pt_meta.json`` read once (:func:`~pyterrier_tite.models.checkpoint.open_checkpoint`); every
-step below gets those values passed in. ``pt/rerankers.py`` builds its transformers from what this returns.
+head), tokenizer and the settings the checkpoint stores (input caps, reranker class), the checkpoint opened once.
+``pt/rerankers.py`` builds its transformers from what this returns.
 
-Settings keep their names from the keyword to the kernel, with one documented rename: the public keyword ``w`` (the
-paper's name) is the config field ``attention_window_size`` (the reference's name, checked once by
-:class:`~pyterrier_tite.models.sparse_ce.configuration.SparseCrossEncoderConfig`), set in
-:func:`~pyterrier_tite.models.cross_encoder.convert.sparse_overrides`; the kernels (``ops/``, which know no model)
-call the band half-width ``window``."""
+One setting is renamed: the keyword ``w`` (the paper's name) is the config field ``attention_window_size`` (the
+reference's; :func:`~pyterrier_tite.models.cross_encoder.convert.sparse_overrides`); ``ops/`` calls it ``window``."""
 
 from __future__ import annotations
 
@@ -27,7 +23,8 @@ from pyterrier_tite.models.cross_encoder.convert import (
     sparse_overrides,
     stored_lengths,
 )
-from pyterrier_tite.models.cross_encoder.tokenization import fill_special_ids, special_ids
+from pyterrier_tite.models.cross_encoder.modeling import CrossEncoderScorer
+from pyterrier_tite.models.cross_encoder.tokenization import QUERY_MAX_LENGTH, fill_special_ids, special_ids
 from pyterrier_tite.models.sparse_ce.convert import KEEP
 from pyterrier_tite.models.sparse_ce.modeling import load_sparse_cross_encoder
 
@@ -45,8 +42,14 @@ class Sparse:
         return lambda m: sparse_backbone(m, self.w, self.symmetric, special_ids(tokenizer), **self.flags)
 
 
-def _backbone_fn(sparse: Sparse | None, tokenizer):
-    return sparse.backbone_fn(tokenizer) if sparse is not None else sequence_classifier
+def _loaded(scorer: CrossEncoderScorer, fresh: list, tokenizer, settings: dict) -> Loaded:
+    """Fresh parts leave ``source`` None (the model equals only itself); a standard backbone's config gets the
+    tokenizer's special ids."""
+    if fresh:
+        scorer.source = None
+    if not scorer.is_sparse:
+        fill_special_ids(scorer.config, tokenizer)
+    return Loaded(scorer, tokenizer, settings, scorer.source)
 
 
 def load(
@@ -73,12 +76,8 @@ def load(
         else:
             backbone = load_sequence_classifier(checkpoint)
         scorer = checkpoint_scorer(checkpoint, backbone, head, token_dim)
-    if fresh:
-        scorer.source = None
-    if not scorer.is_sparse:
-        fill_special_ids(scorer.config, tokenizer)
     settings = {**stored_lengths(checkpoint), "reranker": checkpoint.meta.get("reranker")}
-    return Loaded(scorer, tokenizer, settings, scorer.source)
+    return _loaded(scorer, fresh, tokenizer, settings)
 
 
 def from_module(
@@ -86,10 +85,8 @@ def from_module(
 ) -> Loaded:
     """The same for a module built in code (a :class:`CrossEncoderScorer`, a sparse model or a BERT module) and its
     tokenizer: no checkpoint, so the caps are the package defaults and fresh parts are said in one warning."""
+    backbone_fn = sparse.backbone_fn(tokenizer) if sparse is not None else sequence_classifier
     with one_fresh_warning(type(model).__name__) as fresh:
-        scorer = load_scorer(model, _backbone_fn(sparse, tokenizer), head, token_dim)
-    if fresh:
-        scorer.source = None
-    if not scorer.is_sparse:
-        fill_special_ids(scorer.config, tokenizer)
-    return Loaded(scorer, tokenizer, {**stored_lengths(model), "reranker": None}, scorer.source)
+        scorer = load_scorer(model, backbone_fn, head, token_dim)
+    return _loaded(scorer, fresh, tokenizer, {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None,
+                                              "reranker": None})  # fmt: skip

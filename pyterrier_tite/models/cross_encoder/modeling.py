@@ -63,10 +63,8 @@ class CrossEncoderScorer(nn.Module):
         self.source = source
         self.is_sparse = isinstance(backbone, SparseCrossEncoder)
         hidden = backbone.config.hidden_size
-        self.head = {"cls": None, "mean": lambda: MeanPoolHead(hidden), "celi": lambda: CeliHead(hidden, token_dim)}[
-            head
-        ]
-        self.head = self.head() if self.head is not None else None
+        heads = {"cls": lambda: None, "mean": lambda: MeanPoolHead(hidden), "celi": lambda: CeliHead(hidden, token_dim)}
+        self.head = heads[head]()
         self._graphs = None  # see use_cuda_graphs
         self.packed = True  # standard backbones in inference: the packed forward (no compute on padding)
         self._packed_encoder = None

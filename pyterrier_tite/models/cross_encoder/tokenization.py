@@ -21,27 +21,12 @@ from dataclasses import dataclass
 import torch
 
 from pyterrier_tite.models.batch_tensors import tokenize
-from pyterrier_tite.models.sparse_ce.tokenization import (
+from pyterrier_tite.models.sparse_ce.tokenization import (  # the list layout lives with the sparse cross-encoder
     QUERY_MAX_LENGTH,
-    REFERENCE_QUERY_WORD_PIECES,
-    SPECIAL_IDS,
-    SparseCrossEncoderBatch,
+    SparseCrossEncoderBatch,  # noqa: F401 - re-exported: one import for all inputs
     pad_ids,
     special_ids,
 )
-
-__all__ = [  # the list layout lives with the sparse cross-encoder; one import for all inputs
-    "QUERY_MAX_LENGTH",
-    "REFERENCE_QUERY_WORD_PIECES",
-    "SPECIAL_IDS",
-    "SPECIAL_TOKENS",
-    "CrossEncoderInputs",
-    "PairBatch",
-    "SparseCrossEncoderBatch",
-    "config_special_id",
-    "fill_special_ids",
-    "special_ids",
-]
 
 #: [CLS] q [SEP] d [SEP]
 SPECIAL_TOKENS = 3

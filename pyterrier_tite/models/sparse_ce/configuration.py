@@ -54,6 +54,7 @@ class SparseCrossEncoderConfig(PretrainedConfig):
         depth: int = 100,
         **kwargs,
     ):
+        fields = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__", "pad_token_id")}
         if "id2label" not in kwargs:
             kwargs.setdefault("num_labels", 1)
         super().__init__(pad_token_id=pad_token_id, **kwargs)
@@ -69,30 +70,8 @@ class SparseCrossEncoderConfig(PretrainedConfig):
             )
         if position_embedding_type != "absolute":
             raise ValueError(f"only absolute position embeddings are supported, got {position_embedding_type!r}")
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_act = hidden_act
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.attention_probs_dropout_prob = attention_probs_dropout_prob
-        self.max_position_embeddings = max_position_embeddings
-        self.type_vocab_size = type_vocab_size
-        self.initializer_range = initializer_range
-        self.layer_norm_eps = layer_norm_eps
-        self.cls_token_id = cls_token_id
-        self.sep_token_id = sep_token_id
-        self.position_embedding_type = position_embedding_type
-        self.token_type_embedding = token_type_embedding
-        self.attention_window_size = attention_window_size
-        self.cls_query_attention = cls_query_attention
-        self.cls_doc_attention = cls_doc_attention
-        self.query_cls_attention = query_cls_attention
-        self.query_doc_attention = query_doc_attention
-        self.doc_cls_attention = doc_cls_attention
-        self.doc_query_attention = doc_query_attention
-        self.depth = depth
+        for name, value in fields.items():  # every field of the signature, as given
+            setattr(self, name, value)
 
     @property
     def shares_query(self) -> bool:

@@ -36,10 +36,11 @@ def is_sparse_config(config: dict) -> bool:
     return "attention_window_size" in config
 
 
-def stored_lengths(checkpoint: Checkpoint) -> dict[str, int | None]:
-    """The input caps (word pieces) a checkpoint stands for: ``pt_meta.json``'s (our saves), the reference's for a
-    released sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions left), else ours (32,
-    positions)."""
+def stored_lengths(checkpoint: str | os.PathLike | Checkpoint) -> dict[str, int | None]:
+    """The input caps (word pieces) a checkpoint (folder, hub id or opened) stands for: ``pt_meta.json``'s (our
+    saves), the reference's for a released sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions
+    left), else ours (32, positions)."""
+    checkpoint = open_checkpoint(checkpoint)
     meta = checkpoint.meta
     if "query_max_length" in meta:
         return {"query_max_length": meta["query_max_length"], "doc_max_length": meta.get("doc_max_length")}

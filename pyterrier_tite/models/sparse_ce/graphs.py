@@ -1,23 +1,15 @@
 """CUDA graphs of the sparse cross-encoder's inference: one captured forward per shape bucket, replayed.
 
-Why: on passages the GPU waits on the host. A sparse layer runs three segments ([CLS], query, doc), so one forward
-launches about three times the kernels of a BERT layer, and a batch of 64 passages is over before the host has
-launched them all (measured on an H100: 0.16 ms per passage against 0.05 for HF BERT). A replayed graph launches the
-whole forward at once.
+Why: on passages the GPU waits on the host. A sparse layer runs three segments, so a forward launches about three
+times the kernels of a BERT layer (on an H100: 0.16 ms per passage against 0.05 for HF BERT); a replayed graph launches
+the whole forward at once.
 
-A graph fixes every shape, so a batch is padded to its bucket (:func:`bucket_of`: powers of two for the numbers of
-queries and docs, at most 12.5% more doc tokens) and the padded rows are dropped afterwards. Padding is exact: padded
-keys get probability 0 and padded docs are separate rows, so real rows score as without padding (tested on CPU). The
-forward's only host synchronisations (the position check, SDPA's "nothing padded" shortcut) are skipped while a graph
-is captured; the position check runs here instead, on the host's copy of the lengths.
-
-Graphs capture the weights' addresses: a change of any parameter (training, ``.to``) drops them all, so a replay
-never reads stale weights. Captures run with autocast's weight cache off (casts are captured as kernels), as the
-``torch.cuda.graph`` documentation requires.
-
-A captured graph reads and writes fixed buffers, so copying a batch in, replaying and copying the outputs out (and
-capturing) run under one lock per runner: threads sharing a model take turns, and a replay waits on the device for
-the one before it (an event), also where the threads enqueue on streams of their own.
+A graph fixes every shape, so a batch is padded to its bucket (:func:`bucket_of`) and the padded rows are dropped
+afterwards; padding is exact (padded keys get probability 0, padded docs are separate rows). The forward's host
+synchronisations are skipped while a graph is captured; the position check runs here, on the host's lengths. A change
+of any parameter drops the graphs (they capture the weights' addresses); captures run with autocast's weight cache off,
+as ``torch.cuda.graph`` requires. Copying in, replaying and copying out run under one lock per runner, and a replay
+waits on the device for the one before it (an event), also where threads enqueue on streams of their own.
 """
 
 from __future__ import annotations

@@ -38,19 +38,9 @@ from pyterrier_tite.models.fused_linear import ConcatenatedLinears, attention_pr
 from pyterrier_tite.models.sparse_ce.attention import KeyGroup, grouped_attention
 from pyterrier_tite.models.sparse_ce.configuration import FLAGS, SparseCrossEncoderConfig
 from pyterrier_tite.models.sparse_ce.convert import DERIVED, bert_state, is_sparse_config, new_head_keys, sparse_config
-from pyterrier_tite.models.sparse_ce.packed import packed_applies, packed_forward
-from pyterrier_tite.models.sparse_ce.segments import Segments
+from pyterrier_tite.models.sparse_ce.packed import Segments, packed_applies, packed_forward
 from pyterrier_tite.models.sparse_ce.tokenization import SparseCrossEncoderBatch
 from pyterrier_tite.ops import add_layer_norm
-
-__all__ = [
-    "FLAGS",
-    "SparseCrossEncoder",
-    "SparseCrossEncoderBatch",
-    "SparseCrossEncoderConfig",
-    "SparseCrossEncoderModel",
-    "SparseCrossEncoderModelForSequenceClassification",
-]
 
 
 def _append_sep(ids: torch.Tensor, lengths: torch.Tensor, sep: int, pad: int) -> torch.Tensor:
@@ -330,18 +320,11 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.bert.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.bert.set_input_embeddings(value)
-
     @classmethod
     def from_bert(cls, path_or_model, **config_overrides) -> SparseCrossEncoderModelForSequenceClassification:
         """Any plain BERT checkpoint (folder / hub id, or a loaded ``BertModel`` / ``BertFor*``) as a sparse
         cross-encoder with the given window and flags, e.g. ``from_bert(path, attention_window_size=4,
-        query_cls_attention=False, query_doc_attention=False)``; see :func:`from_bert`
-        (a sparse checkpoint loads exactly, missing heads start fresh with a warning, anything else is an error)."""
+        query_cls_attention=False, query_doc_attention=False)``; see :func:`from_bert`."""
         return from_bert(path_or_model, **config_overrides)
 
     def make_batch(self, queries, docs) -> SparseCrossEncoderBatch:

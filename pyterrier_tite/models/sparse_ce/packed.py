@@ -1,4 +1,5 @@
-"""CPU inference of the sparse cross-encoder with the doc segment packed: no compute on padded doc rows.
+"""The segments ([CLS], query, doc) a sparse cross-encoder forward passes between layers, and its CPU inference with
+the doc segment packed: no compute on padded doc rows.
 
 A batch's docs are padded to its longest (``[B, L, H]``); here their real tokens are packed into ``[T, H]`` and every
 linear layer, norm and activation of the doc segment runs on those rows only. The doc's fused Q|K|V projection is
@@ -15,14 +16,29 @@ the doc's keys and values of the layer below; the query and doc rows of that lay
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from pyterrier_tite.models.fused_linear import gemm_rows, in_autocast_dtype, linear_gelu
 from pyterrier_tite.models.packing import PackedLayout
-from pyterrier_tite.models.sparse_ce.segments import Segments
+
+
+@dataclass
+class Segments:
+    """Hidden states of the three sub-sequences ([CLS], query, doc). ``query`` is [Q, Lq, H] shared via
+    ``query_index`` [N], or [N, Lq, H] per pair (``query_index`` None). Lengths count real tokens, [SEP] included."""
+
+    cls: torch.Tensor
+    query: torch.Tensor
+    doc: torch.Tensor
+    query_lengths: torch.Tensor
+    doc_lengths: torch.Tensor
+    query_index: torch.Tensor | None
+
+    def replace(self, cls: torch.Tensor, query: torch.Tensor, doc: torch.Tensor) -> Segments:
+        return Segments(cls, query, doc, self.query_lengths, self.doc_lengths, self.query_index)
 
 
 def packed_applies(model: nn.Module) -> bool:

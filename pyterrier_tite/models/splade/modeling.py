@@ -6,12 +6,13 @@ per vocabulary entry, most of them zero. Any MLM checkpoint works (ours pretrain
 
 from __future__ import annotations
 
-import inspect
 import os
 
 import torch
 from torch import nn
 
+from pyterrier_tite.models.backbone import mlm_from_pretrained
+from pyterrier_tite.models.batch_tensors import takes_token_types
 from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, packed_mlm_encoder
 from pyterrier_tite.models.splade.tokenization import Role
 from pyterrier_tite.models.splade.vocab_max import head_states, max_over_tokens, projection_is_last
@@ -69,18 +70,13 @@ def splade_pool_tokens(
     return best.relu_().log1p_()  # -inf (a text of no tokens) -> 0
 
 
-def _accepts(module: nn.Module, argument: str) -> bool:
-    """Whether ``module.forward`` takes ``argument`` (DistilBERT takes no ``token_type_ids``)."""
-    return argument in inspect.signature(module.forward).parameters
-
-
 class SpladeEncoder(nn.Module):
     """An MLM (``AutoModelForMaskedLM``) whose logits are SPLADE-pooled into one sparse vector per text."""
 
     def __init__(self, mlm: nn.Module):
         super().__init__()
         self.mlm = mlm
-        self._token_types = _accepts(mlm, "token_type_ids")
+        self._token_types = takes_token_types(mlm)
         self._projection_last = projection_is_last(mlm)
         self.packed = True  # CPU inference of a BERT MLM: the packed forward (no compute on padding)
         self._packed_encoder: PackedEncoder | None = None
@@ -135,7 +131,8 @@ class SpladeEncoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, new_head: bool = False, **kwargs) -> SpladeEncoder:
-        """Wrap an MLM checkpoint (local folder or hub id), loaded exactly (see :func:`mlm_from_pretrained`)."""
+        """Wrap an MLM checkpoint (local folder or hub id), loaded exactly (see
+        :func:`~pyterrier_tite.models.backbone.mlm_from_pretrained`)."""
         return cls(mlm_from_pretrained(path, new_head=new_head, **kwargs))
 
     def save_pretrained(self, path: str) -> None:
@@ -172,21 +169,3 @@ class SpladePair(nn.Module):
         """Each MLM in its own sub-folder (``query/``, ``doc/``), each a plain MLM checkpoint."""
         for role in ("query", "doc"):
             self.side(role).save_pretrained(os.path.join(path, role))
-
-
-def mlm_from_pretrained(path: str, new_head: bool = False, **kwargs) -> nn.Module:
-    """``AutoModelForMaskedLM`` from a folder or hub id, exactly: a tensor the checkpoint lacks or one nothing uses
-    raises :class:`~pyterrier_tite.models.checkpoint.CheckpointError` naming it. Tied decoder weights,
-    ``position_ids`` buffers and the pre-training-only pooler / next-sentence head (``bert-base-uncased``) are no
-    problem. ``new_head=True`` (pretraining from an encoder-only checkpoint) lets the MLM head start fresh, with one
-    warning."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
-
-    from pyterrier_tite.models.backbone import mlm_head_prefixes, pretraining_only_keys
-    from pyterrier_tite.models.checkpoint import open_checkpoint, strict_from_pretrained
-
-    checkpoint = open_checkpoint(path)  # a Checkpoint: nothing read again
-    config = AutoConfig.from_pretrained(checkpoint.folder, trust_remote_code=False)
-    fresh = mlm_head_prefixes(config) if new_head else ()
-    unused = ("pooler.", *pretraining_only_keys(config))
-    return strict_from_pretrained(AutoModelForMaskedLM, checkpoint, fresh=fresh, unused=unused, **kwargs)

@@ -1,5 +1,3 @@
-"""TITE: a bi-encoder whose layers pool the sequence to one vector (configuration, modeling, layers, packing,
-conversion from BERT and from the released layouts).
-
-Modules are imported by name (``pyterrier_tite.models.tite.modeling``): this file imports nothing, so a
-family can use another's tokenization without loading its models."""
+"""TITE: a bi-encoder whose layers pool the sequence to one vector (configuration, modeling, layers, conversion from
+BERT and from the released layouts). Modules are imported by name: this file imports nothing, so a family can use
+another's tokenization without loading its models."""

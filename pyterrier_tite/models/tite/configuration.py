@@ -89,31 +89,18 @@ class TiteConfig(PretrainedConfig):
         rope_implementation: str = "eager",
         **kwargs,
     ):
+        fields = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__", "pad_token_id")}
         legacy = kwargs.pop("positional_embedding_type", None)
         if legacy is not None:  # reference: "absolute" -> learned table only, anything else -> that relative type
-            absolute_positional_embedding_type = "learned" if legacy == "absolute" else None
-            relative_positional_embedding_type = None if legacy == "absolute" else legacy
-        n = num_hidden_layers
-        self.vocab_size = vocab_size
-        self.num_hidden_layers = n
-        self.hidden_sizes = [int(v) for v in _per_layer(hidden_sizes, n, "hidden_sizes")]
-        self.num_attention_heads = [int(v) for v in _per_layer(num_attention_heads, n, "num_attention_heads")]
-        self.intermediate_sizes = [int(v) for v in _per_layer(intermediate_sizes, n, "intermediate_sizes")]
-        self.kernel_sizes = _per_layer(kernel_sizes, n, "kernel_sizes")
-        self.strides = _per_layer(strides, n, "strides")
-        self.dropout_prob = dropout_prob
-        self.max_position_embeddings = max_position_embeddings
-        self.initializer_range = initializer_range
-        self.layer_norm_eps = layer_norm_eps
-        self.hidden_act = hidden_act
-        self.absolute_positional_embedding_type = _none(absolute_positional_embedding_type)
-        self.relative_positional_embedding_type = _none(relative_positional_embedding_type)
-        self.pooling_location = pooling_location
-        self.rotary_interleaved = rotary_interleaved
-        self.norm_location = norm_location
-        self.norm_type = norm_type
-        self.pooling_implementation = pooling_implementation
-        self.rope_implementation = rope_implementation
+            fields["absolute_positional_embedding_type"] = "learned" if legacy == "absolute" else None
+            fields["relative_positional_embedding_type"] = None if legacy == "absolute" else legacy
+        for name in ("hidden_sizes", "num_attention_heads", "intermediate_sizes", "kernel_sizes", "strides"):
+            values = _per_layer(fields[name], num_hidden_layers, name)
+            fields[name] = values if name in ("kernel_sizes", "strides") else [int(v) for v in values]
+        for name in ("absolute_positional_embedding_type", "relative_positional_embedding_type"):
+            fields[name] = _none(fields[name])
+        for name, value in fields.items():  # every field of the signature, per layer where it may be
+            setattr(self, name, value)
         super().__init__(pad_token_id=pad_token_id, **kwargs)
         self._validate()
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from pyterrier_tite.models.backbone import encoder_from_pretrained
 from pyterrier_tite.models.tite.configuration import TiteConfig, output_shapes
 from pyterrier_tite.models.tite.modeling import TiteModel
 
@@ -231,29 +232,11 @@ def bert_state_dict_to_tite(bert_state: dict[str, torch.Tensor], num_layers: int
     return out
 
 
-#: checkpoint tensors a BERT / DistilBERT encoder leaves unused: pooler, MLM and next-sentence heads
-ENCODER_UNUSED = ("pooler.", "bert.pooler.", "cls.", "vocab_transform.", "vocab_layer_norm.", "vocab_projector.")
-
-
-def load_bert(path: str | os.PathLike) -> torch.nn.Module:
-    """The BERT / DistilBERT encoder of a folder or hub id, loaded exactly: a missing or unused encoder tensor raises
-    ``CheckpointError`` (only the heads an encoder drops are ignored) instead of starting at random."""
-    from transformers import AutoConfig, AutoModel
-
-    from pyterrier_tite.models.checkpoint import open_checkpoint, strict_from_pretrained
-
-    checkpoint = open_checkpoint(path)
-    config = AutoConfig.from_pretrained(checkpoint.folder, trust_remote_code=False)
-    bert_sizes(config)  # "not supported" before loading anything else
-    extra = {"add_pooling_layer": False} if config.model_type == "bert" else {}
-    return strict_from_pretrained(AutoModel, checkpoint, unused=ENCODER_UNUSED, **extra)
-
-
 def tite_from_bert(bert: torch.nn.Module | str | os.PathLike, **config_kwargs) -> TiteModel:
     """Convert a ``transformers.BertModel`` / ``DistilBertModel`` (or a folder / hub id of one) into a TiteModel; see
     ``tite_config_from_bert`` for the pooling options. The result is in eval mode like a freshly loaded checkpoint."""
-    if isinstance(bert, (str, os.PathLike)):
-        bert = load_bert(bert)
+    if isinstance(bert, (str, os.PathLike)):  # loaded exactly: only the heads an encoder drops are ignored
+        bert = encoder_from_pretrained(bert)
     config = tite_config_from_bert(bert.config, **config_kwargs)
     model = TiteModel(config)
     state = bert_state_dict_to_tite(bert.state_dict(), config.num_hidden_layers, config.max_position_embeddings)

@@ -26,11 +26,6 @@ except ImportError:  # pragma: no cover - older torch
     torch_varlen_attn = None
 
 
-def _flash_head_dim(dim: int) -> bool:
-    """FlashAttention kernels take head dims that are multiples of 8 up to 256."""
-    return dim % 8 == 0 and dim <= 256
-
-
 class RMSNorm(nn.Module):
     """RMS norm with a weight and no bias, computed in float32 (or float64 for float64 inputs)."""
 
@@ -40,8 +35,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x if x.dtype == torch.float64 else x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+        return apply_norm(self, x, self.weight, None)
 
 
 def apply_norm(norm: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -66,10 +60,6 @@ class SwiGLU(nn.Module):
         return F.silu(a) * b
 
 
-def make_activation(name: str) -> nn.Module:
-    return SwiGLU() if name == "swiglu" else ACT2FN[name]
-
-
 class RopeCache:
     """RoPE rotations per (layout, position kind, head dim), built once per forward and shared by a stage's layers."""
 
@@ -92,7 +82,8 @@ def attention(
     FlashAttention varlen (the flash_attn package, else torch's ``varlen_attn``) with no padding at all; otherwise
     rows are padded to ``[B, h, L, d]`` for SDPA with a key mask.
     """
-    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and _flash_head_dim(q.shape[-1]):
+    flash_dim = q.shape[-1] % 8 == 0 and q.shape[-1] <= 256  # the head dims FlashAttention kernels take
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and flash_dim:
         varlen = flash_attn_varlen_func or torch_varlen_attn
         if varlen is not None:
             cu_q, cu_k = q_layout.cu_seqlens.to(torch.int32), kv_layout.cu_seqlens.to(torch.int32)
@@ -256,7 +247,7 @@ class TiteMLP(nn.Module):
         self.pre_norm = config.norm_location in ("pre", "qkv")  # the reference's MLP treats qkv as pre
         self.norm = make_norm(config, hidden)
         self.intermediate_dense = nn.Linear(hidden, 2 * inter if config.hidden_act == "swiglu" else inter)
-        self.intermediate_act_fn = make_activation(config.hidden_act)
+        self.intermediate_act_fn = SwiGLU() if config.hidden_act == "swiglu" else ACT2FN[config.hidden_act]
         self.out_dense = nn.Linear(inter, hidden)
         self.dropout = nn.Dropout(config.dropout_prob)
 

@@ -65,7 +65,6 @@ class TitePackedOutput(ModelOutput):
 class TitePreTrainedModel(PreTrainedModel):
     config_class = TiteConfig
     base_model_prefix = "tite"
-    main_input_name = "input_ids"
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
@@ -133,45 +132,25 @@ class TiteModel(TitePreTrainedModel):
     ) -> TitePackedOutput:
         """Encode packed token ids ``[T]`` with offsets ``cu_seqlens [B+1]``; positions default to 0..n-1."""
         layouts = self.plan_layouts(_lengths(cu_seqlens), input_ids.device)
-        x = self._embed(input_ids, layouts[0], positions)
-        return self._run_layers(x, layouts, output_hidden_states)
-
-    def _embed(self, input_ids: torch.Tensor, layout: PackedLayout, positions: torch.Tensor | None) -> torch.Tensor:
-        if positions is None:
-            positions = layout.positions
-        if self.embeddings.position_embeddings is not None and layout.max_len > self.config.max_position_embeddings:
-            raise ValueError(
-                f"sequence of {layout.max_len} tokens exceeds max_position_embeddings = "
-                f"{self.config.max_position_embeddings}"
-            )
-        return self.embeddings(input_ids, positions)
-
-    def _run_layers(self, x: torch.Tensor, layouts: list[PackedLayout], output_hidden_states: bool) -> TitePackedOutput:
-        """Every layer over packed ``x`` (``layouts``: the input's layout and every later one), then the final norm."""
+        longest, table = layouts[0].max_len, self.config.max_position_embeddings
+        if self.embeddings.position_embeddings is not None and longest > table:
+            raise ValueError(f"sequence of {longest} tokens exceeds max_position_embeddings = {table}")
+        x = self.embeddings(input_ids, layouts[0].positions if positions is None else positions)
         states = [x] if output_hidden_states else None
-        x = self.encoder.norm(self._apply_layers(x, layouts, states))
-        return TitePackedOutput(
-            last_hidden_state=x,
-            cu_seqlens=layouts[-1].cu_seqlens,
-            hidden_states=tuple(states) if states is not None else None,
-            hidden_cu_seqlens=tuple(lay.cu_seqlens for lay in layouts) if states is not None else None,
-        )
-
-    def _apply_layers(
-        self, x: torch.Tensor, layouts: list[PackedLayout], states: list[torch.Tensor] | None
-    ) -> torch.Tensor:
-        """The layers (one per layout after the first) over packed ``x``; appends each output to ``states`` when
-        given."""
         rope = RopeCache()
-        stages = zip(self.encoder.layers, layouts[:-1], layouts[1:], strict=False)
-        for layer, layout_in, layout_out in stages:
+        for layer, layout_in, layout_out in zip(self.encoder.layers, layouts[:-1], layouts[1:], strict=False):
             if layout_in.total:
                 x = layer(x, layout_in, layout_out, rope)
             else:  # nothing to encode: keep the (empty) rows at the layer's width
                 x = x.new_zeros(0, layer.mlp.out_dense.out_features)
             if states is not None:
                 states.append(x)
-        return x
+        return TitePackedOutput(
+            last_hidden_state=self.encoder.norm(x),
+            cu_seqlens=layouts[-1].cu_seqlens,
+            hidden_states=tuple(states) if states is not None else None,
+            hidden_cu_seqlens=tuple(lay.cu_seqlens for lay in layouts) if states is not None else None,
+        )
 
     def forward(
         self,
@@ -190,20 +169,11 @@ class TiteModel(TitePreTrainedModel):
         if output_hidden_states is None:
             output_hidden_states = bool(self.config.output_hidden_states)
         packed = self.forward_packed(*pack_padded(input_ids, attention_mask), output_hidden_states=output_hidden_states)
-        final = PackedLayout.from_lengths(torch.diff(packed.cu_seqlens.cpu().long()), input_ids.device)
+        final = PackedLayout.from_lengths(_lengths(packed.cu_seqlens), input_ids.device)
         out = packed.last_hidden_state
-        if final.max_len == 0:
-            padded = out.new_zeros(final.batch_size, 1, out.shape[-1])
-        else:
-            padded = final.pad(out)
-        result = TiteModelOutput(
-            last_hidden_state=padded,
-            hidden_states=packed.hidden_states,
-            hidden_cu_seqlens=packed.hidden_cu_seqlens,
-        )
-        if return_dict is False:
-            return result.to_tuple()
-        return result
+        padded = final.pad(out) if final.max_len else out.new_zeros(final.batch_size, 1, out.shape[-1])
+        result = TiteModelOutput(padded, packed.hidden_states, packed.hidden_cu_seqlens)
+        return result.to_tuple() if return_dict is False else result
 
 
 def pack_padded(
