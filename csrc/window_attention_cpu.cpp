@@ -169,15 +169,8 @@ TITE_ALWAYS_INLINE inline void forward_tasks(const Forward<scalar_t>& f, int64_t
   }
 }
 
-// The same code compiled three times: for the baseline ISA and, picked at run time (cpu_isa), for AVX2 + FMA and for
-// AVX-512 (the extension is built without -march flags, so this is where the vector units the machine has get used).
-// The AVX-512 version runs for 16-bit types only: there it widens twice the elements per instruction (bf16 window
-// attention about 20% faster on a Xeon with AMX), while for fp32 it measured slower than AVX2.
-template <typename scalar_t>
-bool use_avx512(Isa isa) {
-  return isa == Isa::kAvx512 && sizeof(scalar_t) == 2;
-}
-
+// The same code compiled three times: for the baseline ISA and, picked at run time (kernel_isa), for AVX2 + FMA and
+// for AVX-512 (the extension is built without -march flags, so this is where the vector units the machine has get used).
 template <typename scalar_t>
 TITE_TARGET_AVX2 void forward_tasks_avx2(const Forward<scalar_t>& f, int64_t begin, int64_t end) {
   TITE_DISPATCH_HEAD_SIZE(f.D, forward_tasks<scalar_t, kD>(f, begin, end));
@@ -211,9 +204,9 @@ std::vector<at::Tensor> forward_cpu(const at::Tensor& q_in, const at::Tensor& k_
     const Forward<scalar_t> f{View4<const scalar_t>(pr.q), View4<const scalar_t>(pr.k), View4<const scalar_t>(pr.v),
                               View4<scalar_t>(out), Groups<scalar_t>(pr), lse.data_ptr<acc_t>(), len_p, H, L, D, w,
                               n_blocks, buffer, acc_t(scale)};
-    const Isa isa = cpu_isa();
+    const Isa isa = tite_window::kernel_isa(sizeof(scalar_t) == 2);
     at::parallel_for(0, B * H * n_blocks, 1, [&](int64_t begin, int64_t end) {
-      if (use_avx512<scalar_t>(isa))
+      if (isa == Isa::kAvx512)
         forward_tasks_avx512(f, begin, end);
       else if (isa == Isa::kAvx2)
         forward_tasks_avx2(f, begin, end);
@@ -402,10 +395,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>, std::vec
     });
 
     const Backward<scalar_t> f{Q, K, V, dO, dQ, dK, dV, grp, lse_p, delta.data(), len_p, H, L, D, w, n_blocks, sc};
-    const Isa isa = cpu_isa();
+    const Isa isa = tite_window::kernel_isa(sizeof(scalar_t) == 2);
     // dq of every row; band dk / dv of every key (gathered over the rows that see it)
     at::parallel_for(0, B * H * n_blocks, 1, [&](int64_t begin, int64_t end) {
-      if (use_avx512<scalar_t>(isa))
+      if (isa == Isa::kAvx512)
         backward_row_tasks_avx512(f, begin, end);
       else if (isa == Isa::kAvx2)
         backward_row_tasks_avx2(f, begin, end);
@@ -424,7 +417,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, std::vector<at::Tensor>, std::vec
       const View4<scalar_t> dGK(dgk[g]), dGV(dgv[g]);
       const GroupSlice<scalar_t> slice{g, start.data(), members.data(), dGK, dGV};
       at::parallel_for(0, bg * H, 1, [&](int64_t begin, int64_t end) {
-        if (use_avx512<scalar_t>(isa))
+        if (isa == Isa::kAvx512)
           backward_group_tasks_avx512(f, slice, begin, end);
         else if (isa == Isa::kAvx2)
           backward_group_tasks_avx2(f, slice, begin, end);
