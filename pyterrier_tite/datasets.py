@@ -200,29 +200,22 @@ def known_id(name: str) -> str:
 
 def register_local() -> list[str]:
     """Register the local collections found under ``<home>/local`` (idempotent); returns the registered IDs."""
-    registered = []
+    found = {}  # ID -> how to build it, built only where ir_datasets does not hold it yet
     for name in _LOCAL_TSV:
         base = local_dir(name)
         if os.path.exists(os.path.join(base, "docs.tsv")):
-            _register(
-                f"local/{name}",
-                lambda base=base: ir_datasets.create_dataset(
-                    docs_tsv=os.path.join(base, "docs.tsv"),
-                    queries_tsv=os.path.join(base, "queries.tsv"),
-                    qrels_trec=os.path.join(base, "qrels.txt"),
-                ),
+            found[f"local/{name}"] = lambda base=base: ir_datasets.create_dataset(
+                docs_tsv=os.path.join(base, "docs.tsv"),
+                queries_tsv=os.path.join(base, "queries.tsv"),
+                qrels_trec=os.path.join(base, "qrels.txt"),
             )
-            registered.append(f"local/{name}")
     graded = local_dir("cranfield-graded", "qrels.txt")
     if os.path.exists(graded):
-        _register("local/cranfield-graded", lambda: _cranfield_graded(graded))
-        registered.append("local/cranfield-graded")
-    return registered
-
-
-def _register(dataset_id: str, make) -> None:
-    if dataset_id not in ir_datasets.registry:
-        ir_datasets.registry.register(dataset_id, make())
+        found["local/cranfield-graded"] = lambda: _cranfield_graded(graded)
+    for dataset_id, make in found.items():
+        if dataset_id not in ir_datasets.registry:
+            ir_datasets.registry.register(dataset_id, make())
+    return list(found)
 
 
 def _cranfield_graded(qrels_path: str):

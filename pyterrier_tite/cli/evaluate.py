@@ -19,8 +19,6 @@ CORRECTIONS = (
     "bonferroni", "sidak", "holm-sidak", "holm", "simes-hochberg", "hommel",
     "fdr_bh", "fdr_by", "fdr_tsbh", "fdr_tsbky",
 )  # fmt: skip
-#: statsmodels' short names of the same corrections
-_CORRECTION_ALIASES = ("b", "bonf", "s", "h", "hs", "sh", "ho", "fdr_i", "fdr_p", "fdr_n", "fdr_twostage")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -167,7 +165,9 @@ def _check_correction(correction: str | None, baseline: int | None) -> None:
     """An unknown correction (or one without a baseline to test against) is refused before any evaluation runs."""
     if correction is None:
         return
-    if correction.lower() not in CORRECTIONS + _CORRECTION_ALIASES:
+    from statsmodels.stats.multitest import multitest_alias  # every name pt.Experiment's multipletests takes
+
+    if correction.lower() not in multitest_alias:
         raise ValueError(f"--correction {correction!r} is not a multiple-testing correction; use one of "
                          f"{', '.join(CORRECTIONS)}")  # fmt: skip
     if baseline is None:

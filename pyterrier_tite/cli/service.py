@@ -156,7 +156,7 @@ def index_retriever(
     :func:`pyterrier_tite.pt.artifacts.index_retriever` with the model the index holds or names unless ``model_name``
     (loaded with :func:`load_model`'s ``load_options``) or an already loaded ``model`` is given, refused unless it is
     of the index's kind and has the weights the index records; a dense index is searched exactly or approximately
-    (``search``: hnsw / ivf, see :mod:`~pyterrier_tite.store.faiss_search`)."""
+    (``search``: hnsw / ivf, see :func:`~pyterrier_tite.store.flex.faiss_retriever`)."""
     from pyterrier_tite.pt.artifacts import index_retriever as retriever_of
     from pyterrier_tite.pt.artifacts import weights_fingerprint
     from pyterrier_tite.store.index_info import check_fingerprint, model_for_index

@@ -69,10 +69,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def is_tite_folder(path: str) -> bool:
     """A TITE checkpoint (folder or hub id) of any layout: reference / ours ("tite") or Lightning IR on TITE."""
-    from pyterrier_tite.models.checkpoint import local_checkpoint, read_config
+    from pyterrier_tite.models.checkpoint import open_checkpoint, read_config
 
     try:
-        config = read_config(local_checkpoint(path))
+        config = read_config(open_checkpoint(path))
     except (FileNotFoundError, NotADirectoryError):
         return False
     return config.get("model_type") == "tite" or config.get("backbone_model_type") == "tite"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,10 +21,10 @@ from pyterrier_tite._user_warnings import warn_user
 from pyterrier_tite.families import Recognised, family_of
 from pyterrier_tite.models.folder_checks import check_folder, weight_files, weight_header
 from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json, read_meta  # noqa: F401 - re-exported
+from pyterrier_tite.models.model_card import HUB_ID
 
 #: files a model needs; a hub repo's other formats (ONNX, TF, Flax, OpenVINO) are not downloaded
 CHECKPOINT_PATTERNS = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model", "*.yaml"]
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @contextmanager
@@ -39,13 +38,6 @@ def quiet_transformers() -> Iterator[None]:
         yield
     finally:
         logging.set_verbosity(verbosity)
-
-
-def local_checkpoint(path_or_id: str | os.PathLike | Checkpoint) -> str:
-    """The local folder of a checkpoint (:func:`open_checkpoint`): a folder as given, or a hub id (``org/name``)
-    through the Hugging Face cache (``HF_HUB_OFFLINE=1``: the cache only); a path that cannot be either raises
-    ``FileNotFoundError`` at once."""
-    return open_checkpoint(path_or_id).folder
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,8 @@ class Loaded:
 
 
 def _resolve(name: str) -> str:
-    """A folder as given, or the hub cache snapshot of a hub id (see :func:`local_checkpoint`)."""
+    """A folder as given, or the snapshot of a hub id (``org/name``) in the Hugging Face cache (``HF_HUB_OFFLINE=1``:
+    the cache only); a path that cannot be either raises ``FileNotFoundError`` at once."""
     if os.path.isdir(name):
         return name
     from pyterrier_tite.start_points import SHIPPED, did_you_mean, resolve
@@ -116,7 +109,7 @@ def _resolve(name: str) -> str:
         return resolve(name)
     if os.path.exists(name):
         raise NotADirectoryError(f"{name} is a file; expected a checkpoint folder or a hub id (org/name)")
-    if not _HUB_ID.match(name) or name.startswith((".", "/", "~")):
+    if not HUB_ID.fullmatch(name):
         raise FileNotFoundError(
             f"no checkpoint folder {name!r} (and it is not a hub id of the form org/name){did_you_mean(name, SHIPPED)}"
         )
@@ -176,19 +169,17 @@ def load_tokenizer(path_or_id: str | os.PathLike | Checkpoint):
         ) from None
 
 
-def read_config(folder: str | os.PathLike | Checkpoint) -> dict:
-    """The checkpoint's ``config.json`` as a dict (a :class:`Checkpoint`'s as read when it was opened);
-    ``FileNotFoundError`` names the folder when there is none."""
-    name = folder.folder if isinstance(folder, Checkpoint) else os.fspath(folder)
-    if isinstance(folder, Checkpoint) and folder.config:
-        return folder.config
-    if isinstance(folder, Checkpoint) or not os.path.isfile(os.path.join(name, "config.json")):
-        raise FileNotFoundError(f"{name} has no config.json: not a model checkpoint folder")
-    return read_json(os.path.join(name, "config.json"))
+def read_config(checkpoint: Checkpoint) -> dict:
+    """The checkpoint's ``config.json`` as read when it was opened; ``FileNotFoundError`` names the folder when there
+    is none."""
+    if not checkpoint.config:
+        raise FileNotFoundError(f"{checkpoint.folder} has no config.json: not a model checkpoint folder")
+    return checkpoint.config
 
 
-def _load_weights(file: str, mmap: bool = False) -> Mapping[str, torch.Tensor]:
-    """The tensors of one weight file on the CPU, without running pickled code."""
+def _load_weights(file: str, device: str = "cpu") -> Mapping[str, torch.Tensor]:
+    """The tensors of one weight file on the CPU (or the ``meta`` device: dtypes and shapes only), without running
+    pickled code."""
     if file.endswith(".safetensors"):
         from safetensors.torch import load_file
 
@@ -196,12 +187,7 @@ def _load_weights(file: str, mmap: bool = False) -> Mapping[str, torch.Tensor]:
     import pickle
 
     try:
-        try:
-            return torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
-        except RuntimeError:
-            if not mmap:
-                raise
-            return torch.load(file, map_location="cpu", weights_only=True)  # a legacy (non-zip) file cannot be mapped
+        return torch.load(file, map_location=device, weights_only=True)
     except pickle.UnpicklingError as exc:  # code or objects other than tensors: never run, refused in one line
         lines = [line for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line]
         reason = lines[0].strip().rstrip(".") if lines else type(exc).__name__
@@ -225,11 +211,11 @@ _SAFETENSORS_INTEGERS = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8
 
 def stored_integer_dtypes(checkpoint: Checkpoint) -> dict[str, torch.dtype]:
     """``{name: dtype}`` of the checkpoint's integer / boolean tensors: from the safetensors header read when it was
-    opened, else from its ``.bin`` files memory-mapped, without loading the weights."""
+    opened, else from its ``.bin`` files on the meta device, without loading the weights."""
     dtypes = {k: _SAFETENSORS_INTEGERS.get(v.get("dtype")) for k, v in checkpoint.tensors.items()}
     for file in weight_files(checkpoint.folder):
         if not file.endswith(".safetensors"):
-            dtypes.update({k: v.dtype for k, v in _load_weights(file, mmap=True).items()})
+            dtypes.update({k: v.dtype for k, v in _load_weights(file, "meta").items()})
     return {k: d for k, d in dtypes.items() if d is not None and not (d.is_floating_point or d.is_complex)}
 
 

@@ -10,17 +10,15 @@ its weights before a module is built from them.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import struct
+
+import safetensors
 
 from pyterrier_tite.models.meta_files import PT_META, CheckpointError, read_json
 
 #: the files a folder keeps its weights in, in the order transformers prefers them (one file, or shards of an index)
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-#: a safetensors header larger than this is not a header of a model this package loads
-MAX_HEADER_BYTES = 100 * 2**20
 
 #: config setting -> (tensor name suffix, dimension of that tensor holding the size)
 SIZED_BY = {
@@ -101,33 +99,14 @@ def weight_files(folder: str | os.PathLike, required: bool = True) -> list[str]:
 
 def weight_header(folder: str) -> dict[str, dict]:
     """Tensor name -> ``{"dtype": "F32", "shape": [...]}`` of the folder's safetensors weights, from the headers alone
-    ({} without them)."""
+    ({} without them); a file whose header does not parse raises :class:`CheckpointError` naming it."""
     tensors: dict[str, dict] = {}
     for file in weight_files(folder, required=False):
         if file.endswith(".safetensors") and os.path.isfile(file):
-            tensors.update(_header(file))
+            try:
+                with safetensors.safe_open(file, framework="pt") as f:
+                    slices = {name: f.get_slice(name) for name in f.keys()}
+                    tensors.update({k: {"dtype": v.get_dtype(), "shape": v.get_shape()} for k, v in slices.items()})
+            except safetensors.SafetensorError as exc:
+                raise CheckpointError(f"{file}: not a safetensors file ({exc})") from None
     return tensors
-
-
-def _header(file: str) -> dict[str, dict]:
-    """The tensors a safetensors file declares, with a list shape (8-byte little-endian header length, then a JSON
-    header)."""
-    with open(file, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{file}: not a safetensors file (shorter than its header length)")
-        (length,) = struct.unpack("<Q", head)
-        if length > MAX_HEADER_BYTES:
-            raise CheckpointError(f"{file}: not a safetensors file (a header of {length} bytes)")
-        raw = f.read(length)
-    try:
-        header = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{file}: not a safetensors file (its header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{file}: not a safetensors file (its header is not a JSON object)")
-    return {
-        name: entry
-        for name, entry in header.items()
-        if name != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("shape"), list)
-    }

@@ -35,6 +35,8 @@ KNOWN_LICENSES = {
 }
 #: shipped start points (:mod:`pyterrier_tite.start_points`) -> the hub model they package
 SHIPPED_HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
+#: a hub id (``org/name``): what a name must be to be fetched from the hub or passed on as ``base_model``
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 
 #: the hub's pipeline tag of each kind of model (``families.py``)
 PIPELINE_TAGS = {"dense": "feature-extraction", "splade": "feature-extraction", "rerank": "text-ranking"}
@@ -86,9 +88,7 @@ def hub_id(name: str | os.PathLike | None) -> str | None:
             if short in SHIPPED_HUB_IDS and path and os.path.realpath(path) == os.path.realpath(name):
                 return SHIPPED_HUB_IDS[short]
         return None
-    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        return name
-    return None
+    return name if HUB_ID.fullmatch(name) else None
 
 
 def known_license(repo: str | None) -> str | None:
@@ -100,35 +100,21 @@ def known_license(repo: str | None) -> str | None:
 MAX_FRONT_MATTER = 64 * 1024
 #: a license we pass on: a short SPDX-like id (``apache-2.0``, ``cc-by-nc-sa-4.0``, ``other``), never an object
 LICENSE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}")
-#: a hub id we pass on as ``base_model``
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
-
-
-def _no_alias_loader():
-    """A ``yaml.SafeLoader`` that refuses aliases: a card is someone else's file, and a kilobyte of nested aliases
-    expands to gigabytes (the "billion laughs"). Anchors alone are harmless; merge keys need aliases, so go too."""
-    import yaml
-
-    class NoAliasSafeLoader(yaml.SafeLoader):
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise yaml.composer.ComposerError(None, None, "YAML aliases are refused in cards", event.start_mark)
-            return super().compose_node(parent, index)
-
-    return NoAliasSafeLoader
 
 
 def front_matter(text: str) -> dict:
     """The YAML front matter of a card (``{}`` when there is none, it is larger than :data:`MAX_FRONT_MATTER`, uses
-    aliases or does not parse): parsed as data only, never expanded."""
+    aliases or does not parse): parsed as data only, never expanded. Aliases are refused: a card is someone else's
+    file, and a kilobyte of nested aliases expands to gigabytes (the "billion laughs")."""
     match = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|$)", text[: MAX_FRONT_MATTER + 16], re.S)
     if not match or len(match.group(1)) > MAX_FRONT_MATTER:
         return {}
     try:
         import yaml
 
-        value = yaml.load(match.group(1), Loader=_no_alias_loader())  # noqa: S506 - a SafeLoader without aliases
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(match.group(1), Loader=yaml.SafeLoader)):
+            return {}
+        value = yaml.safe_load(match.group(1))
     except Exception:  # a malformed or hostile card of someone else's: no facts from it
         return {}
     return value if isinstance(value, dict) else {}

@@ -87,11 +87,7 @@ class RunRetriever(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         pta.validate.query_frame(inp, extra_columns=[])
         queries = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).drop_duplicates("qid")
-        queries = queries.assign(qid=queries["qid"].astype(str))
-        result = queries.merge(self.run, on="qid", how="inner")
-        if result.empty:
-            return pd.DataFrame(columns=[*queries.columns, "docno", "score", "rank"])
-        return pt.model.add_ranks(result)
+        return pt.model.add_ranks(pt.Transformer.from_df(self.run)(queries.assign(qid=queries["qid"].astype(str))))
 
     def __repr__(self) -> str:
         return f"RunRetriever({self.name!r})"

@@ -8,7 +8,7 @@ import torch
 
 from pyterrier_tite.models.bert_biencoder.modeling import PooledEncoder
 from pyterrier_tite.models.bert_biencoder.tokenization import DOC_MARKER, QUERY_MARKER, BiEncoderInputs
-from pyterrier_tite.models.checkpoint import Checkpoint, load_tokenizer, local_checkpoint
+from pyterrier_tite.models.checkpoint import Checkpoint, load_tokenizer, open_checkpoint
 from pyterrier_tite.models.tite.from_bert import tite_from_bert
 from pyterrier_tite.models.tite.load import load
 from pyterrier_tite.models.tite.modeling import TiteModel
@@ -96,7 +96,7 @@ class TITE(DenseBiEncoder):
         embeddings start from their name's word pieces).
         """
         tite_kwargs = dict(tite_kwargs or {})
-        folder = local_checkpoint(bert_path)
+        folder = open_checkpoint(bert_path).folder
         model = cls.from_module(tite_from_bert(folder, **tite_kwargs), load_tokenizer(folder), **kwargs)
         model.model_name = f"tite_from_bert({bert_path!r})"
         model.source = ("from_bert", os.path.realpath(folder), repr(tite_kwargs))

@@ -18,7 +18,6 @@ from pyterrier_tite.store.text_files import (
     json_text,
     jsonl_records,
     text_lines,
-    without_gz,
 )
 from pyterrier_tite.store.values import checked_id, checked_text
 from pyterrier_tite.text import document_text, text_fields
@@ -58,7 +57,7 @@ def iter_corpus(source: str) -> Iterator[dict]:
 
 def corpus_file_records(path: str) -> Iterator[tuple[int, str, str]]:
     """``(line, docno, text)`` per document of a ``.jsonl`` or ``.tsv`` corpus file, checked."""
-    kind = without_gz(path).rsplit(".", 1)[-1]
+    kind = path.removesuffix(".gz").rsplit(".", 1)[-1]
     if kind == "jsonl":
         for number, record in jsonl_records(path):
             where = f"{path}, line {number}"

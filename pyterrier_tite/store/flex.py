@@ -1,7 +1,13 @@
 """FlexIndex (pyterrier_dr): the one builder of a dense index (:func:`build_flex_index`; the encoder is passed in) and
 retrieval from it (:func:`open_flex_retriever`). pyterrier_dr's own indexer (0.8) writes straight into ``path`` (a
 failed build looks built), stores duplicate docnos twice and fails obscurely on integer docnos (``AttributeError``),
-an empty corpus (``struct.error``) and a single document (``ZeroDivisionError``)."""
+an empty corpus (``struct.error``) and a single document (``ZeroDivisionError``).
+
+Approximate search (:func:`faiss_retriever`) runs pyterrier_dr's FAISS retriever, by inner product as exact search
+scores, over a FAISS index of ours: HNSW (a graph; recall set by ``ef_search``) or IVF (clusters; recall set by
+``n_probe``), for collections where exact search is too slow, at a recall that depends on the vectors
+(``benchmarks/scale.py``). It is built once, beside the FlexIndex (in the per-user cache when that is read-only), all
+or nothing, under a lock (pyterrier_dr's own builds write into the index folder unlocked, in place)."""
 
 from __future__ import annotations
 
@@ -15,7 +21,9 @@ import pyterrier as pt
 from more_itertools import peekable
 
 from pyterrier_tite.store.atomic import atomic_build
+from pyterrier_tite.store.cache import cache_dir, slug
 from pyterrier_tite.store.corpus import checked_corpus, known_size
+from pyterrier_tite.store.locks import write_lock
 from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
 
 
@@ -107,22 +115,28 @@ def write_docnos(file, docnos: list[str]) -> None:
     InvLookupBuilder.build(file)
 
 
+#: the kinds of search a dense retriever offers
+SEARCHES = ("exact", "hnsw", "ivf")
+#: defaults: HNSW neighbours per node and candidate list at search time; IVF lists (None: 4 sqrt(n)) and lists probed
+SEARCH_DEFAULTS = {"hnsw_neighbours": 32, "ef_search": 128, "ivf_lists": None, "n_probe": 32}
+
+
 def open_flex_retriever(
     index, k: int = 1000, device: str = "cpu", search: str = "exact", **search_options
 ) -> pt.Transformer:
     """The top ``k`` (cut to the number of documents) of a FlexIndex (or its folder) for ``query_vec`` s on
     ``device`` (pyterrier_dr's torch retriever on a GPU, its numpy one else), cells scalar (:class:`ScalarResults`).
-    ``search='hnsw'`` or ``'ivf'`` searches approximately with FAISS (:mod:`~pyterrier_tite.store.faiss_search`;
-    ``search_options``: ``hnsw_neighbours``, ``ef_search``, ``ivf_lists``, ``n_probe``)."""
+    ``search='hnsw'`` or ``'ivf'`` searches approximately with FAISS (:func:`faiss_retriever`; ``search_options``:
+    ``hnsw_neighbours``, ``ef_search``, ``ivf_lists``, ``n_probe``)."""
     from pyterrier_dr import FlexIndex
 
-    from pyterrier_tite.store.faiss_search import FaissRetriever, check_search
-
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {', '.join(SEARCHES)}; got {search!r}")
     if not isinstance(index, FlexIndex):
         index = FlexIndex(str(index), verbose=False)
     k = max(1, min(int(k), len(index)))
-    if check_search(search) != "exact":
-        return FaissRetriever(index, search, k, **search_options)
+    if search != "exact":
+        return ScalarResults(faiss_retriever(index, search, k, **search_options))
     if str(device).startswith("cuda"):
         return ScalarResults(index.torch_retriever(num_results=k, device=str(device)))
     return ScalarResults(index.np_retriever(num_results=k))
@@ -160,3 +174,55 @@ class ScalarResults(pt.Transformer):
 
     def __repr__(self) -> str:
         return f"ScalarResults({self.retriever!r})"
+
+
+def faiss_retriever(flex, search: str, k: int, **options) -> pt.Transformer:
+    """pyterrier_dr's FAISS retriever (``query_vec`` -> the top ``k``) over the ``search`` (hnsw / ivf) index of
+    ``flex`` (:func:`faiss_index`); ``options`` (None: the default) override :data:`SEARCH_DEFAULTS`."""
+    from pyterrier_dr.flex.faiss_retr import FaissRetriever
+
+    unknown = set(options) - set(SEARCH_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown search settings {sorted(unknown)}; known: {sorted(SEARCH_DEFAULTS)}")
+    options = {**SEARCH_DEFAULTS, **{key: value for key, value in options.items() if value is not None}}
+    if search == "hnsw":
+        settings = {"m": int(options["hnsw_neighbours"])}
+        search_options = {"ef_search": max(int(options["ef_search"]), k)}
+    else:  # FAISS wants >= 39 training points per list
+        settings = {"lists": int(options["ivf_lists"] or max(1, min(len(flex) // 39, int(4 * np.sqrt(len(flex))))))}
+        search_options = {"n_probe": int(options["n_probe"])}
+    index = faiss_index(flex, search, settings)
+    return FaissRetriever(flex, index, num_results=k, drop_query_vec=True, index_spec=(search, *settings.values()),
+                          **search_options)  # fmt: skip
+
+
+def faiss_index(flex, search: str, settings: dict):
+    """The FAISS index of ``flex`` for ``search`` with build ``settings``: read from its file, else built from the
+    vectors and written all or nothing under its lock."""
+    import faiss
+
+    index_path = Path(flex.index_path)
+    name = f"faiss-{search}-" + "-".join(f"{k}{v}" for k, v in sorted(settings.items())) + ".index"
+    folder = index_path if os.access(index_path, os.W_OK) else Path(cache_dir("faiss", slug(str(index_path.resolve()))))
+    path = folder / name
+    if path.is_file():
+        return faiss.read_index(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with write_lock(path, wait=True):
+        if path.is_file():  # another process built it meanwhile
+            return faiss.read_index(str(path))
+        vectors = np.ascontiguousarray(flex.payload(return_docnos=False)[0], dtype=np.float32)
+        dim = vectors.shape[1]
+        if search == "hnsw":
+            index = faiss.IndexHNSWFlat(dim, settings["m"], faiss.METRIC_INNER_PRODUCT)
+        else:
+            quantizer = faiss.IndexFlatIP(dim)
+            index = faiss.IndexIVFFlat(quantizer, dim, settings["lists"], faiss.METRIC_INNER_PRODUCT)
+            sample = vectors[np.random.default_rng(0).permutation(len(vectors))[: 256 * settings["lists"]]]
+            index.train(sample)
+            index.quantizer = quantizer  # keep the quantizer alive with the index
+        index.add(vectors)
+        staging = path.with_name(f".{path.name}.{os.getpid()}")
+        faiss.write_index(index, str(staging))
+        os.replace(staging, path)
+    return index

@@ -22,6 +22,8 @@ FIFO_WAIT_SECONDS = 5.0
 
 #: the first bytes of each compressed format read here
 MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+#: the standard library's reader of each (zstd: ``zstandard``'s)
+OPENERS = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}
 
 
 def is_plain_file(path: str | os.PathLike) -> bool:
@@ -100,14 +102,8 @@ def _open_raw(path: str) -> BinaryIO:
 
 @contextlib.contextmanager
 def _decompressed(stream: BinaryIO, kind: str, path: str) -> Iterator[BinaryIO]:
-    if kind == "gzip":
-        with gzip.GzipFile(fileobj=stream, mode="rb") as f:
-            yield f
-    elif kind == "bzip2":
-        with bz2.BZ2File(stream, "rb") as f:
-            yield f
-    elif kind == "xz":
-        with lzma.LZMAFile(stream, "rb") as f:
+    if kind in OPENERS:
+        with OPENERS[kind](stream, "rb") as f:
             yield f
     else:
         try:

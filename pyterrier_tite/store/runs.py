@@ -139,8 +139,7 @@ def read_trec_run(path: str | os.PathLike, duplicates: str = "refuse") -> pd.Dat
 
 
 def _refuse_or_warn_duplicates(run: pd.DataFrame, path, duplicates: str) -> None:
-    qids, docnos = pd.factorize(run["qid"])[0], pd.factorize(run["docno"])[0]
-    repeated = pd.Series(qids.astype("int64") * (int(docnos.max()) + 1) + docnos).duplicated(keep="first")
+    repeated = run.duplicated(["qid", "docno"], keep="first")
     if not repeated.any():
         return
     count, i = int(repeated.sum()), int(repeated.to_numpy().argmax())

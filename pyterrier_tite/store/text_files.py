@@ -96,10 +96,6 @@ def json_text(value, name: str, where: str, row_id: str) -> str:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def without_gz(path: str) -> str:
-    return path[: -len(".gz")] if path.endswith(".gz") else path
-
-
 def whitespace_table(
     path: str | os.PathLike, width: int, what: str, layout: str, hints: dict[int, str] | None = None
 ) -> pd.DataFrame:

@@ -18,7 +18,6 @@ from pyterrier_tite.store.text_files import (
     json_text,
     jsonl_records,
     text_lines,
-    without_gz,
 )
 from pyterrier_tite.store.values import checked_id, checked_text
 
@@ -40,7 +39,7 @@ def load_topics(source: str) -> pd.DataFrame:
 
 
 def _topics_file(path: str) -> Iterator[tuple[str, str]]:
-    kind = without_gz(path).rsplit(".", 1)[-1]
+    kind = path.removesuffix(".gz").rsplit(".", 1)[-1]
     if kind == "jsonl":
         for number, record in jsonl_records(path):
             where = f"{path}, line {number}"

@@ -91,8 +91,7 @@ def pairwise_margin_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.T
     if student.shape[0] == 0 or n < 2:
         return student.new_zeros(())
     i, j = torch.triu_indices(n, n, offset=1, device=student.device)
-    diff = (teacher[:, i] - teacher[:, j]) - (student[:, i] - student[:, j])
-    return diff.pow(2).mean()
+    return F.mse_loss(student[:, i] - student[:, j], teacher[:, i] - teacher[:, j])
 
 
 def kl_distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:

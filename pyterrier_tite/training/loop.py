@@ -258,11 +258,8 @@ class Trainer:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
-        flat /= self.world_size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
+        for g, mean in zip(grads, flat.div_(self.world_size).split([g.numel() for g in grads]), strict=True):
+            g.copy_(mean.view_as(g))
 
     # -- the loop ----------------------------------------------------------------------------------------------
     def _micro_batches(self):

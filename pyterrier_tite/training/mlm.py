@@ -45,8 +45,6 @@ def bert_mlm(tokenizer, size: BertSize) -> nn.Module:
     """A randomly initialised ``BertForMaskedLM`` over ``tokenizer``'s vocabulary (decoder tied to the embeddings)."""
     from transformers import BertConfig, BertForMaskedLM
 
-    if size.hidden_size % size.num_heads:
-        raise ValueError(f"hidden_size {size.hidden_size} is not a multiple of num_heads {size.num_heads}")
     config = BertConfig(
         vocab_size=len(tokenizer),
         hidden_size=size.hidden_size,
@@ -130,14 +128,13 @@ class MlmLoss:
     def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], step: int):
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
-        labels = batch["labels"]
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        vocab = logits.shape[-1]
-        mlm = F.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100)
+        # the model's own MLM loss: cross-entropy over the masked positions (labels != -100)
+        output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        mlm, logits = output.loss, output.logits
         if self.objective == "mlm":
             return mlm, {"mlm": mlm.item()}
         activated = torch.log1p(torch.relu(logits))
-        mlm_splade = F.cross_entropy(activated.view(-1, vocab), labels.view(-1), ignore_index=-100)
+        mlm_splade = F.cross_entropy(activated.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
         reps = splade_pool(logits, batch["attention_mask"])
         flops_term = self.flops_weight(step) * flops(reps)
         parts = {

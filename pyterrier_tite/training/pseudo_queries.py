@@ -63,11 +63,7 @@ def pseudo_query_examples(
     docnos = sorted(texts)
     if max_docs is not None and len(docnos) > max_docs:
         docnos = sorted(rng.sample(docnos, max_docs))
-    pairs = {}
-    for docno in docnos:
-        pair = cloze_pair(texts[docno], rng, keep=keep)
-        if pair is not None:
-            pairs[docno] = pair
+    pairs = {d: pair for d in docnos if (pair := cloze_pair(texts[d], rng, keep=keep)) is not None}
     if not pairs:
         return []
     topics = pd.DataFrame({"qid": [f"ict-{d}" for d in pairs], "query": [q for q, _ in pairs.values()]})

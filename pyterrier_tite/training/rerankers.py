@@ -52,6 +52,8 @@ GROUP_LOSSES = {
     "ranknet": lambda scores, labels, teacher: ranknet_loss(scores, labels),
 }
 LOSSES = tuple(GROUP_LOSSES)
+#: ``qid`` and ``docno`` as strings: candidates, qrels and teacher scores join whatever types they were read as
+IDS_AS_STR = {"qid": str, "docno": str}
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -101,7 +103,7 @@ class RerankerTrainingData:
         self.negatives = negatives
         self.queries_per_batch = queries_per_batch
         self.seed = seed
-        frame = _str_ids(candidates)
+        frame = candidates.astype(IDS_AS_STR)
         frame = frame.assign(  # the rules every transformer checks its input with (store/values.py)
             query=checked_texts(frame["query"], frame["qid"], "query", "qid"),
             text=checked_texts(frame["text"], frame["docno"], "text", "docno"),
@@ -110,10 +112,10 @@ class RerankerTrainingData:
         if depth is not None:
             ranks = frame["rank"] if "rank" in frame else frame.groupby("qid").cumcount()
             frame = frame[ranks < depth]
-        frame = frame.merge(_str_ids(qrels)[["qid", "docno", "label"]], on=["qid", "docno"], how="left")
+        frame = frame.merge(qrels[["qid", "docno", "label"]].astype(IDS_AS_STR), on=["qid", "docno"], how="left")
         frame["label"] = frame["label"].fillna(0).astype(int).clip(lower=0)
         if teacher is not None:
-            scores = _str_ids(teacher)[["qid", "docno", "score"]].rename(columns={"score": "teacher_score"})
+            scores = teacher[["qid", "docno", "score"]].astype(IDS_AS_STR).rename(columns={"score": "teacher_score"})
             frame = frame.merge(scores, on=["qid", "docno"], how="left")
             if frame["teacher_score"].isna().any():
                 raise ValueError("the teacher has no score for some candidates")
@@ -154,11 +156,6 @@ class RerankerTrainingData:
             "labels": torch.tensor(np.stack([q.labels[p] for q, p in zip(queries, picks, strict=True)])),
             "teacher": teacher,
         }
-
-
-def _str_ids(frame: pd.DataFrame) -> pd.DataFrame:
-    """``qid`` and ``docno`` as strings: candidates, qrels and teacher scores join whatever types they were read as."""
-    return frame.assign(qid=frame["qid"].astype(str), docno=frame["docno"].astype(str))
 
 
 # ------------------------------------------------------------------------------------------------------------ train

@@ -107,8 +107,7 @@ def mask_inputs(input_ids, attention_mask, rate: float, mask_id: int, generator=
     if rate <= 0:
         return input_ids
     chosen = (torch.rand(input_ids.shape, generator=generator) < rate) & attention_mask.bool()
-    for i in protect:
-        chosen &= input_ids != i
+    chosen &= ~torch.isin(input_ids, torch.tensor(list(protect), dtype=input_ids.dtype, device=input_ids.device))
     return input_ids.masked_fill(chosen, mask_id)
 
 
