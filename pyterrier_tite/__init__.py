@@ -1,10 +1,7 @@
 """pyterrier_tite: efficient neural IR models (TITE, sparse cross-encoders, CELI, Aggretriever, SPLADE) as
-PyTerrier transformers.
+PyTerrier transformers."""
 
-Public API only. torch is imported first because the compiled extension links against libc10.
-"""
-
-import torch  # noqa: F401  (must precede the compiled extension)
+import torch  # noqa: F401  (must precede the compiled extension, which links against libc10)
 
 from pyterrier_tite import ops
 from pyterrier_tite.families import PUBLIC

@@ -1,8 +1,6 @@
-"""Measurement helpers shared by ``benchmarks/`` and the notebooks: best-of-n timing and peak memory of one call,
-and the random-weight models the efficiency benchmarks compare (a ``transformers`` BERT baseline against our sparse
-cross-encoder and TITE variants of the same depth and width). Speed does not depend on the weights, so none are
-loaded; what is compared is one run's ratios, never absolute times.
-"""
+"""Measurement helpers shared by ``benchmarks/`` and the notebooks: best-of-n timing and peak memory of one call, and
+the random-weight models the efficiency benchmarks compare (speed does not depend on the weights; what is compared is
+one run's ratios, never absolute times)."""
 
 from __future__ import annotations
 
@@ -42,10 +40,9 @@ def peak_bytes(fn, device: torch.device | str = "cpu") -> int:
 
 
 def best_time(fn, repeats: int, min_seconds: float, device: torch.device | str = "cpu") -> float:
-    """Seconds per call after a warm-up, over at least ``repeats`` runs, repeated until ``min_seconds`` passed (at
-    most 100 runs). CPU: the best run (fast calls get many tries, which keeps the minimum stable on a shared
-    machine). GPU: the median, timed with CUDA events (kernels run asynchronously; the host clock would time the
-    launches)."""
+    """Seconds per call after a warm-up, over at least ``repeats`` runs, until ``min_seconds`` passed (at most 100).
+    CPU: the best run (stable on a shared machine). GPU: the median, timed with CUDA events (kernels run
+    asynchronously; the host clock would time the launches)."""
     cuda = torch.device(device).type == "cuda"
     fn()  # warm-up (Triton compiles here)
     if cuda:
@@ -104,11 +101,7 @@ def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: 
                          torch.full((batch, 1), 102)], dim=1).to(model.device)  # fmt: skip
         types = torch.cat([torch.zeros(batch, query.shape[1] + 2), torch.ones(batch, docs.shape[1] + 1)], 1).long()
         types = types.to(model.device)
-
-        def run():
-            with torch.no_grad():
-                return model(input_ids=ids, token_type_ids=types).logits
-
+        run = torch.no_grad()(lambda: model(input_ids=ids, token_type_ids=types).logits)
         if graphs:  # one CUDA graph on the fixed inputs (no copies): the baseline's launch-free best case
             graph, out = capture_graph(run, ids.device)
             return lambda: (graph.replay(), out)[1]
@@ -116,19 +109,9 @@ def runner(model: torch.nn.Module, setting: Setting, query: torch.Tensor, docs: 
     if graphs:
         replay = SparseCEGraphs(lambda batch: {"score": model(batch).logits}, model, model.config.pad_token_id)
         cpu_batch = SparseCrossEncoderBatch.from_lists([query[0]], [list(docs)])
-
-        def run():
-            with torch.no_grad():
-                return replay(cpu_batch)["score"]
-
-        return run
+        return torch.no_grad()(lambda: replay(cpu_batch)["score"])
     batch_inputs = model.make_batch([query[0]], [list(docs)])
-
-    def run():
-        with torch.no_grad():
-            return model(batch_inputs).logits
-
-    return run
+    return torch.no_grad()(lambda: model(batch_inputs).logits)
 
 
 # ---- encoders: TITE variants and BERT of one depth and width, their FLOPs, batches and one timed pass
@@ -233,7 +216,7 @@ def load_texts(num_docs: int, num_queries: int, seed: int, path: str | None = No
     from pyterrier_tite import datasets
 
     rng = random.Random(seed)
-    docs, queries = [], []
+    queries = []
     scifact = datasets.get_dataset("scifact")
     sci_docs = [f"{d['title']} {d['text']}" for d in scifact.get_corpus_iter(verbose=False)]
     dl_docs = [d["text"] for d in datasets.get_dataset("dl19").get_corpus_iter(verbose=False)]

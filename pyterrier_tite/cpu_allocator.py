@@ -1,16 +1,9 @@
 """Keep glibc's heap for the large, short-lived tensors of CPU training.
 
-glibc serves every allocation above its mmap threshold (at most 32 MB by default) with a fresh ``mmap`` and gives it
-back with ``munmap`` when freed. A CPU training step allocates and frees many such tensors (activations, their
-gradients, an MLM's ``[batch, length, vocabulary]`` distributions), so each step pays the kernel for zeroing those pages
-again: on the 2-core machine of docs/results.md that was half the wall time of an Aggretriever step. Raising the mmap
-threshold (and the trim threshold with it) makes freed blocks stay in the heap for the next step; the price is a
-resident size that stays near the step's peak while the process lives. ``experiments/efficiency/cpu_allocator.py``
-measures it.
-
-The ``pyterrier-tite`` command and the training loop on the CPU apply this (:func:`keep_large_blocks`);
-``PYTERRIER_TITE_KEEP_HEAP=0`` turns it off. Elsewhere than glibc (musl, macOS, Windows) nothing changes.
-"""
+glibc maps each allocation above its mmap threshold afresh and unmaps it when freed, so every CPU training step pays
+the kernel for zeroing those pages again (half an Aggretriever step's wall time on a 2-core machine). Raised mmap and
+trim thresholds keep freed blocks in the heap, at the price of a resident size near the step's peak.
+``PYTERRIER_TITE_KEEP_HEAP=0`` turns it off; elsewhere than glibc nothing changes."""
 
 from __future__ import annotations
 
@@ -40,9 +33,7 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def keep_large_blocks() -> bool:
-    """Raise glibc's mmap and trim thresholds for this process (idempotent); True when they were set.
-
-    False when ``PYTERRIER_TITE_KEEP_HEAP=0``, when the C library is not glibc, or when glibc refused a value."""
+    """Raise glibc's mmap and trim thresholds for this process (idempotent); True when they were set."""
     if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     libc = _glibc()

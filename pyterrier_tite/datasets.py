@@ -1,14 +1,7 @@
 """Access to IR collections through ir_datasets, offline when ``IR_DATASETS_HOME`` points at a mirror.
 
-Standard IDs (``irds:vaswani``, ``irds:cranfield``, ``irds:beir/scifact/test``,
-``irds:msmarco-passage/trec-dl-2019/judged``, ...) go straight to ``pt.get_dataset``. Collections that ir_datasets
-does not know are read from ``$IR_DATASETS_HOME/local/`` and registered here under stable names:
-
-- ``irds:local/cisi``, ``irds:local/cacm``: docs, queries, qrels
-- ``irds:local/cranfield-graded``: Cranfield docs and queries with graded qrels (gain = 5 - Cleverdon code)
-
-Nothing hard-codes a folder: the home is ir_datasets' own (``IR_DATASETS_HOME`` or ``~/.ir_datasets``).
-"""
+Standard IDs go straight to ``pt.get_dataset``; ``local/cisi``, ``local/cacm`` and ``local/cranfield-graded`` (graded
+qrels: gain = 5 - Cleverdon code) are read from ``<ir_datasets home>/local/`` and registered here."""
 
 from __future__ import annotations
 
@@ -49,8 +42,7 @@ EVALUATION_COLLECTIONS = (
 
 
 class EvaluationDataError(ValueError):
-    """Training data that is evaluation data (or mixes it in), used without saying so: one line naming the collection,
-    why it is evaluation data and the flag that allows it."""
+    """Training on evaluation data without saying so: one line naming the collection, why and the flag to allow it."""
 
 
 #: a segment of an ir_datasets ID that names a held-out split (``test``, ``dev/small``, ``split200-valid``, ``eval``,
@@ -69,9 +61,8 @@ def training_id(name: str) -> str:
 
 
 def evaluation_reason(name: str) -> str | None:
-    """Why the queries and qrels of ``name`` (an ID, alias or TREC DL year) are evaluation data, or None: a collection
-    in :data:`EVALUATION_COLLECTIONS`, a held-out split (:data:`EVALUATION_SPLIT`), or a BEIR collection other than
-    a ``train`` split (BEIR's qrels are test qrels)."""
+    """Why the queries and qrels of ``name`` (an ID, alias or TREC DL year) are evaluation data, or None (BEIR's
+    qrels are test qrels unless the split is ``train``)."""
     dataset_id = training_id(name)
     segments = dataset_id.split("/")
     if dataset_id in EVALUATION_COLLECTIONS:
@@ -85,8 +76,7 @@ def evaluation_reason(name: str) -> str | None:
 
 
 def _train_split(name: str) -> str:
-    """``name``, or the ``train`` split of a bare ID whose splits share it (``beir/scifact`` -> ``beir/scifact/train``,
-    said in one line); a bare ID with evaluation splits and no train split is refused (its queries mix them)."""
+    """``name``, or the ``train`` split of a bare ID (``beir/scifact`` -> ``beir/scifact/train``, said in one line)."""
     dataset_id = irds_id(name)
     if any(EVALUATION_SPLIT.search(s) or s in TRAIN_SPLITS for s in dataset_id.split("/")[1:]):
         return name  # already a split (its sub-splits, e.g. train/judged, are subsets of it)
@@ -107,12 +97,9 @@ def _train_split(name: str) -> str:
 
 def check_training_data(name: str, *, uses: str = "labels", allow: bool = False) -> str:
     """The dataset a training entry point reads as ``name`` (``uses``: ``'labels'``, its queries / qrels, or
-    ``'documents'``, only its documents), checked here once for every command and training function.
-
-    Labels of evaluation data (:func:`evaluation_reason`) are refused with :class:`EvaluationDataError` unless
-    ``allow`` (``--allow-evaluation-data``), which is then said in one line on stderr; a bare ID that mixes splits
-    becomes its train split. Documents of an evaluation collection are allowed (pretraining on the target collection's
-    text, no queries or qrels: the transductive setting of SPLADE from scratch) and said in one line."""
+    ``'documents'``). Labels of evaluation data are refused with :class:`EvaluationDataError` unless ``allow``
+    (``--allow-evaluation-data``); a bare ID becomes its train split. Documents of an evaluation collection are
+    allowed (the transductive setting of SPLADE from scratch). What is allowed is said in one line on stderr."""
     if uses not in TRAINING_USES:
         raise ValueError(f"uses must be one of {TRAINING_USES}, got {uses!r}")
     if uses == "documents":
@@ -164,10 +151,8 @@ def collection_id(name: str | None) -> str | None:
 
 
 def same_documents(first: str | None, second: str | None) -> bool:
-    """Whether two collections (ir_datasets IDs) hold the same documents, by ir_datasets' docs handler: the splits of
-    ``beir/scifact`` share one corpus, ``msmarco-passage/trec-dl-2019/judged`` is ``msmarco-passage``'s,
-    ``local/cranfield-graded`` is ``cranfield``'s. True where a side is unknown (None) or has no documents: nothing
-    to compare."""
+    """Whether two collections (ir_datasets IDs) share ir_datasets' docs handler (the splits of ``beir/scifact``
+    do); True where a side is unknown (None) or has no documents: nothing to compare."""
     if first is None or second is None or first == second:
         return True
     handlers = []
@@ -185,9 +170,8 @@ def get_dataset(name: str):
 
 
 def known_id(name: str) -> str:
-    """The ir_datasets ID that ``name`` (an ID, alias or ``irds:`` ID) names; a name that is none (nor a file, where a
-    command takes one) is a ``FileNotFoundError`` naming the closest alias or ID (``vaswan``: did you mean
-    ``vaswani``?)."""
+    """The ir_datasets ID that ``name`` (an ID, alias or ``irds:`` ID) names, else a ``FileNotFoundError`` naming
+    the closest alias or ID."""
     register_local()
     dataset_id = irds_id(name)
     try:

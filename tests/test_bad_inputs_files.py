@@ -34,8 +34,7 @@ import pytest
 from _cli import cli_here
 
 from pyterrier_tite.store.corpus import DocumentTexts, iter_corpus
-from pyterrier_tite.store.qrels import load_qrels
-from pyterrier_tite.store.runs import read_trec_run, top_k
+from pyterrier_tite.store.runs import load_qrels, read_trec_run, top_k
 from pyterrier_tite.store.tira import read_queries, read_rerank
 from pyterrier_tite.store.topics import load_topics
 

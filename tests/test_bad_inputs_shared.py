@@ -276,7 +276,7 @@ INDEX_FILES = [_member("pt_meta.json", b'{"type": "dense_index", "format": "flex
 
 
 def _fetch(url: str) -> str:
-    from pyterrier_tite.store.packages import index_folder
+    from pyterrier_tite.store.downloads import index_folder
 
     return index_folder(url)
 
@@ -302,7 +302,7 @@ def test_the_cache_folder_follows_the_umask(tmp_path, served):
 def test_two_processes_fetching_one_new_url_both_succeed(tmp_path, served):
     root, url = served
     _package(root / "big.tar.lz4", [*INDEX_FILES, *(_member(f"part{i}", os.urandom(1 << 20)) for i in range(6))])
-    code = "import sys; from pyterrier_tite.store.packages import index_folder; print(index_folder(sys.argv[1]))"
+    code = "import sys; from pyterrier_tite.store.downloads import index_folder; print(index_folder(sys.argv[1]))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     procs = [subprocess.Popen([sys.executable, "-c", code, f"{url}/big.tar.lz4"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip

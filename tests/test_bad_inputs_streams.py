@@ -16,8 +16,7 @@ import time
 import pytest
 
 from pyterrier_tite.store import input_files
-from pyterrier_tite.store.qrels import load_qrels
-from pyterrier_tite.store.runs import read_trec_run
+from pyterrier_tite.store.runs import load_qrels, read_trec_run
 from pyterrier_tite.store.topics import load_topics
 
 RUN = "".join(f"{q} Q0 d{d} {d} {10 - d}.5 sys\n" for q in (1, 2) for d in range(1, 5))

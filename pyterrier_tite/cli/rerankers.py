@@ -18,7 +18,7 @@ def window(value: str) -> int | None | str:
 
 
 def build_reranker(args: argparse.Namespace):
-    """The reranker the model arguments describe (heads of a folder saved by us are reloaded when unchanged)."""
+    """The reranker the flags describe (a saved folder's heads reload when unchanged)."""
     from pyterrier_tite.pt.rerankers import CELI, MonoCE, SparseCE
     from pyterrier_tite.start_points import resolve
 

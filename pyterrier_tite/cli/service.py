@@ -1,9 +1,6 @@
-"""The work behind the batch commands (``index``, ``retrieve``, ``rerank``, ``tirex``): which kind of model a name is,
-building its index all or nothing, opening an index with the model that built it, re-ranking runs query chunk by
-query chunk. An index is the engine's own folder plus :data:`~pyterrier_tite.store.index_info.INDEX_INFO` naming its
-model (a model from a folder is kept inside it), so retrieval needs no ``--model`` and the index, or its package,
-nothing outside itself. The files and engines are ``store/``'s; this layer adds the models.
-"""
+"""The work behind the batch commands: which kind of model a name is, building its index, opening an index with the
+model that built it, re-ranking runs chunk by chunk. An index records its model (kept inside it when from a folder),
+so retrieval needs no ``--model`` and the index, or its package, nothing outside itself."""
 
 from __future__ import annotations
 
@@ -16,9 +13,8 @@ import pyterrier as pt
 
 from pyterrier_tite.pt.validation import one_query_per_qid
 from pyterrier_tite.store.cache import slug
-from pyterrier_tite.store.corpus import DocumentTexts
+from pyterrier_tite.store.corpus import SINGLE, DocumentTexts, Shard
 from pyterrier_tite.store.index_info import BM25, INDEX_INFO, index_info
-from pyterrier_tite.store.sharding import SINGLE, Shard
 from pyterrier_tite.store.values import checked_id, checked_text
 
 
@@ -29,9 +25,8 @@ def load_model(
     verbose: bool = False,
     precision: str | None = None,
 ):
-    """``(kind, transformer)`` for a model name: ``bm25`` -> ``("bm25", None)``; anything else through
-    :func:`pyterrier_tite.load` (shipped name, folder or hub id); ``precision`` (fp32 / bf16 / fp16) is its
-    ``dtype`` (default: the device's)."""
+    """``(kind, transformer)`` of a model name (``bm25`` -> ``("bm25", None)``, else :func:`pyterrier_tite.load`);
+    ``precision`` is its ``dtype``."""
     if name.lower() == BM25:
         return BM25, None
     from pyterrier_tite.pt.artifacts import load
@@ -54,7 +49,7 @@ def load_model(
 
 
 def model_kind(model) -> str:
-    """``dense``, ``splade`` or ``rerank``: the model's family's kind (``families.py``)."""
+    """``dense``, ``splade`` or ``rerank``."""
     return model.family.kind
 
 
@@ -75,10 +70,9 @@ def build_index(
     model=None,
     package_model: bool = True,
 ) -> str:
-    """Index ``corpus`` (``{docno, text}`` dicts) with a model into ``path``, all or nothing: dense models into a
-    FlexIndex, SPLADE and ``bm25`` into PISA. Returns the kind. With ``world_size > 1`` every rank calls this with
-    the same corpus, each encodes its share and rank 0 writes the index (BM25 is built by rank 0 alone). A model from
-    a folder is saved into the index (``model/``) unless ``package_model=False``."""
+    """Index ``corpus`` (``{docno, text}`` dicts) into ``path`` (dense: FlexIndex; SPLADE, ``bm25``: PISA) and return
+    the kind. With ``world_size > 1`` every rank calls it with the same corpus and encodes its share; rank 0 writes.
+    A model from a folder is saved into the index unless ``package_model=False``."""
     from pyterrier_tite.pt.artifacts import IndexRecord
     from pyterrier_tite.store.flex import build_flex_index
     from pyterrier_tite.store.pisa_build import build_pisa_index, build_toks_index
@@ -112,8 +106,7 @@ def build_index(
 
 
 def torch_shard(rank: int, world_size: int) -> Shard:
-    """This process's :class:`~pyterrier_tite.store.sharding.Shard`: rank 0 receives the other ranks' encodings with
-    ``torch.distributed.gather_object`` (an initialised process group, as under ``torchrun``)."""
+    """This process's ``Shard``: rank 0 gathers the other ranks' encodings (``torch.distributed.gather_object``)."""
     if world_size == 1:
         return SINGLE
 
@@ -128,7 +121,7 @@ def torch_shard(rank: int, world_size: int) -> Shard:
 
 
 def dense_vectors(model, batch_size: int):
-    """``docs -> float32 [N, D]`` with a ``pyterrier_dr.BiEncoder``'s ``encode_docs`` (of the ``text`` field)."""
+    """``docs -> float32 [N, D]`` with a ``pyterrier_dr.BiEncoder``'s ``encode_docs``."""
     import numpy as np
 
     def encode(docs: list[dict]) -> np.ndarray:
@@ -152,11 +145,8 @@ def index_retriever(
     search_options: dict | None = None,
     **load_options,
 ) -> pt.Transformer:
-    """Queries (qid, query) -> top ``k`` of an index built by :func:`build_index` (or any FlexIndex / PISA index):
-    :func:`pyterrier_tite.pt.artifacts.index_retriever` with the model the index holds or names unless ``model_name``
-    (loaded with :func:`load_model`'s ``load_options``) or an already loaded ``model`` is given, refused unless it is
-    of the index's kind and has the weights the index records; a dense index is searched exactly or approximately
-    (``search``: hnsw / ivf, see :func:`~pyterrier_tite.store.flex.faiss_retriever`)."""
+    """Queries -> top ``k`` of an index with the model it holds or names, or ``model_name`` / ``model``, refused
+    unless of the index's kind with the weights it records; ``search``: exact, or hnsw / ivf for dense indexes."""
     from pyterrier_tite.pt.artifacts import index_retriever as retriever_of
     from pyterrier_tite.pt.artifacts import weights_fingerprint
     from pyterrier_tite.store.index_info import check_fingerprint, model_for_index
@@ -179,13 +169,11 @@ def index_retriever(
             shown = "a re-ranker" if loaded_kind == "rerank" else f"a {loaded_kind} model"
             raise ValueError(f"{path} is a {kind} index but {model_name or model!r} is {shown}")
         check_fingerprint(path, info, model_name or repr(model), weights_fingerprint(model))
-    # checked before it is opened; k cut to the collection
     return retriever_of(path, k, model=model, threads=threads, search=search, search_options=search_options)
 
 
 def check_topics_collection(index: str | os.PathLike, info: dict, topics: str) -> None:
-    """Refuse topics of one collection (``topics``: an ir_datasets ID / alias, or a file: no check) against an index
-    that records the documents of another (different corpora, :func:`~pyterrier_tite.datasets.same_documents`)."""
+    """Refuse topics of one collection against an index of another (a topics file: no check)."""
     from pyterrier_tite.datasets import collection_id, same_documents
     from pyterrier_tite.store.index_info import indexed_collection
 
@@ -234,9 +222,8 @@ def rerank(
     chunk: int = 32,
     verbose: bool = True,
 ) -> pd.DataFrame:
-    """Re-score ``candidates`` (qid, query, docno[, text]) ``chunk`` queries at a time with a cross-encoder, or a
-    bi-encoder's / SPLADE's scorer; texts are added per chunk when ``texts`` is given. Returns ``qid, docno, score``
-    for every input row."""
+    """``qid, docno, score`` of every candidate, ``chunk`` queries at a time, by a re-ranker or a retriever's scorer
+    (texts added per chunk from ``texts``)."""
     scorer = model.scorer(verbose=False) if inspect.ismethod(getattr(model, "scorer", None)) else model
     if candidates.empty:
         raise ValueError("nothing to re-rank: the run has no rows for the topics")

@@ -1,5 +1,5 @@
 """CLI commands of the MLM-head retrievers: ``train-tokenizer``, ``pretrain-mlm``, ``train-splade``,
-``train-aggretriever``. Every knob is a flag so that the same commands run tiny (tests) or real (experiments)."""
+``train-aggretriever``; every knob is a flag, so the same commands run tiny (tests) or real (experiments)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,6 @@ def _add_fine_tuning_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _fold_spec(spec: str) -> str:
-    """Checked at parse time, so a bad fold fails before any model is loaded."""
     from pyterrier_tite.query_folds import parse_fold
 
     try:
@@ -202,8 +201,7 @@ def _examples(args: argparse.Namespace):
 
 
 def _fine_tuning_arguments(args: argparse.Namespace):
-    """``--dataset`` checked before any model is loaded (only its documents with ``--pseudo-queries``, else its
-    queries and qrels; a bare ID becomes its train split), then the training arguments."""
+    """``--dataset`` checked before any model is loaded, then the training arguments."""
     args.dataset = flags.checked_training_data(args, args.dataset, "documents" if args.pseudo_queries else "labels")
     return flags.training_arguments(args)
 

@@ -1,12 +1,6 @@
-"""``pyterrier-tite tirex rerank | retrieve``: the entry points of a TIRA / TIREx code submission.
-
-TIRA mounts the input at ``$inputDataset`` (or ``$TIRA_INPUT_DATASET``) and collects ``$outputDir`` (or
-``$TIRA_OUTPUT_DIR``); ``--input`` / ``--output-dir`` override them. ``rerank`` re-scores ``rerank.jsonl(.gz)``;
-``retrieve`` indexes ``documents.jsonl(.gz)`` / ``corpus.jsonl.gz`` in a temporary folder and retrieves for
-``queries.jsonl`` (or ``queries.xml``). Both write ``run.txt`` + ``ir-metadata.yml`` (by tirex-tracker when installed,
-measuring the work). No network is needed once the model is cached (``HF_HUB_OFFLINE=1``), and no Java (BM25 is PISA).
-See docs/tirex.md.
-"""
+"""``pyterrier-tite tirex rerank | retrieve``: the entry points of a TIRA / TIREx code submission (docs/tirex.md).
+Input and output folders come from TIRA's variables unless given; both write ``run.txt`` + ``ir-metadata.yml``
+(measured by tirex-tracker when installed); no network once the model is cached, and no Java (BM25 is PISA)."""
 
 from __future__ import annotations
 
@@ -48,12 +42,7 @@ def _folders(args: argparse.Namespace):
     return source, tira_dir(args.output_dir, OUTPUT_VARIABLES, "output")
 
 
-def _run_file(args: argparse.Namespace):
-    """The ``run.txt`` a command writes (its write lock is taken before any work)."""
-    return _folders(args)[1] / "run.txt"
-
-
-@command("tirex rerank", writes=_run_file)
+@command("tirex rerank", writes=lambda args: _folders(args)[1] / "run.txt")
 def run_tirex_rerank(args: argparse.Namespace) -> int:
     from pyterrier_tite.cli.service import load_model, rerank, system_name
     from pyterrier_tite.store.ir_metadata import tracked_run
@@ -74,7 +63,7 @@ def run_tirex_rerank(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("tirex retrieve", writes=_run_file)
+@command("tirex retrieve", writes=lambda args: _folders(args)[1] / "run.txt")
 def run_tirex_retrieve(args: argparse.Namespace) -> int:
     import tempfile
 

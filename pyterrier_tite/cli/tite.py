@@ -41,9 +41,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     ft.add_argument("--docs-per-query", type=int, default=4, help="positive + sampled negatives per query and step")
     flags.add_length_arguments(ft, query_max_length=32, doc_max_length=256)
     ft.add_argument("--no-markers", action="store_true", help="no [QUE]/[DOC] marker tokens")
-    ft.add_argument(
-        "--cosine", action="store_true", help="cls / mean: L2-normalised vectors (default: dot product, like TITE)"
-    )
+    ft.add_argument("--cosine", action="store_true", help="cls / mean: L2-normalised vectors (default: dot product)")
     ft.add_argument("--theta", type=float, default=0.0, help="in-sample negatives: teacher margin above theta")
     ft.add_argument("--no-distill", action="store_true", help="InfoNCE only (no Margin-MSE / KL)")
     ft.set_defaults(func=run_train_biencoder)
@@ -126,10 +124,8 @@ def build_model(args: argparse.Namespace):
 
 
 def build_teacher(name: str):
-    """The scorer whose scores become the samples' teacher scores (``None`` for 'none').
-
-    Margin-MSE copies the teacher's score margins, so the teacher should score on the student's scale: cosine
-    teachers ('minilm') have margins within [-2, 2] and drag dot-product students' margins down to that range."""
+    """The samples' teacher scorer (``None`` for 'none'); it should score on the student's scale: a cosine teacher's
+    margins ('minilm') drag a dot-product student's margins down to [-2, 2]."""
     from pyterrier_tite.families import kind_of
     from pyterrier_tite.pt.artifacts import load
     from pyterrier_tite.pt.bert_biencoder import BertBiEncoder

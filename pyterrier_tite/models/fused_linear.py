@@ -1,20 +1,18 @@
-"""Several ``nn.Linear`` applied as one GEMM: their weights and biases concatenated along the output dimension.
+"""Several ``nn.Linear`` applied as one GEMM, and oneDNN's linear + GELU on a bounded set of row counts.
 
-Checkpoints keep the separate tensors (so reference weights load unchanged); the concatenation is rebuilt when autograd
-needs it and, in inference, cached until one of the parameters changes (in place or by reassignment).
+Checkpoints keep the separate tensors; the concatenation is rebuilt when autograd needs it and, in inference, cached
+until one of the parameters changes (in place or by reassignment).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import GELUActivation
-
-#: optional per-projection transform of a weight or bias, e.g. a row reordering: (index of the linear, tensor) -> tensor
-Prepare = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 class ConcatenatedLinears:
@@ -27,11 +25,12 @@ class ConcatenatedLinears:
         self,
         key: Hashable,
         linears: Sequence[nn.Linear],
-        prepare: Prepare | None = None,
+        prepare: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
         dtype: torch.dtype | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Weight [sum(out), in] and bias [sum(out)] of ``linears``, for ``F.linear``; in ``dtype`` when given (the
-        autocast dtype: the cast autocast would make of a concatenation on every call, made once)."""
+        """Weight [sum(out), in] and bias [sum(out)] of ``linears``, for ``F.linear``, each first transformed by
+        ``prepare(index, tensor)`` (e.g. a row reordering); in ``dtype`` when given (the autocast dtype: the cast
+        autocast would make on every call, made once)."""
         stamp = tuple((t.data_ptr(), t._version) for lin in linears for t in (lin.weight, lin.bias))
         cacheable = not torch.is_grad_enabled()
         if cacheable and (hit := self._cache.get((key, dtype))) is not None and hit[0] == stamp:
@@ -47,9 +46,8 @@ class ConcatenatedLinears:
 
 
 def linear_gelu(dense: nn.Module, act: Callable[[torch.Tensor], torch.Tensor] | None, x: torch.Tensor) -> torch.Tensor:
-    """``act(dense(x))``; where ``act`` is the exact (erf) GELU and the tensors float32 on the CPU, one oneDNN kernel
-    (a linear layer with a GELU post-op) computes it without a second pass over the ``[T, 4H]`` activations: the same
-    numbers, less memory traffic."""
+    """``act(dense(x))``; for the exact (erf) GELU on float32 CPU tensors, one oneDNN kernel (a linear layer with a
+    GELU post-op): the same numbers without a second pass over the ``[T, 4H]`` activations."""
     exact_gelu = act is F.gelu or (type(act) is GELUActivation and act.act is F.gelu)
     if (
         exact_gelu
@@ -63,17 +61,14 @@ def linear_gelu(dense: nn.Module, act: Callable[[torch.Tensor], torch.Tensor] | 
     return act(dense(x))
 
 
-#: rows per call of the fused kernel; longer inputs run in chunks of this many rows (a row's result does not depend
-#: on the other rows, so chunking changes no number)
+#: rows per call of the fused kernel; longer inputs run in chunks (a row's result does not depend on the other rows)
 FUSED_CHUNK_ROWS = 1024
-#: a remainder of R rows is padded up to a multiple of 2^(floor(log2 R) - 3): at most 12.5% more rows
-_BUCKETS_PER_OCTAVE_LOG2 = 3
 
 
 def fused_row_bucket(rows: int) -> int:
-    """The row count a oneDNN kernel is called with for ``rows`` rows: 8 sizes per octave (at most 12.5% more rows),
-    so a few dozen sizes below :data:`FUSED_CHUNK_ROWS`, whatever the input lengths."""
-    step = max(16, 1 << max(0, rows.bit_length() - 1 - _BUCKETS_PER_OCTAVE_LOG2))
+    """The row count a oneDNN kernel is called with for ``rows`` rows: a multiple of 2^(floor(log2 rows) - 3), i.e.
+    8 sizes per octave (at most 12.5% more rows), so a few dozen sizes below :data:`FUSED_CHUNK_ROWS`."""
+    step = max(16, 1 << max(0, rows.bit_length() - 4))
     return -(-rows // step) * step
 
 
@@ -82,31 +77,25 @@ def _onednn_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
 
 
 def in_autocast_dtype(x: torch.Tensor) -> torch.Tensor:
-    """CPU states in the autocast dtype where autocast runs: the residual stream then stays bf16 / fp16, as in a model
-    cast to bf16 (CPU autocast keeps LayerNorm in its input's dtype). Float32 states would be cast again by every
-    linear layer (two copies per layer, 10% of a bf16 forward on an AMX CPU) and added and normalised at twice the
-    memory traffic. Scores agree with float32 as closely (Spearman per query >= 0.999 on DL19)."""
+    """CPU states in the autocast dtype where autocast runs, so the residual stream stays bf16 / fp16: float32 states
+    would be cast again by every linear layer (10% of a bf16 forward on an AMX CPU) and added and normalised at twice
+    the memory traffic. Scores agree with float32 as closely (Spearman per query >= 0.999 on DL19)."""
     if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
         return x.to(torch.get_autocast_dtype("cpu"))
     return x
 
 
 def gemm_rows(rows: int, x: torch.Tensor) -> int:
-    """The row count to give ``rows`` packed CPU states ``x`` whose linear layers run in bf16 / fp16 (autocast or
-    such weights): :func:`fused_row_bucket` (at most 12.5% more). oneDNN builds a kernel for every new row count (a
-    bf16 product of a new shape took 2.7x one of a cached shape on an AMX CPU), and every batch of packed tokens has a
-    new count. ``rows`` elsewhere: float32 runs MKL, which builds nothing per shape, and int8 bounds its own."""
+    """The row count to give ``rows`` packed CPU states ``x`` whose linear layers run in bf16 / fp16:
+    :func:`fused_row_bucket`, since oneDNN builds a kernel for every new row count (2.7x a cached shape's time on an
+    AMX CPU). ``rows`` elsewhere: float32 runs MKL, which builds nothing per shape, and int8 bounds its own."""
     low = torch.is_autocast_enabled("cpu") or x.dtype in (torch.bfloat16, torch.float16)
     return fused_row_bucket(rows) if x.device.type == "cpu" and low and rows > 0 else rows
 
 
 def _fused_linear_gelu_bounded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """oneDNN's linear + GELU on a bounded set of row counts.
-
-    oneDNN creates (and caches, up to 1,024 entries) a primitive with its own buffers for every new input shape; called
-    with each batch's token count, a long re-ranking run makes hundreds of them and its memory grows with the number
-    of pairs. Whole chunks of :data:`FUSED_CHUNK_ROWS` rows plus one remainder padded to :func:`fused_row_bucket` keep
-    the shapes, and so the memory, fixed."""
+    """oneDNN's linear + GELU on a bounded set of row counts: oneDNN caches a primitive with its own buffers per input
+    shape, so each batch's token count would grow a long run's memory with its number of pairs."""
     leading, features = x.shape[:-1], x.shape[-1]
     rows = x.reshape(-1, features)
     n = rows.shape[0]
@@ -115,29 +104,21 @@ def _fused_linear_gelu_bounded(x: torch.Tensor, weight: torch.Tensor, bias: torc
         _onednn_linear_gelu(rows[s : s + FUSED_CHUNK_ROWS], weight, bias) for s in range(0, whole, FUSED_CHUNK_ROWS)
     ]
     if n > whole:
-        rest = rows[whole:]
-        padded = fused_row_bucket(n - whole)
-        if padded > n - whole:
-            rest = torch.cat([rest, rest.new_zeros(padded - (n - whole), features)])
+        rest = F.pad(rows[whole:], (0, 0, 0, fused_row_bucket(n - whole) - (n - whole)))
         parts.append(_onednn_linear_gelu(rest, weight, bias)[: n - whole])
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return out.reshape(*leading, out.shape[-1])
 
 
-_FUSED_GELU: bool | None = None
-
-
+@functools.cache
 def _fused_linear_gelu_works() -> bool:
-    """oneDNN's ``linear + erf GELU`` kernel exists in this torch build and gives ``gelu(linear(x))`` (checked once)."""
-    global _FUSED_GELU
-    if _FUSED_GELU is None:
-        try:
-            x, w, b = torch.randn(5, 8), torch.randn(16, 8), torch.randn(16)
-            got = torch.ops.mkldnn._linear_pointwise(x, w, b, "gelu", [], "none")
-            _FUSED_GELU = torch.backends.mkldnn.is_available() and torch.allclose(got, F.gelu(F.linear(x, w, b)))
-        except (AttributeError, RuntimeError, NotImplementedError):
-            _FUSED_GELU = False
-    return _FUSED_GELU
+    """oneDNN's ``linear + erf GELU`` kernel exists in this torch build and gives ``gelu(linear(x))``."""
+    try:
+        x, w, b = torch.randn(5, 8), torch.randn(16, 8), torch.randn(16)
+        got = _onednn_linear_gelu(x, w, b)
+        return torch.backends.mkldnn.is_available() and torch.allclose(got, F.gelu(F.linear(x, w, b)))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
 
 
 #: the attention projection layers by their letter in a ``parts`` string of :func:`attention_projections`
@@ -147,9 +128,9 @@ PROJECTIONS = {"q": "query", "k": "key", "v": "value"}
 def attention_projections(
     attention: nn.Module, x: torch.Tensor, parts: str, cache: ConcatenatedLinears
 ) -> torch.Tensor:
-    """The projections ``parts`` ("qkv", "kv", "q") of an attention module with ``query`` / ``key`` / ``value`` layers,
-    concatenated on the last dimension: one GEMM over the concatenated weights (cached in ``cache``), the module's
-    joint int8 layers where it was quantized (``int8_projections``), else one call per layer."""
+    """The projections ``parts`` ("qkv", "kv", "q") of an attention module, concatenated on the last dimension: its
+    joint int8 layers where it was quantized (``int8_projections``), else one GEMM over weights cached in ``cache``
+    (one call per layer where they are not plain ``nn.Linear`` with a bias)."""
     int8 = getattr(attention, "int8_projections", {})
     if parts in int8:
         return int8[parts](x)

@@ -1,21 +1,12 @@
 """int8 linear layers that keep a cross-encoder's ranking (issue 73.4, ``benchmarks/int8_quality.py``).
 
-torch's dynamic quantization gives a whole batch one activation scale, so BERT's few outlier channels (large in every
-token) and outlier tokens squeeze everything else into a handful of int8 levels: on a trained MonoCE it cost 0.034
-nDCG@10 on DL19 (Spearman per query 0.92). Two changes keep the ranking (DL19 nDCG@10 0.003 below fp32 with AVX2
-kernels, 0.008 with VNNI; Spearman per query >= 0.97):
-
-* **one activation scale per token** (row): rows are quantized with their own scale and multiplied by
-  ``torch._int_mm`` (int8 x int8 -> int32, oneDNN's VNNI / AVX2 kernels), then rescaled per row and per output
-  channel (both passes compiled: :mod:`pyterrier_tite.ops.int8_rows`); on an AMX CPU, where ``torch._int_mm`` runs
-  oneDNN's older GEMM (3.5x slower than bf16 there), by oneDNN's AMX matmul (:func:`amx_int8_matmul`);
-* **outlier channels migrate into the weights** (SmoothQuant, ``x W^T = (x / s) (W s)^T``) where a LayerNorm feeds the
-  layer (Q | K | V and the feed-forward input): ``s = max|x|^a / max|W|^(1-a)`` with ``max|x|`` read from the
-  LayerNorm's own parameters (``|gamma| * SPREAD + |beta|``), so no calibration data is needed. BERT is post-LN (the
-  LayerNorm's output is also the residual), so ``1 / s`` is applied to the layer's input, not folded into the
-  LayerNorm.
-
-Layers without a LayerNorm before them (the attention output and feed-forward output) keep per-token scales alone.
+torch's dynamic quantization gives a batch one activation scale, so BERT's outlier channels and tokens squeeze the rest
+into a few int8 levels (0.034 nDCG@10 lost on DL19 by a trained MonoCE). Two changes keep the ranking (0.003 below
+fp32 with AVX2 kernels, 0.008 with VNNI): **one activation scale per token**, rows multiplied by ``torch._int_mm`` (or
+oneDNN's AMX matmul, where ``_int_mm`` is 3.5x slower than bf16); and **outlier channels migrated into the weights**
+(SmoothQuant, ``x W^T = (x / s) (W s)^T``) where a LayerNorm feeds the layer, with ``max|x|`` read from the LayerNorm's
+parameters (``|gamma| * SPREAD + |beta|``: no calibration data). BERT is post-LN (the LayerNorm's output is also the
+residual), so ``1 / s`` is applied to the layer's input, not folded into the LayerNorm.
 """
 
 from __future__ import annotations
@@ -41,9 +32,8 @@ _LAYER = re.compile(r"^(?P<prefix>.*)\.layer\.(?P<index>\d+)\.(?P<rest>.+)$")
 
 @functools.cache
 def weight_levels() -> int:
-    """The largest int8 weight level this machine's ``torch._int_mm`` multiplies exactly: 127, or 63 where it
-    saturates. Without VNNI (AVX2), oneDNN adds pairs of u8 x s8 products (activations shifted by 128) in int16,
-    which overflows past 2 x 255 x 63 = 32,130: there ``127 x 127`` rows came back as 8,160 instead of 1,032,256."""
+    """The largest int8 weight level this machine's ``torch._int_mm`` multiplies exactly: 127, or 63 where oneDNN
+    (AVX2, no VNNI) adds pairs of u8 x s8 products in int16, which overflows past 2 x 255 x 63 = 32,130."""
     rows, weights = torch.full((2, 64), 127, dtype=torch.int8), torch.full((64, 8), 127, dtype=torch.int8)
     return 127 if int(torch._int_mm(rows, weights)[0, 0]) == 64 * 127 * 127 else 63
 
@@ -51,7 +41,7 @@ def weight_levels() -> int:
 @functools.cache
 def amx_int8_matmul() -> bool:
     """Whether int8 products run on oneDNN's AMX matmul: a CPU with ``amx_int8`` where it gives ``torch._int_mm``'s
-    exact products (checked once)."""
+    products."""
     if "amx_int8" not in cpu_flags():
         return False
     try:
@@ -71,15 +61,13 @@ def _onednn_int8_mm(rows: torch.Tensor, packed: torch.Tensor, weight_scale: torc
 
 
 def _amx_layout(weight_t: torch.Tensor) -> torch.Tensor | None:
-    """oneDNN's AMX layout of the int8 weights ``[K, N]`` where :func:`amx_int8_matmul` (not in the state dict:
-    an opaque tensor for this machine, rebuilt from ``weight_t``)."""
+    """oneDNN's AMX layout of the int8 weights ``[K, N]`` where :func:`amx_int8_matmul` (opaque: no state dict)."""
     return torch.ops.onednn.qlinear_prepack(weight_t.t().contiguous(), None) if amx_int8_matmul() else None
 
 
 class Int8Linear(nn.Module):
-    """``x W^T + b`` with int8 weights (one scale per output channel, :func:`weight_levels` levels) and int8
-    activations (one scale per token), optionally after dividing the input channels by ``smoothing`` (whose factors
-    are already in the weights)."""
+    """``x W^T + b`` with int8 weights (one scale per output channel) and int8 activations (one per token), the input
+    channels optionally divided by ``smoothing`` (whose factors are already in the weights)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, smoothing: torch.Tensor | None = None):
         super().__init__()
@@ -101,14 +89,6 @@ class Int8Linear(nn.Module):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self.amx_weight = _amx_layout(self.weight_t)
-
-    @classmethod
-    def joint(cls, linears: list[nn.Linear], smoothing: torch.Tensor | None = None) -> Int8Linear:
-        """One layer computing ``linears`` (same input) concatenated, e.g. query | key | value: one quantization of
-        the input and one GEMM; per-output-channel scales make it exactly the separate layers' result."""
-        weight = torch.cat([linear.weight.detach() for linear in linears])
-        bias = torch.cat([linear.bias.detach() for linear in linears])
-        return cls(weight, bias, smoothing)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).float()
@@ -136,8 +116,7 @@ def migration_factors(linears: list[nn.Linear], norm: nn.LayerNorm, alpha: float
 
 
 def _feeding_norm(model: nn.Module, name: str) -> nn.LayerNorm | None:
-    """The LayerNorm whose output is the input of the BERT-style layer ``name`` (``...layer.<i>.attention.self.query``
-    or ``...layer.<i>.intermediate.dense``), or None (another layer, or another architecture's names)."""
+    """The LayerNorm feeding the BERT-style layer ``name`` (``attention.self.*``, ``intermediate.dense``), or None."""
     match = _LAYER.match(name)
     if match is None:
         return None
@@ -162,9 +141,8 @@ def quantize_linears(
     model: nn.Module, names: set[str], projections: dict[str, str], parts: tuple[str, ...]
 ) -> dict[str, dict[str, Int8Linear]]:
     """Replaces the ``nn.Linear`` layers ``names`` of ``model`` (in place) by :class:`Int8Linear`, migrating the
-    LayerNorm-fed ones. Returns, for each attention module whose projections (``projections``: letter -> layer name,
-    e.g. ``{"q": "query", ...}``) are all in ``names``, its joint layers ``{p: Int8Linear}`` for each ``p`` of
-    ``parts`` (e.g. "qkv"); they share the projections' migration factors, so each equals the separate layers."""
+    LayerNorm-fed ones. Returns, for each attention module whose ``projections`` (letter -> layer name) are all in
+    ``names``, its joint layers ``{p: Int8Linear}`` for each ``p`` of ``parts`` (e.g. "qkv"), equal to the separate."""
     factors: dict[str, torch.Tensor | None] = {}
     joints: dict[str, dict[str, Int8Linear]] = {}
     for name in sorted(names):
@@ -175,7 +153,10 @@ def quantize_linears(
             linears = {letter: model.get_submodule(f"{parent}.{layer}") for letter, layer in projections.items()}
             shared = None if norm is None else migration_factors(list(linears.values()), norm)
             factors.update(dict.fromkeys(members, shared))
-            joints[parent] = {p: Int8Linear.joint([linears[letter] for letter in p], shared) for p in parts}
+            joints[parent] = {}
+            for p in parts:  # one quantization of the input and one GEMM for the concatenated projections
+                weight, bias = (torch.cat([getattr(linears[c], t).detach() for c in p]) for t in ("weight", "bias"))
+                joints[parent][p] = Int8Linear(weight, bias, shared)
         if name not in factors:
             norm = _feeding_norm(model, name)
             factors[name] = None if norm is None else migration_factors([model.get_submodule(name)], norm)

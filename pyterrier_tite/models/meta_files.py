@@ -1,5 +1,4 @@
-"""Reading the JSON files of a model folder (``config.json``, ``pt_meta.json``), shared by the loaders
-(:mod:`~pyterrier_tite.models.checkpoint`) and the model card (:mod:`~pyterrier_tite.models.model_card`)."""
+"""Reading the JSON files of a model folder (``config.json``, ``pt_meta.json``)."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ def read_json(file: str | os.PathLike) -> dict:
 
 
 def read_meta(folder: str | os.PathLike, name: str = PT_META) -> dict:
-    """A model folder's ``pt_meta.json`` (what this package stored besides the weights; or another JSON file
-    ``name``); ``{}`` when there is none (a plain Hugging Face checkpoint). A malformed file raises ``ValueError``."""
+    """A model folder's ``pt_meta.json`` (or another JSON file ``name``); ``{}`` when there is none (a plain Hugging
+    Face checkpoint). A malformed file raises ``ValueError``."""
     file = os.path.join(os.fspath(folder), name)
     return read_json(file) if os.path.isfile(file) else {}

@@ -1,12 +1,7 @@
-"""Model cards: the ``README.md`` every saved model folder gets, rendered from its ``pt_meta.json``.
-
-The card has Hugging Face front matter (``license`` of the start model where one is known, ``tags``, ``base_model``,
-``library_name``, ``pipeline_tag``) and a body: what the model is, how to use it in PyTerrier, its settings, and the
-training command, data and evaluation table when a caller recorded them (:func:`write_model_card`). What the card says
-besides the settings lives in ``pt_meta.json`` under ``"card"``, so every later save or package renders the same card.
-
-A ``README.md`` we did not write (no :data:`MARKER` line) is never overwritten: delete the marker line to keep your own
-edits. Needs no PyTerrier, so the GPU scripts write the same cards."""
+"""Model cards: the ``README.md`` every saved model folder gets, rendered from its ``pt_meta.json`` (whose ``"card"``
+holds what the card says besides the settings, so every later save renders the same card). A ``README.md`` without
+the :data:`MARKER` line is the user's and is never overwritten. Needs no PyTerrier, so the GPU scripts write the same
+cards."""
 
 from __future__ import annotations
 
@@ -38,10 +33,9 @@ SHIPPED_HUB_IDS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
 #: a hub id (``org/name``): what a name must be to be fetched from the hub or passed on as ``base_model``
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 
-#: the hub's pipeline tag of each kind of model (``families.py``)
+#: the hub's pipeline tag of each kind of model
 PIPELINE_TAGS = {"dense": "feature-extraction", "splade": "feature-extraction", "rerank": "text-ranking"}
-#: transformer class of each family (``families.py``, which holds the card text) -> family tag, class, what it is,
-#: pipeline tag
+#: transformer class -> family tag, class, what it is (card text from ``families.py``), pipeline tag
 CARDS = {name: (tag, name, text, PIPELINE_TAGS[f.kind]) for f in FAMILIES
          for name, (tag, text) in zip(f.public, f.cards, strict=True)}  # fmt: skip
 #: how each family is used once loaded (``model`` is the loaded transformer)
@@ -70,8 +64,8 @@ def family(meta: dict) -> tuple[str, str, str, str]:
 
 # ------------------------------------------------------------------------------------------------- where from
 def hub_id(name: str | os.PathLike | None) -> str | None:
-    """The Hugging Face hub id a model name or folder stands for: the id itself, a snapshot folder of the hub cache
-    (``.../models--org--name/snapshots/<sha>``) or a shipped start point; None for other folders."""
+    """The hub id a model name or folder stands for: the id itself, a hub cache snapshot folder or a shipped start
+    point; None for other folders."""
     if name is None:
         return None
     name = os.fspath(name)
@@ -103,9 +97,8 @@ LICENSE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}")
 
 
 def front_matter(text: str) -> dict:
-    """The YAML front matter of a card (``{}`` when there is none, it is larger than :data:`MAX_FRONT_MATTER`, uses
-    aliases or does not parse): parsed as data only, never expanded. Aliases are refused: a card is someone else's
-    file, and a kilobyte of nested aliases expands to gigabytes (the "billion laughs")."""
+    """The YAML front matter of a card, parsed as data only (``{}`` when there is none, it is larger than
+    :data:`MAX_FRONT_MATTER`, does not parse or uses aliases: a kilobyte of nested ones expands to gigabytes)."""
     match = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|$)", text[: MAX_FRONT_MATTER + 16], re.S)
     if not match or len(match.group(1)) > MAX_FRONT_MATTER:
         return {}
@@ -127,8 +120,8 @@ def _head(file: str | os.PathLike, size: int) -> str:
 
 
 def license_id(value) -> str | None:
-    """``value`` when it is a short license id (:data:`LICENSE_ID`), else None: a card's ``license`` may be any YAML
-    object, and only an id is passed on."""
+    """``value`` when it is a short license id (:data:`LICENSE_ID`), else None (a card's ``license`` may be any YAML
+    object)."""
     return value if isinstance(value, str) and LICENSE_ID.fullmatch(value) else None
 
 
@@ -139,10 +132,9 @@ def base_models(value) -> list[str]:
 
 
 def origin_info(names: Iterable[str | os.PathLike | None]) -> dict:
-    """``base_model`` and ``license`` of a model started from ``names`` (hub ids or folders, first known wins): a
-    hub id is the base; a folder saved by us passes on its card's base and license; any folder's README front matter
-    gives its license. Only a short license id and hub-id bases are taken from a folder (:func:`license_id`,
-    :func:`base_models`); ``license_from`` names the base the license is inherited from."""
+    """``base_model`` and ``license`` of a model started from ``names`` (hub ids or folders, first known wins): a hub
+    id is the base; a folder of ours passes on its card's base and license, any folder's README front matter its
+    license (ids only). ``license_from`` names the base the license is inherited from."""
     bases: list[str] = []
     license_ = license_from = None
     for name in names:
@@ -155,39 +147,26 @@ def origin_info(names: Iterable[str | os.PathLike | None]) -> dict:
         readme = os.path.join(folder, CARD_FILE) if folder else None
         theirs = front_matter(_head(readme, MAX_FRONT_MATTER + 16)) if readme and os.path.isfile(readme) else {}
         found = [repo] if repo else base_models(card.get("base_model"))
-        for b in found:
-            if b not in bases:
-                bases.append(b)
+        bases = list(dict.fromkeys(bases + found))
         if license_ is None:
             license_ = known_license(repo) or license_id(card.get("license")) or license_id(theirs.get("license"))
             if license_:
                 license_from = repo or (found[0] if found else None)
-    info: dict = {}
-    if bases:
-        info["base_model"] = bases[0] if len(bases) == 1 else bases
-    if license_:
-        info["license"] = license_
-        if license_from:
-            info["license_from"] = license_from
-    return info
+    info = {"base_model": bases[0] if len(bases) == 1 else bases, "license": license_, "license_from": license_from}
+    return {k: v for k, v in info.items() if v}  # license_from is set with a license only
 
 
-# ---------------------------------------------------------------------------------------------------- reading
 def is_ours(readme: str | os.PathLike) -> bool:
-    """Whether a README.md is a card this package wrote (carries :data:`MARKER`, at the top: a huge README is read
-    no further)."""
+    """Whether a README.md is a card this package wrote (carries :data:`MARKER` near its top)."""
     return MARKER in _head(readme, 4 * MAX_FRONT_MATTER)
 
 
 # -------------------------------------------------------------------------------------------------- rendering
 def render_card(meta: dict, *, repo: str | None = None, dataset: bool = False, pretty_name: str | None = None) -> str:
     """The card of a model from its ``pt_meta.json`` (``meta``). ``repo``: where it is shared (``org/name``; a
-    placeholder otherwise). ``dataset``: the card of a PyTerrier artifact package (the dataset repo
-    ``model.to_hf(repo)`` uploads) rather than of a model repo (``model.push_to_hub(repo)``, read by ``t.load``).
-
-    Front matter is written by ``huggingface_hub`` (``ModelCardData`` / ``DatasetCardData``; an evaluation also as
-    ``model-index``). The card may carry facts of a folder someone else made, so every value is checked or escaped:
-    license and base models only as ids, text in code spans and fences longer than any backtick run inside it."""
+    placeholder otherwise). ``dataset``: the card of a PyTerrier artifact package (``model.to_hf(repo)``) rather than
+    of a model repo (``model.push_to_hub(repo)``). The card may carry facts of a folder someone else made, so every
+    value is checked or escaped: license and base models only as ids, text in code spans and fences it cannot close."""
     from huggingface_hub import DatasetCardData, ModelCardData
 
     tag, cls, description, pipeline_tag = family(meta)
@@ -341,8 +320,7 @@ def _evaluation(evaluation: dict[str, dict[str, float]]) -> list[str]:
 # ---------------------------------------------------------------------------------------------------- writing
 def write_card(folder: str | os.PathLike, meta: dict | None = None, repo: str | None = None) -> bool:
     """Writes ``README.md`` of a model folder from its ``pt_meta.json`` (or ``meta``); False, writing nothing, when
-    the folder has a README.md that is not ours (:data:`MARKER`) or its format has no card. ``repo``: the model repo
-    it is uploaded to (``push_to_hub``), named by the usage lines."""
+    its README.md is not ours or its format has no card. ``repo``: the model repo it goes to, named by the usage."""
     folder = os.fspath(folder)
     meta = read_meta(folder) if meta is None else meta
     readme = os.path.join(folder, CARD_FILE)
@@ -358,8 +336,8 @@ def write_card(folder: str | os.PathLike, meta: dict | None = None, repo: str | 
 
 
 def update_card(folder: str | os.PathLike, info: dict) -> dict:
-    """Merges ``info`` (``base_model``, ``license``, ``training``, ``evaluation``; None values ignored) into the
-    card of ``pt_meta.json`` and rewrites the README.md (:func:`write_card`); returns the card."""
+    """Merges ``info`` (None values ignored) into the card of ``pt_meta.json``, rewrites the README.md, returns the
+    card."""
     folder = os.fspath(folder)
     meta = read_meta(folder)
     if not meta:

@@ -1,20 +1,10 @@
 """Inference of a full-attention BERT / ELECTRA encoder on packed rows: no compute on padding.
 
-The pairs ``[CLS] q [SEP] d [SEP]`` of a batch are concatenated into one row of tokens (``[T, H]`` hidden states,
-``cu_seqlens`` offsets), so every linear layer, norm and activation runs on real tokens only; attention scatters the
-fused query / key / value projection into a padded ``[B, heads, L, d]`` layout for SDPA (key mask) and gathers the
-result back (one zeroed padded buffer per batch, reused by every layer). The feed-forward's first linear layer runs
-with its exact GELU fused (oneDNN's linear with a GELU post-op, on float32 CPU tensors): the same erf GELU without a
-pass over the ``[T, 4H]`` activations (``benchmarks/passages.py`` measures the whole path). When only the
-[CLS] state is read (the "cls" head, [CLS] pooling), the last layer projects keys and values of every token and
-computes the rest (query, attention, output projection, feed-forward) for the [CLS] rows alone. The maths is the
-``transformers`` forward's (same operations per token); only rows that change no output are not computed.
-
-Used in inference (no grad) for BERT and ELECTRA backbones with absolute positions by
-:class:`~pyterrier_tite.models.cross_encoder.modeling.CrossEncoderScorer` (pairs) and by
-:class:`~pyterrier_tite.models.bert_biencoder.modeling.PooledEncoder` (single texts, from their right-padded batch),
-and for every token's states (:meth:`PackedEncoder.tokens`) by SPLADE and Aggretriever, whose MLM heads then run on
-real tokens only; anything else runs the ``transformers`` forward.
+The rows of a batch are concatenated (``[T, H]`` states, ``cu_seqlens`` offsets), so every linear layer, norm and
+activation runs on real tokens only; attention scatters the fused Q|K|V projection into a padded ``[B, heads, L, d]``
+buffer for SDPA (key mask) and gathers the result back. When only the [CLS] state is read, the last layer computes
+keys and values of every token and the rest for the [CLS] rows alone. The maths is the ``transformers`` forward's
+(same operations per token); only rows that change no output are skipped. Inference only (no grad), absolute positions.
 """
 
 from __future__ import annotations
@@ -91,18 +81,17 @@ def supports_packed(backbone: nn.Module) -> bool:
 
     config = getattr(backbone, "config", None)
     base = getattr(backbone, "base_model", None)
-    if config is None or type(base) not in (BertModel, ElectraModel):
+    if config is None or type(base) not in (BertModel, ElectraModel) or config.is_decoder:
         return False
-    if getattr(config, "position_embedding_type", "absolute") != "absolute" or config.is_decoder:
-        return False
-    if getattr(base, "embeddings_project", None) is not None:
+    absolute = getattr(config, "position_embedding_type", "absolute") == "absolute"
+    if not absolute or getattr(base, "embeddings_project", None) is not None:
         return False
     layers = getattr(getattr(base, "encoder", None), "layer", None)
     return layers is not None and all(not getattr(layer, "add_cross_attention", False) for layer in layers)
 
 
 class PackedEncoder:
-    """The packed forward of one backbone's encoder (see the module docstring); holds the fused projections."""
+    """The packed forward of one backbone's encoder; holds the fused projections."""
 
     def __init__(self, backbone: nn.Module):
         self.backbone = backbone
@@ -113,12 +102,11 @@ class PackedEncoder:
         return self._forward(pairs, cls_only) if cls_only else pairs.layout.pad(self._forward(pairs, False))
 
     def tokens(self, pairs: PackedPairs) -> torch.Tensor:
-        """Last-layer states of every token, packed ``[T, H]`` (rows one after another, as in ``pairs``): what a head
-        that reads every token (an MLM's) runs on, with no padding."""
+        """Last-layer states of every token, packed ``[T, H]`` as in ``pairs``: what an MLM head runs on."""
         return self._forward(pairs, False)[: pairs.layout.total]
 
     def _forward(self, pairs: PackedPairs, cls_only: bool) -> torch.Tensor:
-        """Last-layer states of the [CLS] rows, or of every row (scratch rows included: ``PackedLayout.scratch``)."""
+        """Last-layer states of the [CLS] rows, or of every row (``PackedLayout.scratch`` rows included)."""
         base = self.backbone.base_model
         emb = base.embeddings
         layout = pairs.layout
@@ -150,8 +138,7 @@ class PackedEncoder:
 
     @staticmethod
     def _cls_layer(layer, fused, x, layout: PackedLayout, buffers) -> torch.Tensor:
-        """The last layer for the [CLS] rows alone ``[B, H]``: keys and values of every token, queries, output and
-        feed-forward of the [CLS] rows only (the score reads nothing else)."""
+        """The last layer for the [CLS] rows alone ``[B, H]``: keys and values of every token, the rest of [CLS]."""
         attn = layer.attention.self
         heads, size = attn.num_attention_heads, attn.attention_head_size
         batch = layout.batch_size
@@ -167,8 +154,7 @@ class PackedEncoder:
 def packed_mlm_encoder(mlm: nn.Module, current: PackedEncoder | None = None) -> PackedEncoder | None:
     """The packed encoder of a BERT masked LM whose head is ``mlm.cls`` (``current`` when it already wraps ``mlm``, so
     its fused projections are kept); None where the packed forward does not apply (another architecture, training)."""
-    if mlm.training or getattr(mlm.config, "model_type", None) != "bert" or not hasattr(mlm, "cls"):
-        return None
-    if not supports_packed(mlm):
+    bert_mlm = not mlm.training and getattr(mlm.config, "model_type", None) == "bert" and hasattr(mlm, "cls")
+    if not (bert_mlm and supports_packed(mlm)):
         return None
     return current if current is not None and current.backbone is mlm else PackedEncoder(mlm)

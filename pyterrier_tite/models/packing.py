@@ -1,9 +1,7 @@
 """Packed (varlen) batches: ``[total_tokens, ...]`` rows plus ``cu_seqlens``, and the padded views attention needs.
 
-TITE, the packed BERT forward of the cross-encoders and bi-encoders (:mod:`pyterrier_tite.models.packed_bert`) and the
-sparse cross-encoder's doc rows keep hidden states packed (no FLOPs on padding in the linear layers) and only pad around
-attention, where the kernels want ``[B, heads, L, d]``. Everything a layer needs about a layout (row -> sequence,
-position in sequence, padded slot) is computed once and shared by all layers.
+Hidden states stay packed (no FLOPs on padding in the linear layers) and are padded only around attention, where the
+kernels want ``[B, heads, L, d]``; what a layer needs about a layout is computed once and shared by all layers.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ class PackedLayout:
     lengths: torch.Tensor
     cu_seqlens: torch.Tensor
     max_len: int
-    #: rows the packed tensors carry past ``total`` (row counts rounded up to a few sizes, oneDNN builds a kernel per
-    #: count: :func:`~pyterrier_tite.models.fused_linear.gemm_rows`): computed, never read
+    #: rows the packed tensors carry past ``total`` (:func:`~pyterrier_tite.models.fused_linear.gemm_rows`): never read
     scratch: int = 0
 
     @classmethod
@@ -69,11 +66,8 @@ class PackedLayout:
 
     @cached_property
     def key_mask(self) -> torch.Tensor | None:
-        """Boolean ``[B, 1, 1, max_len]`` mask of real keys for SDPA, or None when nothing is padded.
-
-        An empty sequence keeps its (zero) first slot unmasked so its padded query rows do not produce NaN; those rows
-        are dropped when unpadding.
-        """
+        """Boolean ``[B, 1, 1, max_len]`` mask of real keys for SDPA, or None when nothing is padded (an empty
+        sequence keeps its first slot unmasked, so its padded query rows, dropped when unpadding, are not NaN)."""
         if self.is_dense:
             return None
         slots = torch.arange(self.max_len)
@@ -99,9 +93,8 @@ class PackedLayout:
     def padded_heads(
         self, projected: torch.Tensor, parts: int, heads: int, buffers: dict[int, torch.Tensor]
     ) -> tuple[torch.Tensor, ...]:
-        """``[total, parts * H]`` projections (e.g. Q|K|V) as ``parts`` views ``[B, heads, max_len, d]`` for attention.
-        Unless the layout is dense they are views of a zeroed buffer in ``buffers`` (one per width), reused by every
-        layer: padding slots stay zero and each call overwrites the token slots."""
+        """``[total, parts * H]`` projections (e.g. Q|K|V) as ``parts`` views ``[B, heads, max_len, d]``: unless the
+        layout is dense, of a zeroed buffer in ``buffers`` (one per width) that every layer reuses (padding stays 0)."""
         width = projected.shape[-1]
         projected = projected[: self.total]  # scratch rows stay out
         if self.is_dense:

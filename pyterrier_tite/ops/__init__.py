@@ -1,7 +1,5 @@
-"""Kernels behind one dispatcher each: Triton (GPU) | compiled csrc (CPU, CUDA) | pure-torch reference.
-
-``backends()`` lists, per op, the backends available on this machine, most preferred first.
-"""
+"""Kernels behind one dispatcher each: Triton (GPU) | compiled csrc (CPU) | pure-torch reference; ``backends()`` lists
+each op's backends available here, most preferred first."""
 
 from pyterrier_tite.ops._extension import backends, extension
 from pyterrier_tite.ops.dropout import Dropout, dropout, use_fast_dropout

@@ -1,12 +1,7 @@
 """The compiled CPU kernels (``csrc/``) and the registry of kernel backends.
 
-The package is pure Python: its C++ sources ship inside it and are compiled on first use for the torch at hand
-(``torch.utils.cpp_extension.load`` with ninja, the C++ standard torch's headers ask for), so the kernels always match
-the installed torch, whichever version or build it is. The result is cached per torch version, C++ ABI, Python and a
-hash of the sources in torch's own extension cache (``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``);
-one process compiles while others wait on the cache's lock. Without a compiler (or when the build fails) one warning
-says so and every dispatcher falls back to the pure-torch reference. ``pyterrier-tite doctor`` compiles them ahead
-of time and reports what was chosen.
+The C++ sources ship in the package and are compiled on first use for the torch at hand (cached per torch version, C++
+ABI, Python and source hash); without a compiler one warning says so and every op falls back to the torch reference.
 """
 
 from __future__ import annotations
@@ -95,8 +90,7 @@ class _NoToolchain(RuntimeError):
 
 
 def _build(cpp: list[Path], target: str) -> ModuleType:
-    """Compile ``cpp`` into ``target`` under its lock (another process compiling them is waited for), all or
-    nothing: an interrupted build leaves no half-built library behind."""
+    """Compile ``cpp`` into ``target`` under its lock (waiting for another process compiling them), all or nothing."""
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
         raise _NoToolchain(f"no C++ compiler ({compiler}) found: install g++ or set CXX")
@@ -155,6 +149,8 @@ def has_triton() -> bool:
 
 # op name -> list of (backend name, availability check)
 _REGISTRY: dict[str, list[tuple[str, Callable[[], bool]]]] = {}
+#: the device type each compiled backend runs on ("torch" runs anywhere)
+_RUNS_ON = {"csrc-cpu": "cpu", "triton": "cuda"}
 
 
 def register_backends(op: str, backends: list[tuple[str, Callable[[], bool]]]) -> None:
@@ -163,10 +159,8 @@ def register_backends(op: str, backends: list[tuple[str, Callable[[], bool]]]) -
 
 
 def backends() -> dict[str, list[str]]:
-    """The backends available on this machine for every op, most preferred first.
-
-    ``csrc-cpu`` are the compiled CPU kernels, ``triton`` the Triton kernels, ``torch`` the reference.
-    """
+    """The backends available here for every op, most preferred first: ``csrc-cpu`` (compiled CPU kernels),
+    ``triton``, ``torch`` (the reference)."""
     return {op: [name for name, available in entries if available()] for op, entries in _REGISTRY.items()}
 
 
@@ -183,17 +177,4 @@ def choose_backend(op: str, device: torch.device, requested: str | None) -> str:
         if requested not in candidates:
             raise RuntimeError(f"backend {requested!r} for {op} is not available here (available: {candidates})")
         return requested
-    for name in candidates:
-        if _runs_on(name, device):
-            return name
-    return "torch"
-
-
-def _runs_on(backend: str, device: torch.device) -> bool:
-    if backend == "torch":
-        return True
-    if backend == "csrc-cpu":
-        return device.type == "cpu"
-    if backend == "triton":
-        return device.type == "cuda"
-    return False
+    return next((name for name in candidates if name == "torch" or _RUNS_ON.get(name) == device.type), "torch")

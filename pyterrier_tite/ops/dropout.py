@@ -1,13 +1,9 @@
 """Dropout for CPU training: the compiled counter-based kernel (``csrc/dropout_cpu.cpp``) or ``F.dropout``.
 
-ATen draws one Bernoulli number per element, which made dropout about 15% of a cross-encoder's bf16 training step on
-2 CPU cores. The kernel hashes (seed, position) instead: four elements per 64-bit hash, no mask kept for the backward
-pass (it regenerates the mask from the seed), and the same result for any number of threads. The seed is drawn from
-torch's CPU generator, so ``torch.manual_seed`` and a checkpoint's saved RNG state make training reproducible as
-before. Statistically it is the same dropout: each element is dropped independently with probability p (used to
-1/65536), and kept ones are scaled by the inverse of the exact keep probability.
-
-Other devices keep ``F.dropout`` (CUDA's is fused already); so does ``PYTERRIER_TITE_BACKEND=torch``.
+ATen draws one Bernoulli number per element (about 15% of a cross-encoder's bf16 training step on 2 CPU cores). The
+kernel hashes (seed, position) instead: no mask kept for the backward pass, the same result for any number of threads,
+and the seed comes from torch's CPU generator, so ``torch.manual_seed`` keeps training reproducible. Each element is
+still dropped independently with probability p (to 1/65536). Other devices keep ``F.dropout``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Per-token int8 quantization around ``torch._int_mm`` (:class:`~pyterrier_tite.models.int8_linear.Int8Linear`):
-the compiled CPU kernels (``csrc/int8_rows_cpu.cpp``: one pass each) or the same arithmetic in torch ops (the
-reference; six elementwise kernels). Both scale by ``1 / scale``, clamp to [-127, 127] and round half to even, so
-they give the same int8 values."""
+"""Per-token int8 quantization around ``torch._int_mm``: the compiled CPU kernels (``csrc/int8_rows_cpu.cpp``: one
+pass each) or the same arithmetic in torch ops, giving the same int8 values (scale by ``1 / scale``, clamp to
+[-127, 127], round half to even)."""
 
 from __future__ import annotations
 

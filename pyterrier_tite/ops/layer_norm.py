@@ -1,17 +1,9 @@
 """``LayerNorm(x + residual)``, the closing step of every post-LN BERT sub-layer, as one op.
 
-On a GPU the eager path is two memory-bound passes (the add writes the sum, LayerNorm reads it back) and torch's
-LayerNorm kernel runs far below memory bandwidth at BERT widths (measured on an H200: 98 us per call on
-[65k, 384] bf16, about 1 TB/s); the Triton kernel reads both inputs once and writes once. It serves inference only:
-with gradients, or on the CPU, the op is ``F.layer_norm(x + residual)`` itself.
-
-Its launch goes through Triton's Python launcher, which costs more host time than an aten kernel; where the host
-already limits the pace (eager sparse cross-encoder on an H200: 4k-token documents went from 0.50 to 0.60 ms each)
-that loses more than the kernel gains, so the sparse cross-encoder calls it only inside its CUDA graphs, where
-launches cost nothing (passages: 1.18x -> 1.3-1.6x HF BERT).
-
-The output dtype is what the eager path gives: float32 inside a CUDA autocast region (autocast runs LayerNorm in
-float32), else the promoted dtype of the two inputs.
+On a GPU the Triton kernel reads both inputs once and writes once, where eager torch makes two memory-bound passes far
+below bandwidth (H200: 98 us per call on [65k, 384] bf16). Inference only: with gradients, or on the CPU, it is
+``F.layer_norm(x + residual)``. Triton's Python launcher costs host time, so the sparse cross-encoder calls it only
+inside its CUDA graphs. The output dtype is the eager path's: float32 under CUDA autocast, else the promoted one.
 """
 
 from __future__ import annotations

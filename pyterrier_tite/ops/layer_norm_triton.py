@@ -1,8 +1,5 @@
-"""Triton kernel of ``LayerNorm(x + residual)`` in one pass (GPU; also CPU tensors under ``TRITON_INTERPRET=1``).
-
-Each program normalises ``ROWS`` rows: both inputs are read once, summed and normalised in fp32, and the result is
-written once in the output dtype, where the eager path writes the sum, reads it back and normalises it.
-"""
+"""Triton kernel of ``LayerNorm(x + residual)`` in one pass (GPU; CPU tensors under ``TRITON_INTERPRET=1``): both
+inputs read once, summed and normalised in fp32, the result written once in the output dtype."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Packed (varlen) mean pooling with kernel k and stride s, the op TITE shrinks its sequences with.
 
 Sequences are packed into ``x [total_tokens, H]`` with offsets ``cu_seqlens`` (int32, leading 0). A sequence of length
-L pools to ``ceil(max(0, L - k) / s) + 1`` rows (0 when L = 0); output row j is the mean of positions
-``[j*s, min(j*s + k, L))`` -- a truncated last window averages over the tokens it has.
+L pools to ``ceil(max(0, L - k) / s) + 1`` rows (0 when L = 0); row j averages positions ``[j*s, min(j*s + k, L))``
+(a truncated last window averages over the tokens it has).
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ def packed_mean_pool_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pure-torch definition of the op (differentiable through autograd); accumulates in float32 or better."""
     out_cu = pooled_cu_seqlens(cu_seqlens, kernel, stride)
-    starts, counts = _window_rows(cu_seqlens, out_cu, kernel, stride)
+    out_lengths = (out_cu[1:] - out_cu[:-1]).long()  # every pooled row: its sequence, index j, first input row, count
+    seq_of_row = torch.repeat_interleave(torch.arange(out_lengths.numel(), device=cu_seqlens.device), out_lengths)
+    j = torch.arange(int(out_cu[-1]), device=cu_seqlens.device) - out_cu[:-1].long()[seq_of_row]
+    starts = cu_seqlens[:-1].long()[seq_of_row] + j * stride
+    counts = torch.minimum(j * stride + kernel, (cu_seqlens[1:] - cu_seqlens[:-1]).long()[seq_of_row]) - j * stride
     offsets = torch.arange(kernel, device=x.device)
     rows = starts[:, None] + offsets[None, :]  # [T', k]
     valid = offsets[None, :] < counts[:, None]
@@ -57,13 +61,9 @@ def packed_mean_pool(
     out_cu_seqlens: torch.Tensor | None = None,
     out_total: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pool packed sequences; returns ``(pooled [total_pooled, H], pooled_cu_seqlens)``.
-
-    ``backend`` forces one of ``pyterrier_tite.ops.backends()['packed_mean_pool']``; by default the fastest for the
-    device of ``x`` is used (Triton on GPU, compiled C++ on CPU, the torch reference otherwise). ``out_cu_seqlens``
-    and ``out_total``: the pooled offsets and row count when the caller already knows them (a model that planned its
-    layouts), which spares their recomputation and, on GPU, a device-to-host sync for the output size.
-    """
+    """Pool packed sequences; returns ``(pooled [total_pooled, H], pooled_cu_seqlens)``. ``backend`` forces one of
+    ``backends()['packed_mean_pool']`` (default: the fastest for ``x``'s device). ``out_cu_seqlens`` / ``out_total``:
+    the pooled offsets and row count where the caller knows them (on GPU this spares a device-to-host sync)."""
     if x.dim() != 2:
         raise ValueError(f"x must be packed as [total_tokens, hidden], got shape {tuple(x.shape)}")
     cu_seqlens = cu_seqlens.to(device=x.device, dtype=torch.int32)
@@ -94,20 +94,6 @@ class _CsrcPackedMeanPool(torch.autograd.Function):
         cu_seqlens, out_cu = ctx.saved_tensors
         grad_x = torch.ops.tite.packed_mean_pool_backward(grad.contiguous(), cu_seqlens, out_cu, ctx.kernel, ctx.stride)
         return grad_x, None, None, None, None
-
-
-def _window_rows(
-    cu_seqlens: torch.Tensor, out_cu: torch.Tensor, kernel: int, stride: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every pooled row: first packed input row of its window and number of tokens in it."""
-    out_lengths = (out_cu[1:] - out_cu[:-1]).long()
-    seq_of_row = torch.repeat_interleave(torch.arange(out_lengths.numel(), device=cu_seqlens.device), out_lengths)
-    j = torch.arange(int(out_cu[-1]), device=cu_seqlens.device) - out_cu[:-1].long()[seq_of_row]
-    seq_start = cu_seqlens[:-1].long()[seq_of_row]
-    seq_len = (cu_seqlens[1:] - cu_seqlens[:-1]).long()[seq_of_row]
-    starts = seq_start + j * stride
-    counts = torch.minimum(j * stride + kernel, seq_len) - j * stride
-    return starts, counts
 
 
 def _check_kernel_stride(kernel: int, stride: int) -> None:

@@ -1,8 +1,6 @@
-"""Triton kernels of packed mean pooling (GPU; also runs on CPU tensors under ``TRITON_INTERPRET=1``).
+"""Triton kernels of packed mean pooling (GPU; CPU tensors under ``TRITON_INTERPRET=1``), as in ``pooling.py``.
 
-Same definition as ``pooling.py``: output row j of a sequence averages input rows ``[j*s, min(j*s + k, L))``.
-Both passes gather (one program per output row, resp. per input row, and a block of hidden units), so no atomics;
-values are upcast to fp32 inside the kernel and the result is cast back to the input dtype.
+Both passes gather (one program per output row, resp. input row, and block of hidden units): no atomics; fp32 inside.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Windowed (banded) attention of the sparse cross-encoder: one fused attention op.
+"""Windowed (banded) attention of the sparse cross-encoder, as one fused attention op.
 
 Band storage (paper, section 3.3): for a window ``w >= 0`` the band has ``2w + 1`` columns and
-``A[..., i, j] = q_i . k_{i + j - w}``. Entries whose key ``i + j - w`` lies outside ``[0, L)`` are *out of range*:
-the pure-torch band products write 0 there and ignore them, exactly like the paper's zero padding.
-
-``window_attention`` fuses the whole layer-level pattern: every row of a padded segment attends, with ONE softmax,
-to full key groups (e.g. its [CLS], its query) and to its own keys within ``+-w``; the band is never materialised as
-an L x L matrix and out-of-range / padded keys get probability 0.
+``A[..., i, j] = q_i . k_{i + j - w}``; keys outside ``[0, L)`` are out of range (0 in the band products, like the
+paper's zero padding). ``window_attention`` gives every row of a padded segment ONE softmax over full key groups (its
+[CLS], its query) and its own keys within ``+-w``, never building an L x L matrix.
 """
 
 from __future__ import annotations
@@ -25,11 +22,9 @@ register_backends("window_attention", [("triton", has_triton), ("csrc-cpu", has_
 
 @dataclass
 class KeyGroup:
-    """Keys every row attends to in full: ``k``, ``v`` [Bg, H, G, d].
-
-    ``lengths`` [Bg] marks the valid keys of each group row (default: all G); ``index`` [B] maps every attention batch
-    row to its group row (default: ``arange(B)``, needs Bg = B) -- e.g. one query's keys shared by all its documents.
-    """
+    """Keys every row attends to in full: ``k``, ``v`` [Bg, H, G, d]; ``lengths`` [Bg] the valid keys of each group
+    row (default: all G); ``index`` [B] each batch row's group row (default ``arange(B)``; one query's keys shared by
+    all its documents)."""
 
     k: torch.Tensor
     v: torch.Tensor
@@ -50,10 +45,8 @@ def _key_blocks(x: torch.Tensor, window: int, block: int) -> torch.Tensor:
 
 
 def _window_matmul_torch(q: torch.Tensor, k: torch.Tensor, window: int, block: int = BLOCK) -> torch.Tensor:
-    """``A[..., i, j] = q_i . k_{i+j-w}`` -> [..., L, 2w+1] (0 where the key lies outside the sequence).
-
-    Dense per block (BLAS) then skewed into band storage: row i of a block needs columns i..i+2w, which become the
-    first 2w+1 columns once each row is padded by one element (flatten, pad, re-view). Nothing L x L is built."""
+    """``A[..., i, j] = q_i . k_{i+j-w}`` -> [..., L, 2w+1]: dense per block (BLAS), then skewed into band storage
+    (row i of a block needs columns i..i+2w, the first 2w+1 once each row is padded by one element)."""
     acc = torch.promote_types(q.dtype, torch.float32)
     *lead, length, dim = q.shape
     n_blocks, width = -(-length // block), 2 * window + 1
@@ -95,12 +88,10 @@ def window_attention(
     backend: str | None = None,
     dropout: float = 0.0,
 ) -> torch.Tensor:
-    """Attention of the rows of q [B, H, L, d] over ``groups`` (full) and their own keys within ``+-window``.
-
-    One softmax spans all groups and the band. ``lengths`` [B] (default L) marks the valid rows/keys of each segment;
-    padding keys get probability 0 and padding rows output 0. ``scale`` defaults to ``1/sqrt(d)``. Returns
-    [B, H, L, d] in q's dtype (accumulated in fp32). ``backend`` forces one of ``backends()['window_attention']``.
-    ``dropout`` (training) drops attention probabilities; only the pure-torch backend has it, so it is chosen then.
+    """Attention of the rows of q [B, H, L, d] over ``groups`` (full) and their own keys within ``+-window``, one
+    softmax over all. ``lengths`` [B] (default L): valid rows / keys of each segment (padding rows output 0).
+    ``scale`` defaults to ``1/sqrt(d)``. Returns [B, H, L, d] in q's dtype (fp32 accumulation). ``backend`` forces
+    one of ``backends()['window_attention']``; ``dropout`` (training) runs the pure-torch backend, the only one with it.
     """
     lengths, groups, scale = _normalise(q, k, v, window, lengths, groups, scale)
     if dropout:
@@ -126,10 +117,8 @@ def dense_attention_inputs(
     lengths: torch.Tensor | None = None,
     groups: tuple[KeyGroup, ...] | list[KeyGroup] = (),
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The same attention as dense tensors: keys, values [B, H, sum(G) + L, d] and a bool mask [B, 1, L, sum(G) + L].
-
-    Padding rows may attend to themselves only (so no row is empty, e.g. for SDPA); their outputs mean nothing.
-    """
+    """The same attention as dense tensors: keys, values [B, H, sum(G) + L, d] and a bool mask [B, 1, L, sum(G) + L]
+    (padding rows attend to themselves only, so no row is empty for SDPA; their outputs mean nothing)."""
     lengths, groups, _ = _normalise(q, k, v, window, lengths, groups, 1.0)
     length = q.shape[-2]
     keys, values, masks = [], [], []
@@ -220,14 +209,10 @@ class _CsrcWindowAttention(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------------------------ checks
-def _check_window(window: int) -> None:
-    if not isinstance(window, int) or window < 0:
-        raise ValueError(f"window must be an int >= 0 (w = 0: each row sees only itself), got {window!r}")
-
-
 def _normalise(q, k, v, window, lengths, groups, scale) -> tuple[torch.Tensor, list[KeyGroup], float]:
     """Validate shapes; fill default lengths / group lengths / group index as int64 on q's device."""
-    _check_window(window)
+    if not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0 (w = 0: each row sees only itself), got {window!r}")
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
         raise ValueError(f"q, k, v must all be [B, H, L, d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     batch, heads, length, dim = q.shape

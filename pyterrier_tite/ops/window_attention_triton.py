@@ -1,10 +1,8 @@
-"""Triton kernels of the fused windowed attention (GPU; also CPU tensors under ``TRITON_INTERPRET=1``).
+"""Triton kernels of the fused windowed attention (GPU; CPU tensors under ``TRITON_INTERPRET=1``), fp32 accumulation.
 
-Same definition as ``window_attention.window_attention``. Forward: one program per (row block, head, batch row)
-runs an online softmax over the key groups (full, up to ``MAX_GROUPS``) and then over the band keys
-``[m0 - w, m0 + BLOCK_M + w)``, so only BLOCK_M x BLOCK_N score tiles exist. Backward recomputes probabilities from
-the saved log-sum-exp: a row-block kernel writes dq (and adds group dk / dv atomically in fp32, since a group row is
-shared by many batch rows), a key-block kernel gathers band dk / dv from the rows within +-w. fp32 accumulation.
+Forward: one program per (row block, head, batch row) runs an online softmax over the key groups, then the band keys,
+so only BLOCK_M x BLOCK_N score tiles exist. Backward recomputes probabilities from the saved log-sum-exp; group dk / dv
+are added atomically (a group row is shared by many batch rows), band dk / dv gathered by a key-block kernel.
 """
 
 from __future__ import annotations
@@ -22,14 +20,9 @@ FORWARD_CONFIG: tuple[int, int, int, int] | None = None
 
 
 def forward_config(length: int, window: int, group_keys: int) -> tuple[int, int, int, int]:
-    """Forward launch settings for a segment of ``length`` rows, a band of +-``window`` and key groups of up to
-    ``group_keys`` keys: rows per program, band keys per tile, group keys per tile, warps.
-
-    Chosen by ``benchmarks/window_attention_configs.py`` on an H200 (bf16, MiniLM heads): a [CLS] or query row
-    streaming a long document as a key group wants wide group tiles (1.7x over 16-key tiles at 4k tokens); a long
-    doc segment wants few warps per small tile (2.2x at w=4, 2.6x at w=64, over 16 x 16 tiles with 4 warps). Settings
-    with a single warp were as fast or faster but gave wrong outputs with 64-key tiles on that GPU, so none is used.
-    """
+    """(rows per program, band keys per tile, group keys per tile, warps) of the forward, measured on an H200: a row
+    streaming a long key group wants wide group tiles (1.7x at 4k tokens); a long segment few warps per small tile
+    (2.2x at w=4, 2.6x at w=64). One warp gave wrong outputs with 64-key tiles on that GPU, so none is used."""
     if FORWARD_CONFIG is not None:
         return FORWARD_CONFIG
     if length <= 64 and group_keys > 128:
@@ -281,9 +274,8 @@ def _shared_strides(*tensors: torch.Tensor) -> bool:
 
 
 def _prepare(q, k, v, flat):
-    """The kernels take one stride set for q, k, v and one per key group (its k and v). Views of one projection
-    (e.g. q, k, v sliced from a fused QKV output and transposed to [B, H, L, d]) share theirs and go in as they are;
-    anything else is made contiguous."""
+    """q, k, v (and each group's k, v) as one stride set each, as the kernels take them: views of one fused QKV
+    projection go in as they are, anything else is made contiguous."""
     if not _shared_strides(q, k, v):
         q, k, v = (t.contiguous() for t in (q, k, v))
     flat = list(flat)
@@ -330,8 +322,7 @@ class TritonWindowAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, out, lse, lengths, *flat = ctx.saved_tensors
-        # dq, dk, dv are written with grad's strides (one stride set for dO and the three gradients); empty_like keeps
-        # the strides of a dense tensor, so a grad that is not dense (or has a strided head dim) is copied first
+        # dq, dk, dv are written with grad's strides (one set for all four): a grad that is not dense is copied first
         if grad.stride(-1) != 1 or torch.empty_like(grad).stride() != grad.stride():
             grad = grad.contiguous()
         batch, heads, length, dim = q.shape

@@ -1,8 +1,5 @@
-"""Aggretriever as a ``pyterrier_dr.BiEncoder``: FlexIndex indexing and numpy / FAISS retrieval come for free.
-
-``model >> pyterrier_dr.FlexIndex(path)`` indexes; ``model.query_encoder() >> index.np_retriever()`` retrieves;
-``model.scorer()`` re-ranks. Vectors are float32 ``[projected CLS (128) ; agg* (640)]``, scored by dot product.
-"""
+"""Aggretriever as a ``pyterrier_dr.BiEncoder``: float32 vectors ``[projected CLS (128) ; agg* (640)]``, scored by
+dot product."""
 
 from __future__ import annotations
 
@@ -21,9 +18,8 @@ from pyterrier_tite.pt.model_artifact import given_name, opened, shown_name
 class Aggretriever(DenseBiEncoder):
     """Dense retrieval with Aggretriever vectors (aggregated MLM term weights + projected [CLS]) over any MLM
     checkpoint. ``encoder``: a folder or hub id in our, pyserini's or dhr's layout, loaded exactly with its tokenizer
-    by the family loader (``models/aggretriever/load.py``; text lengths from the checkpoint, pyserini: 32 / 512,
-    unless given); a plain MLM needs ``new_heads=True`` (fresh heads, with a warning; ``agg_dim`` / ``cls_dim`` size
-    them). An :class:`AggretrieverEncoder` in memory: :meth:`from_module` (or the module with ``tokenizer=``).
+    (text lengths from the checkpoint, pyserini: 32 / 512, unless given); a plain MLM needs ``new_heads=True`` (fresh
+    heads, with a warning; ``agg_dim`` / ``cls_dim`` size them). In memory: :meth:`from_module`.
 
     Example::
 

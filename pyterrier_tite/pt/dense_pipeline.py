@@ -1,9 +1,6 @@
 """A dense bi-encoder as a ranker on a named collection: full retrieval from a FlexIndex cached per model and
-collection, or re-ranking of the provided BM25 top-100 on TREC DL (whose mirrored passages are only those candidates).
-
-Indexes live under ``index_root/<model key>/<dataset>.flex`` and are built once (all or nothing); the key names the
-model and changes with its checkpoint (source and weights' modification time), so a retrained model is indexed again.
-"""
+collection (the key changes with the checkpoint, so a retrained model is indexed again), or re-ranking of the
+provided BM25 top-100 on TREC DL (whose mirrored passages are only those candidates)."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ RERANKED = {"dl19": "2019", "dl20": "2020", datasets.ALIASES["dl19"]: "2019", da
 
 
 def dense_index_path(model: DenseBiEncoder, name: str, dataset: str, index_root: str) -> str:
-    """Where :func:`dense_pipeline` caches ``model``'s FlexIndex of ``dataset`` (under :func:`model_key`), so other
-    tools read the same vectors."""
+    """Where :func:`dense_pipeline` caches ``model``'s FlexIndex of ``dataset``, so other tools read it too."""
     key = model_key(name, model.source or id(model))
     return os.path.join(index_root, key, slug(datasets.irds_id(dataset)) + ".flex")
 

@@ -33,12 +33,9 @@ def bm25(dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000,
 
 
 class BM25(KeyedEquality, pt.Transformer):
-    """BM25 over a collection's cached PISA index: queries are checked (:class:`CheckedQueries`), then PISA retrieves.
-
-    Small on purpose: its repr names the collection and the settings (``BM25('vaswani', k1=0.9, b=0.4,
-    num_results=1000)``), never the cache folder, so ``pt.Experiment(..., save_dir=)`` can name files after it; two
-    with the same settings are equal (``pt.Experiment(..., plan='tree')`` shares them); ``(bm25 % k).compile()`` asks
-    PISA for ``k`` results (:meth:`fuse_rank_cutoff`)."""
+    """BM25 over a collection's cached PISA index, queries checked first (:class:`CheckedQueries`). Its repr names
+    the collection and settings, never the cache folder, so ``pt.Experiment(..., save_dir=)`` can name files after
+    it; ``(bm25 % k).compile()`` asks PISA for ``k`` results."""
 
     def __init__(self, dataset: str, k1: float = 0.9, b: float = 0.4, num_results: int = 1000, **index_args):
         if datasets.irds_id(dataset).startswith("msmarco-passage/"):

@@ -1,11 +1,8 @@
-"""Every model of this package is a PyTerrier artifact: ``to_hf``, ``to_zenodo``, ``build_package`` and
-``pt.Artifact.from_url`` / ``from_hf`` work on the transformers themselves; and the construction they share
-(:func:`opened`, ``from_module``, ``from_pretrained``, ``apply_attributes``).
+"""Every model of this package is a PyTerrier artifact (``to_hf``, ``build_package``, ``pt.Artifact.from_url`` work
+on the transformers themselves), and the construction they share.
 
-The transformers hold their weights in memory, not backed by a folder, so a package is always a fresh
-``save_pretrained`` of the model as it is (weights, settings, keyword overrides): the model loaded back computes
-exactly what the one packaged computes. Loading goes through the ``pyterrier.artifact`` entry points (``model.<format>``
--> :func:`pyterrier_tite.pt.artifacts.load`); ``SomeClass.load(folder)`` / ``SomeClass.from_hf(repo)`` check the class.
+The weights live in memory, so a package is always a fresh ``save_pretrained`` of the model as it is: the model
+loaded back computes exactly what the one packaged computes.
 
 Example::
 
@@ -33,13 +30,12 @@ from pyterrier_tite.families import BY_FORMAT, Family
 from pyterrier_tite.models.checkpoint import Checkpoint, Loaded
 from pyterrier_tite.models.model_card import CARD_FILE, hub_id, is_ours, origin_info, render_card, update_card
 from pyterrier_tite.pt.schematic import filename_safe
-from pyterrier_tite.store.packages import package_saved
+from pyterrier_tite.store.downloads import package_saved
 
 
 def shown_name(name: Any) -> str | None:
-    """How a model's name shows in its repr: a hub id as it is (a folder of the hub cache or a shipped start point as
-    the hub id it holds), any other folder by its last component, never an absolute path; a SPLADE pair or a TITE
-    made from a BERT shows each name so. None for no name."""
+    """How a model's name shows in its repr: a hub id as it is (also a hub cache folder or a start point), any other
+    folder by its last component, never an absolute path; each side of a SPLADE pair or ``tite_from_bert`` so."""
     if name is None:
         return None
     name = getattr(name, "name", name)  # an opened Checkpoint: the name it was opened by
@@ -62,9 +58,8 @@ def is_model_name(model: Any) -> bool:
 
 
 def opened(model: Any, tokenizer: Any, loader: Callable[..., Loaded], *settings: Any) -> Loaded:
-    """What a constructor builds from: a name through its family's one loader (``models/<family>/load.py``, the
-    checkpoint read once; ``settings`` go to it; a ``tokenizer`` given replaces the checkpoint's), a module with its
-    ``tokenizer`` as it is (nothing read)."""
+    """What a constructor builds from: a name through its family's loader (with ``settings``; a ``tokenizer`` given
+    replaces the checkpoint's), a module with its ``tokenizer`` as it is."""
     if is_model_name(model):
         loaded = loader(model, *settings)
         return loaded if tokenizer is None else dataclasses.replace(loaded, tokenizer=tokenizer)
@@ -81,19 +76,15 @@ def given_name(model: Any) -> str | None:
     return os.fspath(name) if isinstance(name, os.PathLike) else name
 
 
-#: what a model loaded by name knows of where it came from (repr, equality, card): kept by a change that shares its
-#: module (:meth:`ModelArtifact.apply_attributes`)
+#: what a model loaded by name knows of its origin (repr, equality, card), kept by ``apply_attributes``
 IDENTITY = ("model_name", "source", "path", "card", "fresh_weights")
 
 
 class ModelArtifact(pta.Artifact):
-    """A PyTerrier artifact whose folder is a model saved by ``save_pretrained`` (module docstring), the last base of
-    ``CrossEncoderReranker``, ``DenseBiEncoder`` and ``Splade``. Subclasses set ``ARTIFACT_FORMAT`` (their family's,
-    ``families.py``: ``pt.inspect.artifact_type_format(model)`` is ``("model", format)``) and write their folder in
-    ``_save_into``; their constructor takes a name (``Cls(name, **settings)``, loaded by the family's one loader) or a
-    module (:meth:`from_module`), and keeps what ``pt.inspect`` cannot read back from a same-named attribute as
-    ``_<parameter>``, as it was given, so ``pt.inspect.transformer_attributes`` are the constructor's parameters.
-    ``path``: the folder it was loaded from as an artifact (``build_package()`` without a path writes beside it)."""
+    """A PyTerrier artifact whose folder is a model saved by ``save_pretrained``: the last base of every model
+    transformer. Subclasses set ``ARTIFACT_FORMAT`` (``families.py``) and write their folder in ``_save_into``; their
+    constructor keeps what ``pt.inspect`` cannot read back from a same-named attribute as ``_<parameter>``, as given,
+    so ``pt.inspect.transformer_attributes`` are the constructor's parameters."""
 
     ARTIFACT_TYPE = "model"
     ARTIFACT_PACKAGE_HINT = "pyterrier-tite"
@@ -103,8 +94,7 @@ class ModelArtifact(pta.Artifact):
     path: Path | Any = pta.Artifact.NO_PATH
     #: what the card of the folder it was loaded from as an artifact said (training, evaluation, base, license)
     card: dict | None = None
-    #: which weights started fresh (random) when it was loaded (e.g. "score head"); the card of a save then warns
-    #: until a training command records its run (``write_model_card``)
+    #: which weights started fresh when it was loaded (e.g. "score head"): a save's card warns until trained
     fresh_weights: str | None = None
     #: constructor parameters only the loader reads: changing one loads the checkpoint again
     RELOADS: tuple[str, ...] = ()
@@ -128,8 +118,7 @@ class ModelArtifact(pta.Artifact):
 
     @classmethod
     def from_module(cls, module: torch.nn.Module, tokenizer: Any, **settings) -> ModelArtifact:
-        """The transformer around a module in memory (built in code, being trained) and its tokenizer: nothing is
-        read from disk, and it equals only transformers over the same module."""
+        """The transformer around a module in memory and its tokenizer: nothing read, equal only over that module."""
         return cls(module, tokenizer=tokenizer, **settings)
 
     @property
@@ -139,14 +128,12 @@ class ModelArtifact(pta.Artifact):
 
     # -- pt.inspect ---------------------------------------------------------------------------------------------
     def _module_arguments(self) -> dict[str, Any] | None:
-        """Constructor arguments that rebuild this transformer around the very module it holds; None: always
-        rebuilt from its arguments as given (a name loads again)."""
+        """Constructor arguments that rebuild this transformer around its very module; None: from its arguments."""
         return None
 
     def apply_attributes(self, **changes: Any) -> pt.Transformer:
-        """``pt.inspect.transformer_apply_attributes``: the constructor called again with ``changes``. Around the very
-        module (nothing read again, weights changed in memory stay, name and equality kept) unless a change is the
-        model, its tokenizer or a setting only the loader reads (:attr:`RELOADS`), which loads by name again."""
+        """``pt.inspect.transformer_apply_attributes``: the constructor again with ``changes``, around the very module
+        (weights changed in memory stay) unless a change is the model, its tokenizer or one of :attr:`RELOADS`."""
         attributes = pt.inspect.transformer_attributes(self)
         unknown = sorted(set(changes) - {a.name for a in attributes})
         if unknown:
@@ -174,11 +161,9 @@ class ModelArtifact(pta.Artifact):
 
     # -- saving -------------------------------------------------------------------------------------------------
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """The model folder (weights, tokenizer, ``pt_meta.json``: :meth:`_save_into`) and its card, all or nothing:
-        written beside ``path`` and renamed into place (``store.atomic.atomic_build``: locked, an older folder replaced
-        only once the new one is complete), its files given the umask's modes (safetensors writes 0600); a README.md
-        of the user's and whatever else an older folder held besides the model (a training run's log, its resume
-        state) are kept. ``from_pretrained(path)`` / ``t.load(path)`` reload it."""
+        """The model folder (weights, tokenizer, ``pt_meta.json``) and its card, all or nothing, in the umask's modes;
+        a README.md of the user's and whatever else an older folder held (a training run's log, its resume state) are
+        kept. ``from_pretrained(path)`` / ``t.load(path)`` reload it."""
         from pyterrier_tite.store.atomic import atomic_build, follow_umask, keep_other_entries, keep_user_readme
 
         with atomic_build(path, overwrite=True) as staging:
@@ -205,19 +190,17 @@ class ModelArtifact(pta.Artifact):
 
     @classmethod
     def from_url(cls, url: str, *, expected_sha256: str | None = None, **kwargs) -> ModelArtifact:
-        """The transformer of the package at ``url``, fetched safely into the artifact cache (one process per URL,
-        size-capped, no link members, cached only when complete, the folder following the umask:
-        :func:`~pyterrier_tite.store.downloads.fetch_package`); ``from_hf`` / ``from_zenodo`` come here too."""
+        """The transformer of the package at ``url``, fetched safely into the artifact cache
+        (:func:`~pyterrier_tite.store.downloads.fetch_package`); ``from_hf`` / ``from_zenodo`` come here too."""
         from pyterrier_tite.store.downloads import fetch_package
 
         return cls.load(fetch_package(url, expected_sha256), **kwargs)
 
     # -- sharing ------------------------------------------------------------------------------------------------
     def build_package(self, package_path: str | None = None, **kwargs) -> str:
-        """A ``.tar.lz4`` package of the model as it is now (a fresh ``save_pretrained``, model card included; a
-        README.md of the folder it was loaded from that is not ours travels instead), plus ``<package>.json`` with
-        its size and sha256. ``package_path``: default beside :attr:`path`. Other keywords: as
-        ``pt.Artifact.build_package`` (``max_file_size``, ``metadata_out``, ``verbose``)."""
+        """A ``.tar.lz4`` package of the model as it is now (a fresh ``save_pretrained``; a user's README.md of its
+        folder travels instead of our card), plus ``<package>.json`` with its size and sha256. ``package_path``:
+        default beside :attr:`path`. Other keywords: as ``pt.Artifact.build_package``."""
         if package_path is None:
             if self.path is self.NO_PATH:
                 raise ValueError(f"{self!r} was not loaded from a folder: pass build_package(package_path=...)")
@@ -231,10 +214,9 @@ class ModelArtifact(pta.Artifact):
 
     def push_to_hub(self, repo_id: str, *, private: bool | None = None, branch: str | None = None,
                     commit_message: str | None = None, token: str | None = None) -> str:  # fmt: skip
-        """Uploads the model as a Hugging Face **model** repo: a fresh ``save_pretrained`` (weights, tokenizer,
-        ``pt_meta.json``) whose card says ``t.load(repo_id)``, which is what ``t.load`` and ``from_pretrained`` read.
-        (``to_hf`` uploads a PyTerrier artifact *package* into a *dataset* repo instead, read by
-        ``pt.Artifact.from_hf``.) Creates the repo if needed (``exist_ok``); returns the commit URL."""
+        """Uploads a fresh ``save_pretrained`` as a Hugging Face **model** repo (created if needed), whose card says
+        ``t.load(repo_id)``; returns the commit URL. (``to_hf`` uploads an artifact *package* into a *dataset* repo,
+        read by ``pt.Artifact.from_hf``.)"""
         from huggingface_hub import HfApi
 
         from pyterrier_tite.models.model_card import write_card
@@ -258,9 +240,8 @@ class ModelArtifact(pta.Artifact):
 
     # -- the card -----------------------------------------------------------------------------------------------
     def card_info(self) -> dict:
-        """What the card of a save says besides the settings: base model and license of what the model was loaded
-        from (hub id, hub cache folder or a folder we saved), overridden by the card it was loaded with; settings
-        that live in the weights' config (:meth:`card_settings`) and fresh weights, when there are some."""
+        """What a save's card says: base model and license of what it was loaded from, overridden by the card it was
+        loaded with; :meth:`card_settings` and fresh weights, when there are some."""
         info = {**origin_info(origin_names(self)), **(self.card if isinstance(self.card, dict) else {})}
         settings = self.card_settings()
         if settings:
@@ -274,15 +255,13 @@ class ModelArtifact(pta.Artifact):
         return {}
 
     def __str__(self) -> str:
-        """The repr, safe as a file name (``pt.Experiment(..., save_dir=)``; see :class:`~.schematic.NamedSchematic`,
-        which Splade does not have)."""
+        """The repr, safe as a file name (``pt.Experiment(..., save_dir=)``), also where there is no NamedSchematic."""
         return filename_safe(repr(self))
 
 
 def origin_names(model) -> list[str]:
-    """The names and folders a transformer was loaded from (first the one given), for its card: ``model_name`` as
-    given (both sides of a SPLADE pair; the BERT of ``TITE.from_bert``), the resolved folder (``source``), and last
-    the folder its tokenizer came from (a re-ranker with new heads keeps no source)."""
+    """The names and folders a transformer was loaded from, for its card: ``model_name`` as given (each side), the
+    resolved folder (``source``), last its tokenizer's (a re-ranker with new heads keeps no source)."""
     names: list[str] = []
     given = getattr(model, "model_name", None)
     if isinstance(given, str):

@@ -1,7 +1,5 @@
 """Cross-encoder rerankers as PyTerrier transformers: ``SparseCE`` (windowed, asymmetric), ``MonoCE`` (full
-attention, monoBERT) and ``CELI`` (late-interaction head on either backbone). Tokenising and truncation:
-:mod:`pyterrier_tite.models.cross_encoder.tokenization`; loading: :mod:`pyterrier_tite.models.cross_encoder.load`.
-"""
+attention, monoBERT) and ``CELI`` (late-interaction head on either backbone)."""
 
 from __future__ import annotations
 
@@ -29,17 +27,11 @@ __all__ = ["CELI", "CrossEncoderReranker", "MonoCE", "SparseCE"]
 
 
 class CrossEncoderReranker(KeyedEquality, NamedSchematic, pt.Transformer, ModelArtifact):
-    """Scores (query, doc) pairs of a result frame with a :class:`CrossEncoderScorer` and returns every row rescored
-    and re-ranked (pointwise: ``pyterrier_caching.ScorerCache`` may call it on any subset), grouped by query, so a
-    sparse cross-encoder whose query attends only to itself encodes each query once per batch.
-
-    A missing (None / NaN) query or text is an error naming the qid / docno, and so is a qid carrying two query texts;
-    ``bytes`` texts are decoded (UTF-8); NaN / inf scores are an error naming the first pair. Folders and hub ids load
-    exactly (a missing or unused tensor is an error; only a plain encoder's new score head starts fresh, with one
-    warning); lengths stored with a checkpoint (``pt_meta.json``, or the reference's caps for a released sparse one:
-    query 30 word pieces = its 32 with [CLS] and [SEP]) are the defaults keyword arguments override. Two rerankers of
-    the same folder (or in-memory model) and settings are equal, so ``pt.Experiment(..., plan='tree')`` shares their
-    first stage."""
+    """Scores the (query, doc) pairs of a result frame with a :class:`CrossEncoderScorer`: every row rescored and
+    re-ranked, pointwise (``pyterrier_caching.ScorerCache`` may call it on any subset), grouped by query so a sparse
+    cross-encoder whose query attends only to itself encodes each query once per batch. Only a plain encoder's new
+    score head starts fresh (one warning); lengths stored with a checkpoint (``pt_meta.json``, or the reference's
+    caps for a released sparse one: query 30 word pieces, its 32 with [CLS] and [SEP]) are the defaults."""
 
     def __init__(
         self,
@@ -77,42 +69,34 @@ class CrossEncoderReranker(KeyedEquality, NamedSchematic, pt.Transformer, ModelA
         return {"w": window, "head": self.scorer.head_name, **self.inputs.lengths()}
 
     def __repr__(self) -> str:
-        """Class, model (hub id or folder name: ``shown_name``), window, pattern and head, so two checkpoints of one
-        family print apart (``pt.Experiment`` tables, run names)."""
+        """Class, model, window, attention pattern and head, so two checkpoints of one family print apart."""
         window = self._settings()["w"]
         name = shown_name(getattr(self, "model_name", None))
+        pattern = {}
+        if self.scorer.is_sparse:  # the flags that differ from the released pattern (the query attends to itself)
+            config = self.scorer.config
+            query = ("query_cls_attention", "query_doc_attention")
+            if all(getattr(config, f) for f in query):
+                pattern = {"symmetric": True}
+            else:
+                pattern = {f: True for f in query if getattr(config, f)}
+            pattern |= {f: False for f in FLAGS if f not in query and not getattr(config, f)}
+        shown = "".join(f", {k}={v}" for k, v in pattern.items())
         return (
             f"{type(self).__name__}({'' if name is None else repr(name) + ', '}w={'inf' if window is None else window}"
-            f"{self._pattern_repr()}, head={self.scorer.head_name!r})"
+            f"{shown}, head={self.scorer.head_name!r})"
         )
 
     def card_settings(self) -> dict:
-        """The window (the setting that defines a sparse cross-encoder), the attention pattern and the head: they
-        live in ``config.json``, not in ``pt_meta.json``."""
+        """The window, attention pattern and head: they live in ``config.json``, not in ``pt_meta.json``."""
         settings = {"head": self.scorer.head_name}
         if self.scorer.is_sparse:
             config = self.scorer.config
             settings = {"w": config.attention_window_size, **{f: bool(getattr(config, f)) for f in FLAGS}, **settings}
         return settings
 
-    def _pattern_repr(self) -> str:
-        """``, symmetric=True`` where the query also attends to [CLS] and the doc, plus any other attention flag that
-        is off, so two sparse models with different patterns never print alike (runs, logs, experiment tables)."""
-        if not self.scorer.is_sparse:
-            return ""
-        config = self.scorer.config
-        query = ("query_cls_attention", "query_doc_attention")
-        if all(getattr(config, f) for f in query):
-            changed = {"symmetric": True}
-        else:  # the released pattern has both off: name one that is on
-            changed = {f: True for f in query if getattr(config, f)}
-        changed |= {f: False for f in FLAGS if f not in query and not getattr(config, f)}
-        return "".join(f", {k}={v}" for k, v in changed.items())
-
     # -- PyTerrier citizenship -----------------------------------------------------------------------------------------
     def eq_key(self) -> tuple:
-        """What determines the scores: the weights (the folder they were loaded from, else the model object), the
-        attention pattern, head, caps, tokenizer and text column."""
         s = self.scorer
         weights = s.source if s.source is not None else id(s)
         pattern = tuple(getattr(s.config, f) for f in ("attention_window_size", *FLAGS)) if s.is_sparse else None
@@ -128,7 +112,6 @@ class CrossEncoderReranker(KeyedEquality, NamedSchematic, pt.Transformer, ModelA
         return [c for c in input_columns if c not in ("score", "rank")] + ["score", "rank"]
 
     def schematic(self, *, input_columns=None) -> dict:
-        """The class name (see :class:`NamedSchematic`) and the settings."""
         return {**super().schematic(input_columns=input_columns), "settings": self._settings()}
 
     # -- transformer -------------------------------------------------------------------------------------------------
@@ -160,15 +143,13 @@ class CrossEncoderReranker(KeyedEquality, NamedSchematic, pt.Transformer, ModelA
     ARTIFACT_FORMAT = "cross-encoder"  # families.py's format: pt_meta.json's, a pt.Artifact of type "model"
 
     def _save_into(self, folder: str) -> None:
-        """Hugging Face layout (backbone ``config.json`` + ``model.safetensors``, tokenizer files), the head's
-        weights (``score_head.safetensors``, heads other than "cls") and ``pt_meta.json``."""
+        """Hugging Face layout, the head's weights (``score_head.safetensors``) and ``pt_meta.json``."""
         save_scorer(self.scorer, self.tokenizer, folder, reranker=type(self).__name__, lengths=self.inputs.lengths())
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike | Checkpoint, **kwargs) -> CrossEncoderReranker:
-        """A folder or hub id: saved by ``save_pretrained`` (any of the three classes, read from ``pt_meta.json``),
-        a reference sparse cross-encoder checkpoint (a SparseCE, also from this base class) or a plain BERT /
-        ELECTRA (cross-)encoder (as this class; MonoCE from the base class)."""
+        """A folder or hub id as the class its ``pt_meta.json`` names, else as this class (from the base class: a
+        SparseCE for a reference sparse checkpoint, a MonoCE for a plain BERT / ELECTRA (cross-)encoder)."""
         checkpoint = open_checkpoint(path)
         target = {c.__name__: c for c in (SparseCE, MonoCE, CELI)}.get(checkpoint.meta.get("reranker"), cls)
         if target is CrossEncoderReranker:
@@ -181,10 +162,8 @@ class CrossEncoderReranker(KeyedEquality, NamedSchematic, pt.Transformer, ModelA
     RUNTIME = ("batch_size", "text_field", "device", "verbose", "dtype", "cuda_graphs")
 
     def _setup(self, given: dict, model, sparse: Sparse | None, head: str | None) -> None:
-        """Shared construction of the three classes from their constructor's arguments (``given``: its ``locals()``
-        on entry): a name goes through the family loader (:func:`pyterrier_tite.models.cross_encoder.load.load`:
-        checkpoint read once, fresh parts reported in one warning, a scorer with fresh weights equal only to itself), a
-        module through its ``from_module``; lengths are the checkpoint's unless given."""
+        """The three constructors' shared work (``given``: their ``locals()`` on entry): a name through the family
+        loader, a module through its ``from_module``; lengths are the checkpoint's unless given."""
         tokenizer, token_dim = given["tokenizer"], given["token_dim"]
         if is_model_name(model):
             loaded = load(model, sparse, head, token_dim, tokenizer)
@@ -213,18 +192,13 @@ class SparseCE(CrossEncoderReranker):
     for a plain BERT the released 4). ``symmetric``: True lets the query attend to [CLS] and the doc (encoded per
     pair), False keeps it to itself (encoded once per query; the released pattern); single flags as keywords
     (``doc_query_attention=False``). ``head``: "cls" (pooler + linear, reference), "mean" or "celi".
-    ``query_max_length`` / ``doc_max_length`` (word pieces): default as stored in the checkpoint (module docstring).
+    ``query_max_length`` / ``doc_max_length`` (word pieces): default the checkpoint's.
     ``dtype``: float32, bfloat16 or float16 (autocast; scores stay float32); default bf16 on GPUs that support it,
     else fp32 (on a CPU with native bf16, ``dtype=torch.bfloat16`` is about 2x faster; without, it warns once);
-    ``"int8"``: int8 linear layers of the encoder on the CPU (one activation scale per token, outlier channels
-    migrated into the weights; heads float32; :mod:`pyterrier_tite.models.int8_linear`): on a trained MonoCE
-    1.5-1.9x fp32's speed, Spearman per query against fp32 >= 0.97, DL19 nDCG@10 0.003-0.008 below fp32; the CPU
-    choice where bf16 is not native (2.3x sentence-transformers' CrossEncoder with AVX2 kernels); fp32 stays the
-    default.
-    ``cuda_graphs``: on a CUDA device, replay one captured CUDA graph per batch shape bucket instead of launching
-    every kernel (passages are launch-bound there; see :mod:`pyterrier_tite.models.sparse_ce.graphs`); ignored on
-    CPU. The setting lives on the scorer, so rerankers built on one in-memory scorer share it (the last one built
-    decides).
+    ``"int8"``: int8 linear layers on the CPU (per-token scales, heads float32): on a trained MonoCE 1.5-1.9x fp32's
+    speed, Spearman per query against fp32 >= 0.97, DL19 nDCG@10 0.003-0.008 below fp32; the CPU choice where bf16
+    is not native. ``cuda_graphs``: on a CUDA device, replay one captured graph per batch shape bucket (passages are
+    launch-bound there); ignored on CPU; it lives on the scorer, so rerankers over one in-memory scorer share it.
 
     Example::
 
@@ -254,11 +228,10 @@ class SparseCE(CrossEncoderReranker):
 
 
 class MonoCE(CrossEncoderReranker):
-    """Standard (full attention) cross-encoder over ``[CLS] q [SEP] d [SEP]``: monoBERT / monoELECTRA with the "cls"
-    head (the backbone's own ``*ForSequenceClassification`` head; ``cross-encoder/ms-marco-MiniLM-L-6-v2`` loads
-    unchanged), or "mean" / "celi" heads on its last layer. Backbones of BERT or ELECTRA type. Settings as
-    :class:`SparseCE`'s; in inference on the CPU the pairs of a call are sorted by length and packed (no compute on
-    padding) and the last layer computes only the [CLS] rows, with the scores of the ``transformers`` forward.
+    """Standard (full attention) cross-encoder over ``[CLS] q [SEP] d [SEP]`` on a BERT or ELECTRA backbone: monoBERT
+    / monoELECTRA with the "cls" head (the backbone's ``*ForSequenceClassification`` head;
+    ``cross-encoder/ms-marco-MiniLM-L-6-v2`` loads unchanged), or "mean" / "celi" heads. Settings as
+    :class:`SparseCE`'s; on the CPU a call's pairs are packed by length (no compute on padding).
 
     Example::
 

@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import os
 
-#: characters PyTerrier refuses in a system name when ``pt.Experiment(..., save_dir=)`` writes files named after it
-#: (``pyterrier.io.ok_filename``); ``str(transformer)`` replaces them (``/`` of a hub id by ``--``, as the hub cache
-#: does)
+#: characters ``pt.Experiment(..., save_dir=)`` refuses in a system name (``pyterrier.io.ok_filename``)
 UNSAFE_IN_FILENAMES = ':"%<>^|?\\'
 
 
 def filename_safe(text: str) -> str:
-    """``text`` with what PyTerrier's ``save_dir`` refuses replaced: ``/`` by ``--``, the others by ``_``."""
+    """``text`` with what ``save_dir`` refuses replaced: ``/`` by ``--`` (as the hub cache does), others by ``_``."""
     text = text.replace("/", "--").replace(os.sep, "--")
     return "".join("_" if c in UNSAFE_IN_FILENAMES else c for c in text)
 
 
 class NamedSchematic:
-    """Label = the class name (<= 20 characters) and no ``help_url`` lookup: PyTerrier would download its
-    documentation inventory to look for one, which does not list this package and fails offline (e.g. in TIREx).
-
-    ``str`` is the repr made safe as a file name (:func:`filename_safe`): ``pt.Experiment`` names systems by ``str``
-    and, with ``save_dir``, refuses ``/`` (a hub id in a repr) and other characters; pipelines join the ``str`` of
-    their stages, so they are safe too."""
+    """Label = the class name and no ``help_url`` lookup (PyTerrier would download a documentation inventory that
+    does not list this package, and fail offline). ``str`` is the repr made safe as a file name: ``pt.Experiment``
+    names systems (and, with ``save_dir``, files) by ``str``."""
 
     def schematic(self, *, input_columns=None) -> dict:
         return {"label": type(self).__name__, "help_url": None}

@@ -1,9 +1,7 @@
 """SPLADE as PyTerrier transformers: ``toks`` / ``query_toks`` encoders, a PISA indexer and retriever, a scorer.
 
-Weights leave the encoders as the model's floats, so ``sum_t query_toks[t] * toks[t]`` is exactly the model's score;
-quantisation for PISA is decided in one place, the PISA writer (:data:`PISA_SCALE`). A missing query or text, and NaN
-/ inf term weights or scores, are a ``ValueError`` naming the first qid / docno before PISA or ``add_ranks`` sees them.
-"""
+Weights leave the encoders as the model's floats (``sum_t query_toks[t] * toks[t]`` is the model's score); only the
+PISA writer quantises them (:data:`PISA_SCALE`)."""
 
 from __future__ import annotations
 
@@ -34,11 +32,9 @@ PAIR_FOLDERS = {"query": "query", "doc": "doc"}
 
 
 def pisa_term(token: str) -> str:
-    """A vocabulary token as a PISA term that survives PISA lowercasing query terms (index terms keep their case).
+    """A vocabulary token as a PISA term that survives PISA lowercasing query terms, so ``[SEP]`` can match.
 
-    Without this, ``[SEP]`` or any cased token would be indexed but never matched. The escape is injective:
-    ``^`` becomes ``^^`` and a character that lowercasing changes becomes ``^`` + its lowercase form.
-    """
+    Injective: ``^`` becomes ``^^``, a character that lowercasing changes ``^`` + its lowercase form."""
     if token == token.lower() and "^" not in token:
         return token
     return "".join("^^" if c == "^" else ("^" + c.lower() if c.lower() != c else c) for c in token)
@@ -48,17 +44,11 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
     """Factory of SPLADE transformers; used directly, it encodes queries, documents or scores results by columns.
 
     ``encoder``: a folder or hub id of an MLM checkpoint with its tokenizer, or ``query=`` and ``doc=`` names of a
-    pair (``query='naver/efficient-splade-V-large-query', doc='naver/efficient-splade-V-large-doc'``; each side with
-    its own tokenizer; a pair saved by :meth:`save_pretrained` reloads from its folder), loaded by the family loader
-    (``models/splade/load.py``). Weights load exactly: a missing or unused tensor raises ``CheckpointError``;
-    ``new_head=True`` (a training start from an encoder-only checkpoint) lets a missing MLM head start fresh, with one
-    warning. In memory (:meth:`from_module`, or the module with ``tokenizer=``): one MLM for queries and documents
-    (:class:`SpladeEncoder`) or a :class:`SpladePair` of two; with a pair, ``query_tokenizer`` tokenises the queries
-    (default: ``tokenizer``) and must share its vocabulary, since a score is a dot product over vocabulary ids.
-
-    Equal (``==``, ``hash``) to another ``Splade`` of the same checkpoint (``model_name``; the same encoder object for
-    a model built in code) and settings, so ``pt.Experiment(..., plan='tree')`` shares pipeline prefixes between them.
-    ``dtype``: float32, bfloat16 or float16 for inference (autocast; term weights stay float32); default bf16 on GPUs
+    pair (``query='naver/efficient-splade-V-large-query', doc='naver/efficient-splade-V-large-doc'``, each with its
+    own tokenizer), loaded exactly; ``new_head=True`` (training from an encoder-only checkpoint) lets a missing MLM
+    head start fresh, with one warning. In memory (:meth:`from_module`): one :class:`SpladeEncoder` or a
+    :class:`SpladePair`, whose ``query_tokenizer`` (default: ``tokenizer``) must share the documents' vocabulary.
+    ``dtype``: float32, bfloat16 or float16 inference (autocast; term weights stay float32); default bf16 on GPUs
     that support it, else fp32.
 
     Example::
@@ -116,11 +106,7 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
         return {"encoder": self.encoder, "tokenizer": self.tokenizer, "query_tokenizer": query_tokenizer, "query": None,
                 "doc": None}  # fmt: skip
 
-    @property
-    def tokenizer(self):
-        """The documents' tokenizer (the queries' too unless this is a pair with its own)."""
-        return self.inputs.tokenizers["doc"]
-
+    tokenizer = property(lambda self: self.inputs.tokenizers["doc"])  # the queries' too, unless a pair has its own
     tokenizers = property(lambda self: self.inputs.tokenizers)  # {"query": tokenizer, "doc": tokenizer}
     # the tokens kept, fixed at construction (they are part of ``==`` / ``hash``)
     query_max_length = property(lambda self: self.inputs.max_lengths["query"])
@@ -132,8 +118,7 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
         return isinstance(self.encoder, SpladePair)
 
     def _save_into(self, folder: str) -> None:
-        """MLM and tokenizer in the Hugging Face layout; a pair saves each side (MLM + its tokenizer) in a sub-folder
-        named in ``pt_meta.json``."""
+        """Hugging Face layout; a pair saves each side (MLM + tokenizer) in the sub-folder ``pt_meta.json`` names."""
         self.encoder.save_pretrained(folder)
         if self.is_pair:
             for role, side in PAIR_FOLDERS.items():
@@ -146,8 +131,6 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
         return f"Splade({shown_name(getattr(self, 'model_name', None)) or ''!r})"
 
     def eq_key(self) -> tuple:
-        """What determines this model's outputs: the checkpoint it was loaded from (the encoder object itself when
-        built in code) and the settings that change the weights (lengths, text field)."""
         model = getattr(self, "model_name", None) or id(self.encoder)
         return (model, self.query_max_length, self.doc_max_length, self.text_field, self.precision)
 
@@ -179,14 +162,12 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
         return self.encoder.side(role)(**self.inputs(texts, role, max_length, device=self.device))
 
     def _encode_on_device(self, texts: list[str], max_length: int, role: Role | None = None) -> torch.Tensor:
-        """One batch -> ``[N, V]`` float32 weights left on the model's device: on a GPU the dense rows (122 KB per
-        text) are reduced there (to term dicts, to scores) and only the result crosses to the host."""
+        """One batch -> float32 ``[N, V]`` left on the device: a GPU reduces the dense rows (122 KB a text) there."""
         with torch.no_grad(), autocast(self.device, self.precision):
             return self.encode_torch(texts, max_length, role).float()
 
     def refuse_non_finite(self, values, rows, what: str, index=None) -> None:
-        """A ``ValueError`` naming the first qid / docno of ``rows`` whose ``values`` (weights or scores) hold NaN or
-        inf, and the likely cause (:func:`~pyterrier_tite.pt.validation.refuse_non_finite`)."""
+        """:func:`~pyterrier_tite.pt.validation.refuse_non_finite` with this model's name, modules and precision."""
         refuse_non_finite(values, rows, what, repr(self), index=index, modules=[self.encoder], precision=self.precision)
 
     def to_toks(self, reps: torch.Tensor) -> list[dict[str, float]]:
@@ -194,14 +175,12 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
         return self._to_dicts(reps, self.terms)
 
     def to_term_weights(self, reps: torch.Tensor) -> list[dict[str, float]]:
-        """``[N, V]`` weights -> one ``{vocabulary token: weight}`` dict of the non-zero weights per row (the word
-        pieces as the tokenizer spells them, e.g. ``[CLS]``, where :meth:`to_toks` gives PISA-safe terms)."""
+        """:meth:`to_toks` keyed by the tokens as the tokenizer spells them (``[CLS]``), not their PISA terms."""
         return self._to_dicts(reps, [t if t is not None else f"[{i}]" for i, t in enumerate(self.tokens)])
 
     @staticmethod
     def _to_dicts(reps: torch.Tensor, names: list[str]) -> list[dict[str, float]]:
-        """One ``{name: weight}`` per row, ids ascending. The non-zeros are found in one pass where ``reps`` lies (a
-        GPU sends the host only them) instead of one ``nonzero`` per row."""
+        """One ``{name: weight}`` per row, ids ascending; the non-zeros found in one pass where ``reps`` lies."""
         rows, ids = reps.nonzero(as_tuple=True)
         weights = reps[rows, ids].cpu().tolist()
         ends = torch.bincount(rows, minlength=len(reps)).cumsum(0).cpu().tolist()
@@ -226,16 +205,13 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
         return SpladeScorer(self, verbose, batch_size)
 
     def indexer(self, path: str, threads: int = 1, overwrite: bool = False, verbose: bool = True) -> pt.Indexer:
-        """A PISA index of the documents' ``toks`` (quantised with :data:`PISA_SCALE`), built all or nothing, with a
-        progress bar unless ``verbose=False``. ``overwrite=True`` replaces an existing index once the new one is
-        complete."""
+        """A PISA index of the documents' ``toks``, built all or nothing; ``overwrite=True`` replaces an existing
+        index once the new one is complete."""
         return SpladeIndexer(self, path, threads=threads, overwrite=overwrite, verbose=verbose)
 
     def retriever(self, index, num_results: int = 1000, threads: int = 1, verbose: bool | None = None):
-        """``query_encoder() >> SpladePisaRetriever``: PISA's quantised retrieval, scores in model units; ``% k``
-        fuses into PISA once the pipeline is compiled (``(retriever % k).compile()``). The index (a ``PisaIndex`` or
-        its folder) is checked first: a damaged one raises
-        :class:`~pyterrier_tite.store.pisa_files.CorruptIndexError` naming the file instead of aborting the process."""
+        """``query_encoder() >> SpladePisaRetriever`` over a ``PisaIndex`` or its folder (checked first: a damaged one
+        raises ``CorruptIndexError`` naming the file); ``(retriever % k).compile()`` asks PISA for ``k``."""
         return self.query_encoder(verbose=verbose) >> SpladePisaRetriever(index, num_results, threads)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -247,8 +223,7 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
 
 
 class _Stage(KeyedEquality, NamedSchematic, pt.Transformer):
-    """A transformer over a :class:`Splade`: equal to another of the same kind over an equal model (``verbose`` and
-    ``batch_size`` change no output)."""
+    """A transformer over a :class:`Splade`, equal to another of its kind over an equal model."""
 
     def __init__(self, model: Splade, verbose: bool | None, batch_size: int | None):
         self.model = model
@@ -309,8 +284,7 @@ class SpladeDocEncoder(_Stage):
 
 
 class SpladeScorer(_Stage):
-    """``qid, query, docno, text`` -> ``+ score, rank``: the dot product of the query's and document's term weights.
-    Each distinct query and document text is encoded once; the dense rows never leave the model's device."""
+    """``qid, query, docno, text`` -> ``+ score, rank``, each distinct text encoded once, dense rows kept on device."""
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         field = self.model.text_field
@@ -348,10 +322,8 @@ class SpladeScorer(_Stage):
 class SpladePisaRetriever(KeyedEquality, NamedSchematic, pt.Transformer):
     """``query_toks`` -> PISA's quantised top ``num_results`` over a SPLADE index, scores in model units.
 
-    PISA stores ``int(w * PISA_SCALE)`` per posting and repeats each query term ``int(w * toks_scale)`` times, so its
-    scores are divided by ``PISA_SCALE ** 2`` (ranks unchanged). Unlike ``pipeline * factor``, whose ``ScalarProduct``
-    stage hides the retriever from a following ``RankCutoff``, this takes the cut: ``(retriever % k).compile()`` asks
-    PISA for ``k`` results (uncompiled, the cut applies to ``num_results``).
+    PISA's scores are ``PISA_SCALE ** 2`` times the model's (quantised postings and query terms), so they are divided
+    here rather than by ``pipeline * factor``, whose stage would hide the retriever from a following ``% k``.
     """
 
     def __init__(self, index, num_results: int = 1000, threads: int = 1):
@@ -362,8 +334,7 @@ class SpladePisaRetriever(KeyedEquality, NamedSchematic, pt.Transformer):
         self.index = index
         self.num_results = num_results
         self.threads = threads
-        # checked first (PISA aborts the process on a damaged index), num_results cut to the collection size, the
-        # files PISA derives on first use written by a helper process (a full disk is an error, not an abort)
+        # checked first: PISA aborts the process on a damaged index or a full disk
         self.pisa = open_pisa_retriever(index, "quantized", num_results, threads, toks_scale=PISA_SCALE)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -387,9 +358,7 @@ class SpladePisaRetriever(KeyedEquality, NamedSchematic, pt.Transformer):
 
 
 class SpladeIndexer(pt.Indexer):
-    """Encodes documents into ``toks`` and builds a PISA index of them, quantised with :data:`PISA_SCALE`: all or
-    nothing (built beside ``path``, renamed when complete; missing texts, bad or duplicate docnos and a failing
-    corpus reach the caller and leave no index)."""
+    """Encodes documents into ``toks`` and builds their PISA index, all or nothing."""
 
     def __init__(self, model: Splade, path: str, threads: int = 1, overwrite: bool = False, verbose: bool = True):
         self.model, self.path, self.overwrite, self.verbose = model, str(path), overwrite, verbose
@@ -399,8 +368,6 @@ class SpladeIndexer(pt.Indexer):
         return [["docno", self.model.text_field]]
 
     def index(self, iter_dict: Iterable[dict]):
-        """The PISA index (built by :func:`~pyterrier_tite.store.pisa_build.build_toks_index`, the one SPLADE -> PISA
-        writer) of the documents' ``toks`` from :meth:`Splade.doc_encoder`."""
         progress = "SPLADE indexing" if self.verbose else None
         docs = IndexRecord(iter_dict, self.model, "splade")  # the model, recorded: t.load(index) opens it
         return build_toks_index(docs, self.path, doc_toks(self.model), text_field=self.model.text_field,
@@ -409,8 +376,7 @@ class SpladeIndexer(pt.Indexer):
 
 
 def doc_toks(model: Splade, batch_size: int | None = None):
-    """``docs -> [toks]`` with ``model``'s doc encoder (texts checked, NaN / inf weights refused): what the PISA
-    writer calls for each chunk of documents."""
+    """``docs -> [toks]`` with ``model``'s doc encoder: what the PISA writer calls for each chunk."""
     encoder = model.doc_encoder(verbose=False, batch_size=batch_size)
 
     def encode(docs: list[dict]) -> list[dict[str, float]]:

@@ -28,19 +28,15 @@ class TITE(DenseBiEncoder):
     (scored by dot product). Reference conventions: marker tokens ``[QUE]`` / ``[DOC]`` first, queries cut to 32 and
     documents to 256 tokens (the marker included).
 
-    ``model``: a folder or hub id of any TITE layout (``models.tite.convert``: the reference pre-training module
-    ``webis/tite-2-late``, Lightning IR bi-encoders such as ``webis/tite-2-late-msmarco``, folders saved by
-    ``save_pretrained``), loaded exactly with its own tokenizer by the family loader (``models/tite/load.py``); a
-    setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the checkpoint's (Lightning IR ``config.json`` or our
-    ``pt_meta.json``), else the default shown in parentheses. Another model type (e.g. a BERT folder) raises
-    ``CheckpointError`` pointing to :meth:`from_bert` (pooling inserted into a BERT such as MiniLM, to fine-tune). A
-    ``TiteModel`` in memory: :meth:`from_module` (or the module with ``tokenizer=``).
+    ``model``: a folder or hub id of any TITE layout (the reference pre-training module ``webis/tite-2-late``,
+    Lightning IR bi-encoders such as ``webis/tite-2-late-msmarco``, folders saved by ``save_pretrained``), loaded
+    exactly with its own tokenizer; a setting left :data:`~pyterrier_tite.pt.biencoder.STORED` is the checkpoint's,
+    else the default in parentheses. A BERT folder raises ``CheckpointError`` pointing to :meth:`from_bert`. A
+    ``TiteModel`` in memory: :meth:`from_module`.
 
-    ``normalize``: L2-normalise the vectors (Lightning IR ``cosine`` similarity or normalisation), so that the dot
-    product a FlexIndex retrieves with is the checkpoint's cosine score. ``query_model``: a bi-encoder of the same
-    dimension that encodes the queries instead: ``distill-tite`` saves its teacher in the checkpoint's
-    ``query_encoder/``, which ``TITE(folder)`` loads back (documents at TITE's speed, a query by the model the index
-    imitates); ``query_model=None`` uses TITE's own query vectors.
+    ``normalize``: L2-normalise the vectors (Lightning IR ``cosine``), so a FlexIndex's dot product is the
+    checkpoint's cosine. ``query_model``: a bi-encoder of the same dimension that encodes the queries instead
+    (``distill-tite`` saves its teacher in ``query_encoder/``, which ``TITE(folder)`` loads back); ``None``: TITE's.
 
     Example::
 
@@ -90,11 +86,7 @@ class TITE(DenseBiEncoder):
     @classmethod
     def from_bert(cls, bert_path: str, tite_kwargs: dict | None = None, **kwargs) -> TITE:
         """Insert pooling into a BERT or DistilBERT checkpoint (folder or hub id; ``tite_from_bert(bert_path,
-        **tite_kwargs)``, loaded exactly) and wrap it.
-
-        The BERT tokenizer keeps its [CLS] ... [SEP] template; the markers go right after [CLS] (new tokens whose
-        embeddings start from their name's word pieces).
-        """
+        **tite_kwargs)``) and wrap it; the markers go right after [CLS], new tokens started from their word pieces."""
         tite_kwargs = dict(tite_kwargs or {})
         folder = open_checkpoint(bert_path).folder
         model = cls.from_module(tite_from_bert(folder, **tite_kwargs), load_tokenizer(folder), **kwargs)
@@ -118,8 +110,7 @@ class TITE(DenseBiEncoder):
         return self.query_model if role == "query" and self.query_model is not None else self
 
     def _save_into(self, folder: str) -> None:
-        """TITE checkpoint (reference ``config.json`` + safetensors) + tokenizer + ``pt_meta.json``; the query model,
-        when there is one, in ``query_encoder/``."""
+        """TITE checkpoint, tokenizer and ``pt_meta.json``; the query model, when there is one, in its sub-folder."""
         super()._save_into(folder)
         if self.query_model is not None:
             self.query_model.save_pretrained(os.path.join(folder, QUERY_ENCODER_FOLDER))

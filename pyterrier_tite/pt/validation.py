@@ -1,7 +1,5 @@
-"""Input checks at the PyTerrier boundary, one rule per kind of column, the same in every transformer, index and
-command (the value rules live on the storage floor, :mod:`pyterrier_tite.store.values`): a missing text or query (None /
-NaN) is a ``ValueError`` naming the column and the first id (never the words "None" / "nan"), ``bytes`` are decoded as
-UTF-8, a qid carrying two query texts is refused; on the way out, a NaN / inf score, vector or term weight is refused
+"""Checks at the PyTerrier boundary, the same in every transformer: frame columns in (the value rules of
+:mod:`pyterrier_tite.store.values`), and on the way out a NaN / inf score, vector or term weight refused
 (:func:`refuse_non_finite`) before ``add_ranks`` or an index sees it."""
 
 from __future__ import annotations
@@ -72,11 +70,9 @@ def refuse_non_finite(
     modules: Iterable = (),
     precision=None,
 ) -> None:
-    """A ``ValueError`` when ``values`` (a model's output per row of ``rows``: scores, vectors, term weights) hold
-    NaN or inf: ``{source} produced NaN {what} for {n} of {N} rows (first: qid .., docno ..): {cause}``, the cause
-    found in ``modules``' weights (or ``precision``). ``index`` maps each row to its row of ``values`` (one value per
-    distinct query). Nothing happens when all are finite. Without ``modules`` (values given to a model rather than
-    made by it) the message says ``{what} holds NaN`` and asks for finite inputs."""
+    """A ``ValueError`` naming the first qid / docno when ``values`` (a model's output per row of ``rows``) hold NaN
+    or inf, with the cause found in ``modules``' weights (or ``precision``); without either, the values were given to
+    the model, which asks for finite inputs. ``index`` maps each row to its row of ``values``."""
     if not len(values):
         return
     if hasattr(values, "isfinite"):  # a torch tensor, checked where it lies
@@ -99,10 +95,8 @@ def refuse_non_finite(
 
 
 class CheckedQueries(KeyedEquality, pt.Transformer):
-    """Checks the ``query`` column before an engine sees it: qids become ``str``, a missing query is a ``ValueError``
-    naming its qid, so is a qid with two query texts, ``bytes`` are decoded (UTF-8), NUL bytes become spaces (PISA
-    would fail with an opaque ``SystemError``). Stateless, so all
-    instances are equal and pipelines that start with one still share prefixes in ``pt.Experiment``."""
+    """Checks the ``query`` column before an engine sees it (qids become ``str``, NUL bytes spaces: PISA would fail
+    with an opaque ``SystemError``). Stateless, so all instances are equal (``pt.Experiment`` shares prefixes)."""
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         pta.validate.query_frame(inp, extra_columns=["query"])  # names a missing qid / query column

@@ -1,3 +1,2 @@
-"""The storage floor: everything that touches files and engines, and no model code or torch (``tests/
-test_architecture.py``). Where a build needs a model, the encoder is passed in. ARCHITECTURE.md's ``store/`` row says
-what each module holds."""
+"""The storage floor: everything that touches files and engines, and no model code or torch (where a build needs a
+model, the encoder is passed in)."""

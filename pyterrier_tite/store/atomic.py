@@ -25,22 +25,20 @@ from pyterrier_tite.store.locks import (
     write_lock,
 )
 
-#: what builds and writes leave beside a target while they run: ``.NAME.building-PID`` (a build), nested as
-#: ``..NAME.building-PID.building-PID`` (an engine building inside a build), ``.NAME.replaced-PID`` (the old copy
-#: while ``overwrite`` swaps it) and ``.NAME.writing-PID`` (a run file)
+#: what builds and writes leave beside a target while they run: ``.NAME.building-PID`` (nested: an engine building
+#: inside a build), ``.NAME.replaced-PID`` (the old copy while ``overwrite`` swaps it), ``.NAME.writing-PID`` (a file)
 _STAGING = r"(?:\.(?:building|replaced|writing)-(\d+))"
 
 
 def _staging_pids(name: str, target: str) -> list[int] | None:
-    """The pids in ``name`` when it is a staging name of ``target`` (see :data:`_STAGING`), else None."""
+    """The pids in ``name`` when it is a staging name of ``target``, else None."""
     match = re.fullmatch(rf"\.+{re.escape(side_stem(target))}((?:{_STAGING})+)", name)
     return [int(pid) for pid in re.findall(_STAGING, match.group(1))] if match else None
 
 
 def remove_stale_builds(path: str | os.PathLike, holding_lock: bool = False) -> list[Path]:
-    """Remove what builds and writes of ``path`` left beside it when their process died (see :data:`_STAGING`, nested
-    staging folders included); returns what was removed. Those of running processes are left alone, unless the
-    caller holds ``path``'s write lock (``holding_lock``: then only this process's own are kept)."""
+    """Remove (and return) what dead processes' builds and writes of ``path`` left beside it; with ``holding_lock``
+    (the caller holds its write lock), every other process's."""
     final = Path(path)
     removed: list[Path] = []
     if not final.parent.is_dir():
@@ -71,10 +69,9 @@ def refuse_existing(path: str | os.PathLike, overwrite: bool, flag: str = "--ove
 
 @contextmanager
 def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yields a fresh hidden sibling of ``path`` to build into, renamed to ``path`` when the block succeeds and removed
-    when anything (an error, Ctrl-C) leaves it; ``overwrite=True`` replaces an existing ``path`` only then. Under
-    ``path``'s write lock (:func:`~pyterrier_tite.store.locks.write_lock`); what dead builds left is removed. A write
-    that fails for want of room (a full disk, ``ulimit -f``) is a ``WriteFailedError`` naming ``path`` and cause."""
+    """Yields a fresh hidden sibling of ``path`` to build into, under ``path``'s write lock: renamed to ``path`` when
+    the block succeeds (replacing it only with ``overwrite``), removed when anything (an error, Ctrl-C) leaves it. A
+    write that fails for want of room (a full disk, ``ulimit -f``) is a ``WriteFailedError`` naming path and cause."""
     final = Path(path)
     nested = re.fullmatch(rf"\..+\.building-{os.getpid()}", final.name)  # an engine's build inside ours: locked
     with contextlib.nullcontext() if nested else write_lock(final):
@@ -107,8 +104,7 @@ def atomic_build(path: str | os.PathLike, overwrite: bool = False) -> Iterator[P
 
 
 def _want_of_room(exc: OSError, staging: Path) -> str | None:
-    """Why a build's write failed for want of room (``No space left on device`` / ``File too large``, naming the
-    file), None for other errors (they pass through unchanged)."""
+    """Why a build's write failed for want of room (naming the file), None for other errors."""
     if isinstance(exc, WriteFailedError):
         return getattr(exc, "reason", None) or str(exc)
     if exc.errno not in NO_ROOM:
@@ -120,20 +116,17 @@ def _want_of_room(exc: OSError, staging: Path) -> str | None:
 def _swap_into_place(staging: Path, final: Path, overwrite: bool) -> None:
     if final.exists() and not overwrite:  # written meanwhile by a process that took no lock: keep theirs, say so
         raise FileExistsError(f"{final} was created by another process during this build; this build was discarded")
+    replaced = side_file(final, f".replaced-{os.getpid()}")
     if os.path.lexists(final):
-        replaced = side_file(final, f".replaced-{os.getpid()}")
         _remove(replaced)  # a planted name is replaced by ours, never followed
         os.rename(final, replaced)
-        os.rename(staging, final)
-        _remove(replaced)
-        return
     os.rename(staging, final)
+    _remove(replaced)
 
 
 def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None:
-    """``data`` into ``path``, all or nothing, under its write lock: written to a hidden sibling, flushed to the disk
-    (``fsync``: a full disk may only show there), checked and renamed into place. A failed write is a
-    :class:`WriteFailedError` naming the path and the cause; the previous file, if any, stays as it was."""
+    """``data`` into ``path``, all or nothing, under its write lock: written beside it, ``fsync``-ed (a full disk may
+    only show there), checked and renamed; a failed write is a :class:`WriteFailedError` naming path and cause."""
     target = Path(path)
     with write_lock(target):
         remove_stale_builds(target, holding_lock=True)
@@ -162,8 +155,7 @@ def write_file(path: str | os.PathLike, data: bytes, what: str = "file") -> None
 
 
 def _create_exclusive(staging: Path, target: Path) -> int:
-    """A new file at ``staging`` (umask's mode), created exclusively and never through a link: a name left there (a
-    planted link, a file of a dead writer with this pid) is removed by name first."""
+    """A new file at ``staging``, created exclusively, never through a link (a name left there is removed first)."""
     _remove(staging)
     try:
         return os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
@@ -183,8 +175,8 @@ def umask() -> int:
 
 
 def follow_umask(folder: str | os.PathLike) -> None:
-    """Give what was written under ``folder`` the modes the umask allows (libraries such as safetensors write 0600,
-    so a shared model folder failed for other users); links are not followed."""
+    """Give what was written under ``folder`` the umask's modes (safetensors writes 0600: a shared model folder
+    failed for other users); links are not followed."""
     mask = umask()
     for root, _dirs, files in os.walk(folder):
         os.chmod(root, 0o777 & ~mask)
@@ -195,17 +187,16 @@ def follow_umask(folder: str | os.PathLike) -> None:
 
 
 def keep_user_readme(old_folder: str | os.PathLike, staging: str | os.PathLike) -> None:
-    """Copy the README.md of the folder being replaced into the new one (a regular file only, never through a link),
-    so a card the user wrote survives a save (the card writer keeps a README that is not its own)."""
+    """Copy the README.md (a regular file, never through a link) of the folder being replaced into the new one, so a
+    card the user wrote survives a save."""
     readme = Path(old_folder) / "README.md"
     if readme.is_file() and not readme.is_symlink() and not Path(old_folder).is_symlink():
         shutil.copyfile(readme, Path(staging) / "README.md")
 
 
 def keep_other_entries(old_folder: str | os.PathLike, staging: str | os.PathLike) -> None:
-    """Give the new folder what the older one held besides what the save wrote (a training run's log and resume
-    state live beside its model): hard links where possible (nothing is moved, so a failed save loses nothing), else
-    copies; links are never followed or carried."""
+    """Give the new folder what the older one held besides the save (a training run's log and resume state): hard
+    links (a failed save loses nothing), else copies; links are never followed or carried."""
     old, new = Path(old_folder), Path(staging)
     if not old.is_dir() or old.is_symlink():
         return

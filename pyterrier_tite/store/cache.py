@@ -1,9 +1,10 @@
-"""Where cached things live (``$PYTERRIER_TITE_HOME``, default ``~/.cache/pyterrier_tite``), the one rule that turns
-a name into a path component (:func:`slug`), a lock around building a cached index once, and the folder names of what
-is cached per model (:func:`model_key`), new whenever the checkpoint or a setting it computes with changes."""
+"""Where cached things live (``$PYTERRIER_TITE_HOME``), the one rule that turns a name into a path component, and the
+folder names of what is cached per model, new whenever the checkpoint or a setting it computes with changes."""
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -13,8 +14,7 @@ from pyterrier_tite.store.locks import write_lock
 
 
 def slug(text: str, joiner: str = "__") -> str:
-    """``text`` as one safe path component (or run tag): every run of characters other than letters, digits,
-    ``.``, ``_`` and ``-`` becomes ``joiner``."""
+    """``text`` as one safe path component (or run tag): other characters than ``[A-Za-z0-9._-]`` become ``joiner``."""
     return re.sub(r"[^A-Za-z0-9._-]+", joiner, text)
 
 
@@ -30,9 +30,8 @@ def cache_dir(*parts: str) -> str:
 
 @contextmanager
 def cache_lock(path: str | os.PathLike) -> Iterator[bool]:
-    """Around the build of a cached index: yields whether ``path`` is still to be built. While it is, the block holds
-    its write lock, waiting for another process building the same cache (two recipes started together), which then
-    finds the index built."""
+    """Around the build of a cached index: yields whether ``path`` is still to be built, holding its write lock while
+    it is (a second process building the same cache waits, then finds it built)."""
     if os.path.exists(path):
         yield False
         return
@@ -41,13 +40,8 @@ def cache_lock(path: str | os.PathLike) -> Iterator[bool]:
 
 
 def model_key(name: str, source: object, settings: object = None) -> str:
-    """``name`` + a hash of what a model was loaded from (``source``: its resolved folder, or any repr-able
-    description), the ``settings`` it computes with (repr-able; None: none beyond the folder) and, for a folder, its
-    weight files' modification times: the folder name of its cached indexes or scores, new whenever the checkpoint is
-    rewritten."""
-    import glob
-    import hashlib
-
+    """The folder name of a model's cached indexes or scores: ``name`` + a hash of its ``source`` (a folder, or any
+    repr-able description), the ``settings`` it computes with and a folder's weight files' modification times."""
     stamp = repr(source) if settings is None else repr((source, settings))
     if isinstance(source, str) and os.path.isdir(source):
         weights = sorted(glob.glob(os.path.join(source, "*.safetensors")) + glob.glob(os.path.join(source, "*.bin")))

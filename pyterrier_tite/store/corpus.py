@@ -1,16 +1,18 @@
-"""Corpora, read and checked by one rule: a corpus file (``.jsonl(.gz)``: docno or doc_id, text or default_text, else
-title + text; ``.tsv(.gz)``: ``docno<TAB>text``) or an ir_datasets collection as ``{docno, text}`` dicts
-(:func:`iter_corpus`), the documents of every index build checked once (:func:`checked_corpus`: single-token ``str``
-docnos, each once, text present), and the texts of a run's documents by docno (:class:`DocumentTexts`)."""
+"""Corpora, read and checked by one rule: a corpus file or an ir_datasets collection as ``{docno, text}`` dicts, the
+documents of every index build checked once (:func:`checked_corpus`), the texts of a run's documents by docno, and a
+corpus encoded over several processes (:func:`encode_in_order`: the floor knows no torch, the gather is passed in)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
+from more_itertools import chunked
 
+from pyterrier_tite.store.input_files import count_lines, is_plain_file
 from pyterrier_tite.store.text_files import (
     is_file_argument,
     json_id,
@@ -20,7 +22,7 @@ from pyterrier_tite.store.text_files import (
     text_lines,
 )
 from pyterrier_tite.store.values import checked_id, checked_text
-from pyterrier_tite.text import document_text, text_fields
+from pyterrier_tite.text import document_text, join_text_columns, text_fields
 
 #: the text fields a JSONL corpus record may carry
 _TEXT_FIELDS = ("default_text", "title", "text")
@@ -42,7 +44,8 @@ def _doc_text(record: dict, where: str, docno: str) -> str:
 
 
 def iter_corpus(source: str) -> Iterator[dict]:
-    """``{docno, text}`` dicts from a corpus file, or an ir_datasets collection's documents (all its text fields)."""
+    """``{docno, text}`` dicts from a corpus file (``.jsonl(.gz)``: docno or doc_id, text or default_text, else title
+    + text; ``.tsv(.gz)``: ``docno<TAB>text``), or an ir_datasets collection's documents (all its text fields)."""
     if is_file_argument(source):
         for _, docno, text in corpus_file_records(source):
             yield {"docno": docno, "text": text}
@@ -96,9 +99,8 @@ def checked_corpus(corpus: Iterable[dict], fields: Sequence[str]) -> Iterator[di
 
 
 class SpilledTexts:
-    """The texts of a corpus file by docno (only the ``wanted`` ones) in an unnamed temporary file under ``TMPDIR``
-    (gone when closed or at exit), memory holding only where each one lies: re-ranking 300,000 pairs needs their
-    texts a chunk at a time, never all at once. A docno twice in the file is an error, as in ``index``."""
+    """The ``wanted`` texts of a corpus file by docno in an unnamed temporary file, memory holding only where each one
+    lies (re-ranking 300,000 pairs needs their texts a chunk at a time). A docno twice is an error, as in ``index``."""
 
     def __init__(self, path: str, wanted: set[str] | None):
         self.file = tempfile.TemporaryFile(prefix="pyterrier-tite-texts-")
@@ -129,9 +131,8 @@ class SpilledTexts:
 
 
 class DocumentTexts:
-    """Texts of documents by docno, from an ir_datasets collection (its docstore, the collection's text fields by
-    the one text rule) or from a corpus file (read once, keeping only the docnos asked for, in a temporary file and
-    not in memory; one of them twice in the file is an error naming it)."""
+    """Texts of documents by docno, from an ir_datasets collection (its docstore, by the one text rule) or from a
+    corpus file (read once, keeping only the docnos asked for, not in memory)."""
 
     def __init__(self, source: str, docnos: Iterable[str] | None = None):
         self.source = source
@@ -145,8 +146,7 @@ class DocumentTexts:
             self.fields = text_fields(datasets.irds_id(source))
 
     def missing(self, docnos: Iterable[str], chunk: int = 10_000) -> list[str]:
-        """The ``docnos`` (each once) that the source does not hold: a run checked against its texts before any model
-        scores it (a collection's docstore is asked ``chunk`` docnos at a time, so memory stays bounded)."""
+        """The ``docnos`` (each once) that the source does not hold (a docstore is asked ``chunk`` at a time)."""
         wanted = list(dict.fromkeys(docnos))
         if self.texts is not None:
             return [d for d in wanted if d not in self.texts]
@@ -166,8 +166,6 @@ class DocumentTexts:
             return frame.assign(text=[self.texts[d] for d in frame["docno"]])
         import pyterrier as pt
 
-        from pyterrier_tite.text import join_text_columns
-
         try:
             with_text = pt.text.get_text(self.dataset, self.fields, verbose=False).transform(frame.drop(
                 columns=[c for c in ("text", "title") if c in frame.columns]))  # fmt: skip
@@ -182,8 +180,7 @@ class DocumentTexts:
 
 
 class SizedCorpus:
-    """Documents with their number known in advance (``len``), so a progress bar over them shows a total and an ETA;
-    iterating yields the documents as given."""
+    """Documents with their number known in advance (``len``), so a progress bar over them shows an ETA."""
 
     def __init__(self, documents: Iterable[dict], size: int):
         self.documents, self.size = documents, size
@@ -204,10 +201,8 @@ def known_size(corpus) -> int | None:
 
 
 def corpus_size(source: str) -> int | None:
-    """The number of documents of an ir_datasets collection, or of lines of a plain corpus file (one document a
-    line); None where it is not known without reading the documents (compressed files, streams)."""
-    from pyterrier_tite.store.input_files import count_lines, is_plain_file
-
+    """The number of documents of an ir_datasets collection or lines of a plain corpus file; None where it is not
+    known without reading the documents (compressed files, streams)."""
     if os.path.exists(source):
         return count_lines(source) if is_plain_file(source) and not os.fspath(source).endswith(".gz") else None
     try:
@@ -216,3 +211,45 @@ def corpus_size(source: str) -> int | None:
         return int(datasets.get_dataset(source).irds_ref().docs_count())
     except Exception:  # noqa: BLE001 - a size is only a nicety of the progress bar
         return None
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's part of a sharded build: its ``rank`` of ``world_size`` processes and ``gather(encodings)``,
+    which every rank calls with its encodings of a chunk and which returns every rank's on rank 0, elsewhere None."""
+
+    rank: int = 0
+    world_size: int = 1
+    gather: Callable[[list], list[list] | None] | None = None
+
+    def __post_init__(self):
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not one of {self.world_size} processes")
+        if self.world_size > 1 and self.gather is None:
+            raise ValueError("a sharded build needs gather (how rank 0 receives the other ranks' encodings)")
+
+
+#: one process encodes everything
+SINGLE = Shard()
+
+
+def encode_in_order(
+    docs: Iterable[dict], encode: Callable[[list[dict]], Sequence], chunk_size: int = 1024, shard: Shard = SINGLE
+) -> Iterator[tuple[str, object]]:
+    """``(docno, encoding)`` in corpus order, ``encode(docs)`` giving one encoding per document of a chunk; the index
+    rank 0 writes is the one one process writes. Sharded, every rank iterates the same ``docs`` (each chunk is a
+    gather): rank ``r`` encodes documents ``r, r + world_size, ...`` of a chunk, rank 0 yields them all, others none."""
+    rank, world_size = shard.rank, shard.world_size
+    for chunk in chunked(docs, chunk_size * world_size):
+        mine = chunk[rank::world_size]
+        encoded = list(encode(mine)) if mine else []
+        if len(encoded) != len(mine):
+            raise RuntimeError(f"the encoder returned {len(encoded)} encodings for {len(mine)} documents")
+        if world_size == 1:
+            yield from zip((d["docno"] for d in chunk), encoded, strict=True)
+            continue
+        gathered = shard.gather(encoded)
+        if rank != 0:
+            continue
+        for position, doc in enumerate(chunk):
+            yield doc["docno"], gathered[position % world_size][position // world_size]

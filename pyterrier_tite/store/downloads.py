@@ -1,25 +1,7 @@
-"""Packages downloaded into the artifact cache safely: what ``pt.Artifact.from_url`` does, without its holes.
-
-A package URL (``http(s)://``, ``file://``, ``hf:org/name``, ``zenodo:ID``: PyTerrier's resolvers) is fetched once into
-PyTerrier's artifact cache (``$PYTERRIER_HOME/artifacts/<sha256 of the URL>``, so PyTerrier finds it too; a local
-file's: of its path, size and time) by :func:`fetch_package`:
-
-- one process at a time per URL (the cache folder's write lock, waiting): a second one then uses what the first cached;
-- all or nothing (:func:`~pyterrier_tite.store.atomic.atomic_build`): renamed into place only when verified complete:
-  the tar's end-of-archive blocks reached, the compressed stream's end, the declared sha256 (``<url>.json``, written
-  by ``build_package``) matched. A cut download is never cached;
-- with a size cap: the declared ``total_size`` when the package declares one, never above :data:`MAX_BYTES_ENV`
-  (default 20 GiB; set it to lift the cap);
-- with an expansion cap: at most :data:`MAX_RATIO_ENV` (default 100; 0: none) extracted bytes per compressed byte
-  read so far (counted from 1 MiB up), so a decompression bomb (1.4 MB of lz4 unpack to 200 MiB) cannot fill the disk
-  up to the size cap; packages of models and indexes expand less than 10 times;
-- members are plain files and folders only: a link, hard link, device or FIFO member, an absolute name, a name with
-  ``..`` and a name given twice are refused naming the member; files are created exclusively, never through a link;
-- the cached folder follows the umask (PyTerrier makes it 0777: anyone could swap the model or index in it). A folder
-  cached by PyTerrier itself is repaired when it is ours, refused when another user owns it and others may write it.
-
-Every refusal is a :class:`PackageError` (a ``ValueError``: one line naming the URL and what is wrong).
-"""
+"""Packages in and out of PyTerrier's artifact cache: :func:`fetch_package` is ``pt.Artifact.from_url`` without its
+holes (once per URL, cached only when verified complete, size and expansion caps, plain members only, the folder
+following the umask: PyTerrier makes it 0777), :func:`package_saved` packages a fresh save. Every refusal is a
+one-line :class:`PackageError`."""
 
 from __future__ import annotations
 
@@ -30,10 +12,13 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import tarfile
+import tempfile
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from pyterrier_tite.store.atomic import atomic_build, umask, write_file
@@ -65,8 +50,7 @@ def _cap(variable: str, default: int, unit: str) -> int:
 
 
 def resolve_url(url: str) -> tuple[str, dict[str, str]]:
-    """``(url, headers)`` after PyTerrier's URL resolvers (``hf:``, ``zenodo:``: entry points
-    ``pyterrier.artifact.url_protocol_resolver``), as ``pt.Artifact.from_url`` resolves them."""
+    """``(url, headers)`` after PyTerrier's URL resolvers (``hf:``, ``zenodo:``), as ``pt.Artifact.from_url``."""
     import pyterrier as pt
 
     parsed = urllib.parse.urlparse(url)
@@ -93,8 +77,8 @@ def artifact_cache() -> str:
 
 
 def fetch_package(url: str, expected_sha256: str | None = None) -> str:
-    """The cached folder of the package at ``url`` (see the module docstring): fetched, checked and cached on first
-    use, under a per-URL lock; a local folder is returned as it is."""
+    """The folder of the package at ``url`` in ``$PYTERRIER_HOME/artifacts/<sha256 of the URL>`` (where PyTerrier
+    finds it too), fetched on first use, all or nothing, under a waiting lock; a local folder is returned as it is."""
     resolved, headers = resolve_url(url)
     if not urllib.parse.urlparse(resolved).scheme and os.path.isdir(resolved):
         return resolved
@@ -121,8 +105,7 @@ def fetch_package(url: str, expected_sha256: str | None = None) -> str:
 
 
 def _cache_key(resolved: str) -> str:
-    """What names a package's cache folder: its URL; a local file's (a path or ``file://``) also its size and time,
-    so a package rebuilt under the same name is unpacked afresh, never answered from the copy of the old one."""
+    """A package's URL; a local file's also its size and time, so one rebuilt under its name is unpacked afresh."""
     parsed = urllib.parse.urlparse(resolved)
     if parsed.scheme not in ("", "file"):
         return resolved
@@ -262,8 +245,7 @@ def _member_path(dest: Path, name: str, shown: str) -> Path:
 
 def _extract_members(tar: tarfile.TarFile, dest: Path, shown: str, cap: int, bound: int,
                      compressed: _Counting) -> None:  # fmt: skip
-    """Plain files and folders only, at most ``cap`` bytes, and at most :data:`MAX_RATIO_ENV` times the
-    ``compressed`` bytes read so far (at least 1 MiB of them: a small package may expand as it likes up to that)."""
+    """Plain files and folders only, at most ``cap`` bytes and the expansion cap times the bytes read (>= 1 MiB)."""
     ratio = _cap(MAX_RATIO_ENV, DEFAULT_MAX_RATIO, "a whole number (extracted bytes per compressed byte)")
     total = extracted = 0
     for member in tar:
@@ -313,3 +295,42 @@ def _check_end(tar: tarfile.TarFile, plain: _Counting, shown: str) -> None:
     if len(block) != 2 * tarfile.BLOCKSIZE or block.count(0) != len(block):
         raise PackageError(f"{shown} is cut short or damaged: the archive does not end with its end-of-archive "
                            "blocks; nothing was cached")  # fmt: skip
+
+
+#: what a package URL starts with (a scheme of two or more letters: ``C:`` stays a path)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
+
+
+def is_package_url(location: str) -> bool:
+    """``http(s)://...``, ``hf:org/name``, ``zenodo:ID``: a package to download rather than a folder."""
+    return bool(_URL.match(location)) and not os.path.exists(location)
+
+
+def index_folder(location: str | os.PathLike) -> str:
+    """The index folder for a folder, a package URL or a local package file (``build_package``'s ``.tar.lz4``): a
+    package is fetched (:func:`fetch_package`) and its folder returned; anything else is returned as is."""
+    location = os.fspath(location)
+    if os.path.isfile(location):
+        location = os.path.abspath(location)
+    elif not is_package_url(location):
+        return location
+    try:
+        path = fetch_package(location)
+    except OSError as exc:  # unreachable host, 404, no network
+        raise ValueError(f"cannot download the index {location}: {exc}") from exc
+    if not os.path.isdir(path):
+        raise ValueError(f"{location} is not an index folder")
+    return str(path)
+
+
+def package_saved(save: Callable[[str], None], package_path: str, card: str | None = None, **kwargs) -> str:
+    """A ``.tar.lz4`` package (``pta.Artifact.build_package``, keywords go there) of what ``save(folder)`` writes
+    into a scratch folder; ``card``: a model card (README.md) to ship instead of the one ``save`` wrote."""
+    import pyterrier_alpha as pta
+
+    with tempfile.TemporaryDirectory(prefix="pyterrier-tite-package-") as tmp:
+        folder = os.path.join(tmp, "model")
+        save(folder)
+        if card is not None:
+            shutil.copyfile(card, os.path.join(folder, os.path.basename(card)))
+        return pta.Artifact(folder).build_package(package_path, **kwargs)

@@ -1,13 +1,7 @@
-"""FlexIndex (pyterrier_dr): the one builder of a dense index (:func:`build_flex_index`; the encoder is passed in) and
-retrieval from it (:func:`open_flex_retriever`). pyterrier_dr's own indexer (0.8) writes straight into ``path`` (a
-failed build looks built), stores duplicate docnos twice and fails obscurely on integer docnos (``AttributeError``),
-an empty corpus (``struct.error``) and a single document (``ZeroDivisionError``).
-
-Approximate search (:func:`faiss_retriever`) runs pyterrier_dr's FAISS retriever, by inner product as exact search
-scores, over a FAISS index of ours: HNSW (a graph; recall set by ``ef_search``) or IVF (clusters; recall set by
-``n_probe``), for collections where exact search is too slow, at a recall that depends on the vectors
-(``benchmarks/scale.py``). It is built once, beside the FlexIndex (in the per-user cache when that is read-only), all
-or nothing, under a lock (pyterrier_dr's own builds write into the index folder unlocked, in place)."""
+"""The one builder of a FlexIndex (pyterrier_dr's indexer writes straight into ``path``, stores duplicate docnos twice
+and fails obscurely on integer docnos, an empty corpus and a single document) and its retrievers: exact, or
+approximate (HNSW or IVF, by inner product) over a FAISS index of ours, built once beside the FlexIndex (in the
+per-user cache when that is read-only), all or nothing, under a lock (pyterrier_dr's own builds are neither)."""
 
 from __future__ import annotations
 
@@ -18,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pyterrier as pt
-from more_itertools import peekable
+from more_itertools import consume, peekable
 
 from pyterrier_tite.store.atomic import atomic_build
 from pyterrier_tite.store.cache import cache_dir, slug
-from pyterrier_tite.store.corpus import checked_corpus, known_size
+from pyterrier_tite.store.corpus import SINGLE, Shard, checked_corpus, encode_in_order, known_size
 from pyterrier_tite.store.locks import write_lock
-from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
 
 
 def build_flex_index(
@@ -39,11 +32,9 @@ def build_flex_index(
     progress: str | None = None,
     finalize: Callable[[Path], None] | None = None,
 ):
-    """Encode ``corpus`` into a FlexIndex at ``path``, all or nothing (:func:`~pyterrier_tite.store.atomic.
-    atomic_build`): documents checked (:func:`~pyterrier_tite.store.corpus.checked_corpus`), an empty corpus refused,
-    ``encode(docs)`` gives one vector per document of a chunk. ``finalize(staging)`` adds files to the complete index
-    before the rename. Sharded when ``shard.world_size > 1``: every rank calls this with the same corpus; rank 0
-    writes the index and returns it, the others return None. ``progress`` labels a progress bar (rank 0)."""
+    """Encode ``corpus`` (checked, not empty) into a FlexIndex at ``path``, all or nothing: ``encode(docs)`` gives one
+    vector per document of a chunk; ``finalize(staging)`` adds files before the rename. Sharded, every rank calls
+    this with the same corpus; rank 0 writes the index and returns it, the others None."""
     from pyterrier_dr import FlexIndex
 
     total = known_size(corpus)  # a known corpus size gives the bar an ETA
@@ -54,43 +45,30 @@ def build_flex_index(
         docs = pt.tqdm(docs, desc=progress, unit="doc", total=total)
     encoded = encode_in_order(docs, encode, chunk_size, shard)
     if shard.rank != 0:
-        for _ in encoded:  # takes part in every gather
-            pass
+        consume(encoded)  # takes part in every gather
         return None
     with atomic_build(path, overwrite) as staging:
-        staging.mkdir(exist_ok=True)  # made by atomic_build (never through a link)
-        write_flex_files(staging, encoded)
+        docnos: list[str] = []
+        dim = None
+        with open(staging / "vecs.f4", "wb") as vecs:
+            for docno, vec in encoded:
+                vector = np.asarray(vec, dtype=np.float32)
+                if vector.ndim != 1 or vector.shape[0] != (dim or vector.shape[0]):
+                    raise ValueError(f"doc_vec of docno {docno!r} has shape {vector.shape}, not ({dim},)")
+                dim = vector.shape[0]
+                vecs.write(vector.tobytes())
+                docnos.append(docno)
+        write_docnos(staging / "docnos.npids", docnos)
+        meta = {"type": FlexIndex.ARTIFACT_TYPE, "format": FlexIndex.ARTIFACT_FORMAT, "vec_size": dim}
+        (staging / "pt_meta.json").write_text(json.dumps({**meta, "doc_count": len(docnos)}))  # last, as pyterrier_dr
         if finalize is not None:
             finalize(staging)
     return FlexIndex(str(path), verbose=False)
 
 
-def write_flex_files(folder: Path, encoded: Iterable[tuple[str, np.ndarray]]) -> int:
-    """A FlexIndex's files in ``folder`` from ``(docno, vector)`` pairs (``vecs.f4``, ``docnos.npids``,
-    ``pt_meta.json`` last, as pyterrier_dr reads them); returns the number of documents written."""
-    from pyterrier_dr import FlexIndex
-
-    docnos: list[str] = []
-    dim = None
-    with open(folder / "vecs.f4", "wb") as vecs:
-        for docno, vec in encoded:
-            vector = np.asarray(vec, dtype=np.float32)
-            if vector.ndim != 1 or vector.shape[0] != (dim or vector.shape[0]):
-                raise ValueError(f"doc_vec of docno {docno!r} has shape {vector.shape}, not ({dim},)")
-            dim = vector.shape[0]
-            vecs.write(vector.tobytes())
-            docnos.append(docno)
-    write_docnos(folder / "docnos.npids", docnos)
-    meta = {"type": FlexIndex.ARTIFACT_TYPE, "format": FlexIndex.ARTIFACT_FORMAT, "vec_size": dim}
-    with open(folder / "pt_meta.json", "w") as f:
-        json.dump({**meta, "doc_count": len(docnos)}, f)
-    return len(docnos)
-
-
 def write_docnos(file, docnos: list[str]) -> None:
-    """A FlexIndex's ``docnos.npids``. npids stores a block of ids without their common prefix, so a block of one id
-    (one document, or a last id shaped unlike the others) has zero-width rows it cannot read (``ZeroDivisionError``);
-    such a store is written again as one block of whole ids."""
+    """A FlexIndex's ``docnos.npids``; npids cannot read a block of one id (zero-width rows once its prefix is cut:
+    one document, or a last id shaped unlike the others), so such a store is written again as one block of whole ids."""
     from npids import Lookup
 
     try:
@@ -125,9 +103,7 @@ def open_flex_retriever(
     index, k: int = 1000, device: str = "cpu", search: str = "exact", **search_options
 ) -> pt.Transformer:
     """The top ``k`` (cut to the number of documents) of a FlexIndex (or its folder) for ``query_vec`` s on
-    ``device`` (pyterrier_dr's torch retriever on a GPU, its numpy one else), cells scalar (:class:`ScalarResults`).
-    ``search='hnsw'`` or ``'ivf'`` searches approximately with FAISS (:func:`faiss_retriever`; ``search_options``:
-    ``hnsw_neighbours``, ``ef_search``, ``ivf_lists``, ``n_probe``)."""
+    ``device``, cells scalar; ``search='hnsw'`` or ``'ivf'`` searches approximately (:func:`faiss_retriever`)."""
     from pyterrier_dr import FlexIndex
 
     if search not in SEARCHES:
@@ -177,8 +153,8 @@ class ScalarResults(pt.Transformer):
 
 
 def faiss_retriever(flex, search: str, k: int, **options) -> pt.Transformer:
-    """pyterrier_dr's FAISS retriever (``query_vec`` -> the top ``k``) over the ``search`` (hnsw / ivf) index of
-    ``flex`` (:func:`faiss_index`); ``options`` (None: the default) override :data:`SEARCH_DEFAULTS`."""
+    """pyterrier_dr's FAISS retriever over the ``search`` (hnsw / ivf) index of ``flex``; ``options`` (None: the
+    default) override :data:`SEARCH_DEFAULTS` (recall depends on the vectors: ``benchmarks/scale.py``)."""
     from pyterrier_dr.flex.faiss_retr import FaissRetriever
 
     unknown = set(options) - set(SEARCH_DEFAULTS)
@@ -197,8 +173,7 @@ def faiss_retriever(flex, search: str, k: int, **options) -> pt.Transformer:
 
 
 def faiss_index(flex, search: str, settings: dict):
-    """The FAISS index of ``flex`` for ``search`` with build ``settings``: read from its file, else built from the
-    vectors and written all or nothing under its lock."""
+    """The FAISS index of ``flex`` for ``search`` and ``settings``: read, else built and written under its lock."""
     import faiss
 
     index_path = Path(flex.index_path)
@@ -207,8 +182,7 @@ def faiss_index(flex, search: str, settings: dict):
     path = folder / name
     if path.is_file():
         return faiss.read_index(str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with write_lock(path, wait=True):
+    with write_lock(path, wait=True):  # creates the folder
         if path.is_file():  # another process built it meanwhile
             return faiss.read_index(str(path))
         vectors = np.ascontiguousarray(flex.payload(return_docnos=False)[0], dtype=np.float32)

@@ -1,14 +1,7 @@
-"""What an index records of itself and its model (:data:`INDEX_INFO`, beside the engine's own ``pt_meta.json``), as
-``pyterrier-tite index``, ``model >> pyterrier_dr.FlexIndex(path)`` and ``splade.indexer(path)`` write it.
-
-An index built from a hub id (or a shipped name) records that name; one built from a model folder (or in memory) keeps
-a ``save_pretrained`` of the model in ``<index>/model/`` (``packaged_model``). So an index copied, packaged
-(``build_package``), shared (``to_hf``) and fetched again (``from_url`` / ``from_hf``) retrieves with the very model
-that built it. What an index records is data, never a path to follow: a recorded model is a folder inside the index
-(no absolute path, no ``..``, no link leading out) or a hub id, else refused in one line (:class:`RecordedPathError`);
-``model_fingerprint`` (a hash of the weights) refuses retrieval with other weights, naming both
-(:func:`check_fingerprint`).
-"""
+"""What an index records of itself and its model (:data:`INDEX_INFO`, beside the engine's ``pt_meta.json``): a hub id
+or shipped name, else a ``save_pretrained`` of the model inside the index, so an index copied, packaged or fetched
+retrieves with the very model that built it, and the weights' fingerprint. The record is data: a recorded model is a
+folder inside the index or a hub id, else refused in one line (:class:`RecordedPathError`)."""
 
 from __future__ import annotations
 
@@ -81,11 +74,9 @@ def write_index_info(
     fingerprint: str | None = None,
     collection: str | None = None,
 ) -> None:
-    """Write :data:`INDEX_INFO`: kind; ``model`` (the hub id, else ``model/`` when packaged, never the builder's
-    absolute path), ``model_name`` (for display), ``hub_id``, ``model_fingerprint`` (:func:`check_fingerprint`);
-    ``corpus`` as given, ``collection`` (its ir_datasets ID, None for a corpus file), size, date. With
-    ``transformer`` (anything with ``save_pretrained``), a model from a folder, or one no name loads again (built in
-    memory, a SPLADE pair), is saved into the index (``packaged_model``); a hub id or shipped name is only recorded."""
+    """Write :data:`INDEX_INFO`: kind, ``model`` (the hub id, else ``model/`` when packaged, never the builder's
+    absolute path), its display name, hub id and fingerprint, ``corpus``, ``collection`` (its ir_datasets ID), size,
+    date. With ``transformer``, a model no name loads again (a folder, built in memory) is saved into the index."""
     if kind == BM25:
         info = {"kind": kind, "model": BM25}
     else:
@@ -106,18 +97,16 @@ def write_index_info(
 
 
 def indexed_collection(info: dict) -> str | None:
-    """The ir_datasets ID of the documents an index holds (:data:`INDEX_INFO`'s ``collection``; an index built before
-    it was recorded: its ``corpus`` where that names a collection), or None where the index does not know it (a
-    corpus file, an index built elsewhere)."""
+    """The ir_datasets ID of the documents an index holds (an older index: its ``corpus`` where that names one), or
+    None where it does not know it."""
     from pyterrier_tite.datasets import collection_id
 
     return collection_id(info.get("collection") if "collection" in info else info.get("corpus"))
 
 
 def model_for_index(path: str | os.PathLike, info: dict) -> str | None:
-    """The model to load for an index: its packaged copy when it has one, else the recorded model (a folder inside
-    the index, or a hub id); a recorded folder that is not there falls back to the recorded hub id, else is an error
-    telling to pass ``--model``. A recorded path leading outside the index is a :class:`RecordedPathError`."""
+    """The model to load for an index: its packaged copy, else the recorded model (a folder inside the index, or a
+    hub id), else the recorded hub id, else an error telling to pass ``--model``."""
     packaged = info.get("packaged_model")
     if packaged is not None:
         folder = inside_index(path, packaged, "packaged_model")
@@ -153,8 +142,7 @@ def model_for_index(path: str | os.PathLike, info: dict) -> str | None:
 
 
 def inside_index(path: str | os.PathLike, recorded: object, key: str) -> Path:
-    """The folder ``recorded`` (a relative path from the index record) inside the index ``path``, links resolved;
-    an absolute path, ``..`` or a link leading out of the index is a :class:`RecordedPathError`."""
+    """The folder ``recorded`` inside the index ``path``, links resolved; one leading out is a RecordedPathError."""
     where = Path(path) / INDEX_INFO
     if not isinstance(recorded, str) or not recorded or os.path.isabs(recorded) or "\0" in recorded:
         raise RecordedPathError(f"{where}: {key} {recorded!r} is not a folder inside the index; the record is "
@@ -171,8 +159,8 @@ _warned: set[str] = set()
 
 
 def check_fingerprint(path: str | os.PathLike, info: dict, model_name: object, fingerprint: str | None) -> None:
-    """Refuse to query the index ``path`` with a model whose weights' ``fingerprint`` differs from the one the index
-    recorded, naming both models; an index without a fingerprint (built before they were recorded) warns, once."""
+    """Refuse to query the index ``path`` with other weights than those it recorded, naming both models; an index
+    without a fingerprint (an older one) warns, once."""
     recorded = info.get("model_fingerprint")
     if recorded is None or fingerprint is None:
         if recorded is None and str(path) not in _warned:

@@ -1,8 +1,6 @@
-"""Opening a file a user names, once, whatever it is: a regular file, a FIFO, a pipe or ``/dev/stdin``, plain or
-compressed (gzip, bzip2, xz; zstd when ``zstandard`` is installed), recognised by its first bytes, not its name. A
-stream can be read only once: callers take lines from :func:`binary_lines` and keep the line numbers they need. A FIFO
-without a writer is refused after :data:`FIFO_WAIT_SECONDS`. Every problem is a ``ValueError`` naming the file.
-"""
+"""Opening a file a user names, once, whatever it is (a regular file, a FIFO, a pipe or ``/dev/stdin``), decompressed
+by its first bytes, not its name (gzip, bzip2, xz; zstd with ``zstandard``). A stream can be read only once: callers
+keep the line numbers they need. Every problem is a ``ValueError`` naming the file."""
 
 from __future__ import annotations
 
@@ -51,7 +49,7 @@ def compression(head: bytes) -> str | None:
 
 @contextlib.contextmanager
 def open_input(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """The decompressed bytes of ``path``, read once from its start (see the module docstring)."""
+    """The decompressed bytes of ``path``, read once from its start."""
     path = os.fspath(path)
     raw = _open_raw(path)
     try:
@@ -67,8 +65,7 @@ def open_input(path: str | os.PathLike) -> Iterator[BinaryIO]:
 
 
 def binary_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
-    """``(line number, line)`` of ``path`` split at ``\\n`` only, the ``\\n`` removed; a damaged compressed stream
-    is an error naming the file."""
+    """``(line number, line)`` of ``path`` split at ``\\n`` only, the ``\\n`` removed."""
     number = 0
     try:
         with open_input(path) as stream:
@@ -81,7 +78,7 @@ def binary_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
 
 
 def _open_raw(path: str) -> BinaryIO:
-    """The file opened for reading; a folder is refused, a FIFO waited on for a writer at most a few seconds."""
+    """The file opened for reading; a folder is refused, a FIFO waited on for a writer :data:`FIFO_WAIT_SECONDS`."""
     if os.path.isdir(path):
         raise ValueError(f"{path} is a folder; expected a file (or an ir_datasets id)")
     mode = os.stat(path).st_mode  # FileNotFoundError names the path

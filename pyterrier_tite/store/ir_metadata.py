@@ -1,8 +1,5 @@
-"""The ``ir-metadata.yml`` beside a run (https://www.ir-metadata.org), as docs/tirex.md describes it: with
-``tirex-tracker`` installed (the ``tirex`` extra), the work of a command runs inside :func:`tracked_run`, whose
-measurements and description of machine and code :func:`render` completes with the run's ``tag``, pyterrier-tite and
-the command's settings (``method``); without it (or when its native library cannot start: a warning says so) the
-record is short: ``tag``, ``date``, versions, machine and ``method``::
+"""The ``ir-metadata.yml`` beside a run (https://www.ir-metadata.org; docs/tirex.md): tirex-tracker's record (the
+``tirex`` extra) completed with the run's tag, pyterrier-tite and the settings, else a short record::
 
     with tracked_run("pyterrier-tite.my-model") as record:
         results = ...  # the work measured
@@ -31,8 +28,8 @@ class RunRecord:
 
 @contextmanager
 def tracked_run(system: str | None = None) -> Iterator[RunRecord]:
-    """Measure the block with tirex-tracker (when installed); afterwards ``record.tracked`` holds its ir_metadata.
-    The tracker writes into a scratch folder, never beside the run (its code archive included)."""
+    """Measure the block with tirex-tracker (when installed) into a scratch folder, never beside the run (its code
+    archive included); afterwards ``record.tracked`` holds its ir_metadata."""
     record = RunRecord()
     try:
         import tirex_tracker as tracker
@@ -80,8 +77,7 @@ def _stop(handle, target: Path) -> dict | None:
 
 
 def render(system: str, settings: dict, tracked: dict | None = None) -> str:
-    """The text of ``ir-metadata.yml``: tirex-tracker's record completed with the run's tag, pyterrier-tite and the
-    settings when ``tracked`` is given, else :func:`hand_written`."""
+    """The text of ``ir-metadata.yml``: ``tracked`` completed, else :func:`hand_written`."""
     if tracked is None:
         return hand_written(system, settings)
     import yaml

@@ -1,17 +1,13 @@
-"""Write targets (an index folder, a run file): one writer at a time, checked before the work, failures named.
-
-:func:`write_lock` locks a target before anything is computed for it: ``flock`` on ``.NAME.lock`` beside it (released
-by the kernel when its process ends, even by SIGKILL), which holds the holder's pid and host for the message. A second
-writer fails at once naming that pid (:class:`TargetBusyError`), or waits (``wait=True``: caches). Taking the lock
-proves the target's folder exists and is writable (:class:`UnwritableTargetError`), so a command fails before it loads
-a model. It is re-entrant within a thread. :func:`write_failure` names what a failed write ran into.
-"""
+"""One writer per target (an index folder, a run file), locked before anything is computed for it: ``flock`` on
+``.NAME.lock`` beside it (released by the kernel even on SIGKILL; it holds the holder's pid and host for the message).
+Taking the lock proves the target's folder writable, so a command fails before it loads a model."""
 
 from __future__ import annotations
 
 import errno
 import fcntl
 import hashlib
+import itertools
 import os
 import resource
 import socket
@@ -41,7 +37,7 @@ class WriteFailedError(WriteTargetError):
 #: errno of writes that ran out of room
 NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
-_held: dict[str, list] = {}  # lock file -> [fd, thread ident, depth]
+_held: dict[str, int] = {}  # lock file -> the thread holding it
 _held_guard = threading.Lock()
 
 
@@ -52,9 +48,8 @@ _SUFFIX_ROOM = 40
 
 
 def side_stem(name: str) -> str:
-    """What side files of a target called ``name`` (its lock, staging files and folders) are named after: ``name``
-    itself, or for a name too long to take a suffix within NAME_MAX, its first bytes + ``~`` + a hash of it, so any
-    legal target name can be locked and built."""
+    """What the side files of a target ``name`` are named after: ``name``, or for a name too long to take a suffix,
+    its first bytes + ``~`` + a hash of it (so any legal target name can be locked and built)."""
     if len(name.encode()) + 1 + _SUFFIX_ROOM <= NAME_MAX:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
@@ -63,7 +58,7 @@ def side_stem(name: str) -> str:
 
 
 def side_file(target: str | os.PathLike, suffix: str) -> Path:
-    """The side file ``.STEM<suffix>`` of ``target`` (see :func:`side_stem`), in the target's folder."""
+    """The side file ``.STEM<suffix>`` of ``target``, in its folder."""
     target = Path(os.path.abspath(target))
     return target.with_name(f".{side_stem(target.name)}{suffix}")
 
@@ -81,22 +76,17 @@ def planted(path: Path, target: str | os.PathLike, what: str) -> PlantedLinkErro
 
 @contextmanager
 def write_lock(target: str | os.PathLike, wait: bool = False) -> Iterator[Path]:
-    """Hold the exclusive write lock of ``target`` in the block (see the module's docstring); yields the lock file.
-    Folders created for it are removed again when the block leaves them empty."""
+    """Hold the write lock of ``target`` in the block, re-entrant within a thread; yields the lock file. A second
+    writer fails at once naming the holder (:class:`TargetBusyError`), or waits (``wait=True``: caches). Folders
+    created for it are removed again when the block leaves them empty."""
     lock = side_file(target, ".lock")
     key = str(lock)
     with _held_guard:
-        entry = _held.get(key)
-        if entry is not None and entry[1] == threading.get_ident():
-            entry[2] += 1
-    if entry is not None and entry[1] == threading.get_ident():
-        try:
-            yield lock
-        finally:
-            with _held_guard:
-                entry[2] -= 1
+        holder = _held.get(key)
+    if holder == threading.get_ident():  # re-entered by the thread that holds it
+        yield lock
         return
-    if entry is not None and not wait:
+    if holder is not None and not wait:
         raise _busy(target, lock, f"{os.getpid()} {socket.gethostname()} (this process)")
     created = _make_folders(lock.parent, Path(target))
     try:
@@ -105,7 +95,7 @@ def write_lock(target: str | os.PathLike, wait: bool = False) -> Iterator[Path]:
         _remove_empty(created)
         raise
     with _held_guard:
-        _held[key] = [fd, threading.get_ident(), 1]
+        _held[key] = threading.get_ident()
     try:
         yield lock
     finally:
@@ -126,8 +116,7 @@ _RECORD = 128
 
 
 def _open_lock(lock: Path, target: Path) -> int:
-    """The lock file's descriptor: created fresh (``O_EXCL``), else the existing one opened without following a
-    link; anything that is not a plain file with one name (a link, a FIFO, a hard link to another file) is refused."""
+    """The lock file, created (``O_EXCL``) or opened without following a link; not one plain file: refused."""
     try:
         return os.open(lock, _OPEN | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
@@ -218,12 +207,8 @@ def _unwritable(target: Path, folder: Path, exc: OSError) -> UnwritableTargetErr
 
 
 def _make_folders(folder: Path, target: Path) -> list[Path]:
-    """Create ``folder`` and missing parents; returns those created (deepest first)."""
-    missing = []
-    for path in [folder, *folder.parents]:
-        if os.path.lexists(path):
-            break
-        missing.append(path)
+    """Create ``folder`` and its missing parents; returns those created (deepest first)."""
+    missing = list(itertools.takewhile(lambda path: not os.path.lexists(path), [folder, *folder.parents]))
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -241,9 +226,8 @@ def _remove_empty(folders: list[Path]) -> None:
 
 
 def write_failure(exc: OSError | None = None, folder: str | os.PathLike | None = None) -> str:
-    """Why a write failed, in words: ``exc``'s own reason (``File too large``, with the limit ``ulimit -f`` set;
-    ``No space left on device``) or, for writes that failed silently (PISA's) into ``folder``, a file of it that
-    reached the file-size limit or a full file system; empty when nothing explains it."""
+    """Why a write failed, in words: ``exc``'s reason (with the ``ulimit -f`` limit) or, for writes that failed
+    silently (PISA's) into ``folder``, a file of it at the file-size limit or a full file system; else empty."""
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     limited = limit != resource.RLIM_INFINITY
     if exc is not None and exc.strerror:

@@ -1,32 +1,31 @@
-"""PISA index builds, all or nothing (built beside the target, checked, renamed into place): text
-(:func:`build_pisa_index`, PISA's indexer in a child process, so its aborts are errors), learned-sparse ``toks``
-(:func:`build_toks_index`, the one SPLADE -> PISA writer, optionally sharded; the encoder is passed in) and a
-collection's cached text index (:func:`pisa_index`).
-
-Quantisation for PISA is decided here and only here (:data:`PISA_SCALE`): PISA stores ``int(w * scale)`` per posting
-and repeats each query term ``int(w * toks_scale)`` times, so its score is ``sum_t int(100 q_t) * int(100 d_t)``.
-"""
+"""PISA index builds, all or nothing (built beside the target, checked, renamed into place): text (PISA's indexer in
+a child process, so its aborts are errors) and learned-sparse ``toks`` (the one SPLADE -> PISA writer), quantised
+here only (:data:`PISA_SCALE`): PISA stores ``int(w * scale)`` per posting and repeats each query term
+``int(w * toks_scale)`` times, so its score is ``sum_t int(100 q_t) * int(100 d_t)``."""
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import json
 import os
 import re
 import signal
+import subprocess
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from more_itertools import countable, peekable
+from more_itertools import consume, countable, peekable
 
 from pyterrier_tite.store.atomic import atomic_build
 from pyterrier_tite.store.cache import cache_dir, cache_lock, slug
-from pyterrier_tite.store.corpus import checked_corpus, known_size
+from pyterrier_tite.store.corpus import SINGLE, Shard, checked_corpus, encode_in_order, known_size
 from pyterrier_tite.store.locks import WriteFailedError, write_failure
-from pyterrier_tite.store.native_output import native_output_silenced
-from pyterrier_tite.store.pisa_files import check_built_pisa, check_pisa_index, pisa_child
-from pyterrier_tite.store.sharding import SINGLE, Shard, encode_in_order
+from pyterrier_tite.store.pisa_files import check_built_pisa, check_pisa_index, native_output_silenced, pisa_child
 from pyterrier_tite.text import text_fields
 
 #: the one quantisation factor, applied to document weights at indexing and to query weights at retrieval
@@ -42,12 +41,8 @@ def build_pisa(
     overwrite: bool = False,
     finalize: Callable[[Path], None] | None = None,
 ) -> None:
-    """Build a PISA index of ``corpus`` at ``path``, all or nothing: ``index(staging_folder, documents)`` runs the
-    engine (a text or a ``toks`` indexer) on the documents, checked (:func:`~pyterrier_tite.store.corpus.
-    checked_corpus` with ``fields``), in a sibling renamed to ``path`` when complete; a corpus error or Ctrl-C leaves
-    no ``path``. PISA does not check its own writes: the finished files are checked (:func:`check_built_pisa`)
-    before the rename. PISA's native logging is silenced; ``progress`` labels a progress bar over the documents.
-    ``finalize(staging)`` adds files (an index record, a model) to the checked index before the rename."""
+    """Build a PISA index of ``corpus`` (checked with ``fields``) at ``path``, all or nothing: ``index(staging,
+    documents)`` runs the engine; its files are checked before ``finalize(staging)`` adds files and the rename."""
     import pyterrier as pt
 
     with atomic_build(path, overwrite) as staging, native_output_silenced():  # the bar is made inside: it must
@@ -73,28 +68,20 @@ def build_pisa_index(
     overwrite: bool = False,
     finalize: Callable[[Path], None] | None = None,
 ) -> None:
-    """Index ``corpus`` (dicts with docno + ``fields``) into a new PISA text index at ``path``, all or nothing
-    (:func:`build_pisa`; PISA in a child process, :func:`pisa_text_index`): a corpus error, Ctrl-C or a failed write
-    (a full disk, ``ulimit -f``) leaves no ``path``. ``progress`` labels a progress bar; ``finalize`` as there."""
+    """Index ``corpus`` (dicts with docno + ``fields``) into a new PISA text index at ``path``, all or nothing: a
+    corpus error, Ctrl-C or a failed write (a full disk, ``ulimit -f``) leaves no ``path``."""
     text_field = list(fields) if len(fields) > 1 else fields[0]
     index = functools.partial(pisa_text_index, text_field=text_field, stemmer=stemmer, threads=threads)
     build_pisa(corpus, path, fields, index, progress=progress, overwrite=overwrite, finalize=finalize)
 
 
 def pisa_text_index(folder, docs, text_field, stemmer: str = "porter2", threads: int = 1, batch_size: int = 100_000):
-    """What ``PisaIndex(folder, text_field=..., stemmer=...).index(docs)`` does, with PISA in a child process reading
-    a named pipe this thread writes. PISA aborts its process when a write fails (a full disk, ``ulimit -f``), saying
-    why on its stderr only: the child's death is a :class:`~pyterrier_tite.store.locks.WriteFailedError` (the cause
-    found) or a ``RuntimeError`` giving PISA's last message."""
-    import collections
-    import subprocess
-    import tempfile
-    import threading
-
+    """``PisaIndex(folder, text_field=..., stemmer=...).index(docs)`` with PISA in a child process reading a named
+    pipe, as PISA aborts its process on a failed write: the child's death is a ``WriteFailedError`` (the cause found)
+    or a ``RuntimeError`` giving PISA's last message."""
     from pyterrier_pisa import PisaStemmer
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     fields = [text_field] if isinstance(text_field, str) else list(text_field)
     stem = PisaStemmer(stemmer)
     with tempfile.TemporaryDirectory(prefix="pyterrier-tite-pisa-") as scratch:
@@ -128,14 +115,11 @@ def pisa_text_index(folder, docs, text_field, stemmer: str = "porter2", threads:
         error.reason = f"{cause}; PISA stopped ({how}): {last}"
         raise error
     meta = {"type": "sparse_index", "format": "pisa", "package_hint": "pyterrier-pisa", "stemmer": stem.value}
-    with open(folder / "pt_meta.json", "w") as f:
-        json.dump(meta, f)
+    (folder / "pt_meta.json").write_text(json.dumps(meta))
 
 
 def _feed(pipe: str, child, docs, fields: list[str]) -> None:
     """Write ``docs`` as PISA's ``docno text`` lines into the named pipe the child reads; stop if the child died."""
-    import time
-
     while True:  # a plain open waits forever for a reader that died before opening the pipe
         try:
             fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
@@ -169,16 +153,13 @@ def build_toks_index(
     shard: Shard = SINGLE,
     finalize: Callable[[Path], None] | None = None,
 ):
-    """A PISA index of learned-sparse ``toks`` at ``path``, all or nothing (:func:`build_pisa`): ``encode(docs)``
-    gives one ``{term: weight}`` dict per document of a chunk (a SPLADE doc encoder), quantised with
-    :data:`PISA_SCALE`. Sharded when ``shard.world_size > 1`` (:func:`~pyterrier_tite.store.sharding.encode_in_order`):
-    every rank calls this with the same corpus; rank 0 writes the index and returns its ``PisaIndex``, the others
-    None. ``finalize(staging)`` adds files before the rename."""
+    """A PISA index of learned-sparse ``toks`` at ``path``, all or nothing: ``encode(docs)`` gives one ``{term:
+    weight}`` dict per document of a chunk, quantised with :data:`PISA_SCALE`. Sharded, every rank calls this with
+    the same corpus; rank 0 writes the index and returns its ``PisaIndex``, the others None."""
     from pyterrier_pisa import PisaIndex
 
     if shard.rank != 0:
-        for _ in encode_in_order(checked_corpus(corpus, [text_field]), encode, chunk_size, shard):
-            pass  # takes part in every gather
+        consume(encode_in_order(checked_corpus(corpus, [text_field]), encode, chunk_size, shard))  # every gather
         return None
 
     def index(staging: Path, docs: Iterator[dict]) -> None:
@@ -213,8 +194,7 @@ def pisa_index(dataset: str, path: str | None = None, fields: list[str] | None =
 
 def cached_pisa_index(path: str, corpus: Callable[[], Iterable[dict]], fields: Sequence[str], threads: int = 1,
                       progress: str | None = None) -> str:  # fmt: skip
-    """The text index at ``path``, built from ``corpus()`` unless it is there (:func:`~pyterrier_tite.store.cache.
-    cache_lock`: a second process building the same cache waits, then uses it), checked; returns ``path``."""
+    """The text index at ``path``, built from ``corpus()`` unless it is there (a second builder waits), checked."""
     with cache_lock(path) as missing:
         if missing:
             build_pisa_index(corpus(), path, fields, threads=threads, progress=progress)

@@ -1,14 +1,7 @@
-"""The files PISA derives from an index when a retriever first opens it (block-max data ``<scorer>.q<n>.bmw.<block>``,
-the compressed index ``<that>.<encoding>``), written so that no fault costs the process, the index or the user's time:
-
-- PISA writes them unchecked and aborts the process when a write fails (a full disk, ``ulimit -f``, a folder it may
-  not write): a helper process writes them (:func:`derive`), so a failure is a :class:`DerivedFilesError`;
-- a file cut short by a killed process would be reused: files are recorded complete (``pt_derived.json``) and the
-  others removed before PISA runs, under a lock (:func:`pisa_derived_files`);
-- an index this user may not write keeps them in a per-user cache folder of links to its files
-  (``$PYTERRIER_TITE_HOME/pisa-derived/``), unless they are recorded complete in the index;
-- PISA allocates ``num_results`` results per query up front: it is cut to the number of documents.
-"""
+"""The files PISA derives from an index when a retriever first opens it (block-max data, the compressed index), written
+so that no fault costs the process, the index or the user's time: by a helper process (PISA aborts its process when a
+write fails), recorded complete (PISA reuses a file cut short), under a lock, and for an index this user may not write
+into a per-user cache; ``num_results`` is cut to the number of documents (PISA allocates it up front)."""
 
 from __future__ import annotations
 
@@ -28,11 +21,9 @@ import numpy as np
 from pyterrier_tite.store.atomic import write_file
 from pyterrier_tite.store.cache import cache_root
 from pyterrier_tite.store.locks import write_failure, write_lock
-from pyterrier_tite.store.native_output import native_output_silenced
-from pyterrier_tite.store.pisa_files import check_pisa_index, num_documents, pisa_child
+from pyterrier_tite.store.pisa_files import check_pisa_index, native_output_silenced, num_documents, pisa_child
 
-#: what PISA writes beside an index the first time a retriever opens it: block-max data ``<scorer>.q<n>.bmw.<block>``
-#: and the compressed index ``<that>.<encoding>``
+#: the derived files: block-max data ``<scorer>.q<n>.bmw.<block>``, the compressed index ``<that>.<encoding>``
 PISA_DERIVED = "*.bmw.*"
 #: the derived files that were written completely, each with its size, inode, change time and digest
 PISA_DERIVED_RECORD = "pt_derived.json"
@@ -49,9 +40,7 @@ class DerivedFilesError(OSError):
 
 def open_pisa_retriever(index, scorer: str = "bm25", num_results: int = 1000, threads: int = 1, **settings):
     """``index.<scorer>(num_results=..., threads=..., **settings)``, a ``PisaRetrieve`` (``index``: a ``PisaIndex``
-    or its folder), opened without the faults PISA has (see the module docstring): the index is checked first
-    (:func:`~pyterrier_tite.store.pisa_files.check_pisa_index`), ``num_results`` is cut to the number of documents, the
-    derived files are written by a helper process, and a read-only index is served from a per-user cache of them."""
+    or its folder), opened without PISA's faults (see the module docstring), the index checked first."""
     from pyterrier_pisa import PisaIndex
 
     if not isinstance(index, PisaIndex):
@@ -76,8 +65,7 @@ def open_pisa_retriever(index, scorer: str = "bm25", num_results: int = 1000, th
 
 
 def derived_names(scorer: str, encoding: str, native: dict) -> list[str]:
-    """The names PISA gives the derived files of a retriever (as ``prepare_index`` formats them; a name that differs
-    only costs a run of the helper process, which then finds the files present)."""
+    """The names ``prepare_index`` gives the derived files (one that differs only costs a run of the helper)."""
 
     def number(value: float) -> str:  # fmt's shortest form of a C float: 0.9, 1, 1000
         text = str(np.float32(value))
@@ -93,8 +81,7 @@ def derived_names(scorer: str, encoding: str, native: dict) -> list[str]:
 
 
 def derive(folder: Path, args: list, kwargs: dict) -> None:
-    """PISA's ``prepare_index`` in a helper process (:func:`~pyterrier_tite.store.pisa_files.pisa_child`): writes the
-    derived files into ``folder``; a failure (PISA aborts) is a :class:`DerivedFilesError` naming folder and cause."""
+    """PISA's ``prepare_index`` into ``folder`` in a helper process; its failure is a :class:`DerivedFilesError`."""
     call = ("args, kwargs = json.loads(sys.argv[4])\n"
             "pisa.prepare_index(pisa.RetrievalContext(), sys.argv[3], *args, **kwargs)")  # fmt: skip
     done = subprocess.run(pisa_child(call, folder, json.dumps([args, kwargs])), capture_output=True,
@@ -116,15 +103,14 @@ def derive(folder: Path, args: list, kwargs: dict) -> None:
 @contextmanager
 def pisa_derived_files(path: str | os.PathLike, needed: Sequence[str] = ()) -> Iterator[Path]:
     """Wrap the opening of a PISA retriever of the index at ``path``; yields the folder to open it from: ``path``, or
-    for an index this user may not write a per-user cache folder (:func:`derived_cache`), unless the ``needed``
-    derived files are recorded complete in the index. PISA reuses any derived file of the right name, so one cut
-    short by a killed process would be used by every later run (a segfault, or silently no results): derived files
-    not recorded complete in ``pt_derived.json`` are removed before the block (and after it, when it raises), those
-    present after it are recorded. The block holds the folder's lock (``.pt_derived.lock``, waiting): two processes
-    opening one index at once would otherwise remove or overwrite each other's half-written files."""
+    for an index this user may not write (its ``needed`` files not recorded complete) a per-user cache folder.
+    Derived files not recorded complete in ``pt_derived.json`` (a killed process's, which PISA would reuse: a segfault
+    or silently no results) are removed before the block and when it raises; those present after it are recorded.
+    The block holds the folder's lock: two processes would remove or overwrite each other's half-written files."""
     folder = Path(path)
     if not os.access(folder, os.W_OK):
-        if needed and _recorded(folder, needed):
+        complete = _record_of(folder)
+        if needed and all(_complete(folder / n, complete.get(n)) for n in needed):
             yield folder
             return
         folder = derived_cache(folder)
@@ -141,9 +127,7 @@ def pisa_derived_files(path: str | os.PathLike, needed: Sequence[str] = ()) -> I
 
 
 def _stamp(file: Path, digest: bool = False) -> dict:
-    """What a derived file is recorded by: its size, inode and modification time (a package cannot carry the inode:
-    files extracted or copied here get new ones) and a BLAKE2b digest of its bytes (a rewrite that kept the size and
-    set the time back)."""
+    """Size, inode (a package cannot carry it), time and digest (a rewrite keeping size and time) of a file."""
     info = file.stat()
     stamp = {"size": info.st_size, "inode": info.st_ino, "mtime_ns": info.st_mtime_ns}
     return {**stamp, "blake2b": _digest(file)} if digest else stamp
@@ -162,9 +146,7 @@ _VERIFIED: set[tuple[str, int, int]] = set()
 
 
 def _complete(file: Path, recorded) -> bool:
-    """``file`` is the one recorded complete: same size, inode and modification time, and (once per process) the
-    same digest. A record from another machine or a package, a same-size rewrite or garbage all fail: PISA would
-    map such a file and crash the process."""
+    """``file`` is the one recorded (stamp; digest once per process): PISA would map any other and crash."""
     if not isinstance(recorded, dict) or not file.is_file() or file.is_symlink():
         return False
     stamp = _stamp(file)
@@ -186,11 +168,6 @@ def _record_of(folder: Path) -> dict:
     return complete if isinstance(complete, dict) else {}
 
 
-def _recorded(folder: Path, names: Sequence[str]) -> bool:
-    complete = _record_of(folder)
-    return all(_complete(folder / n, complete.get(n)) for n in names)
-
-
 def _remove_unrecorded(folder: Path) -> None:
     complete = _record_of(folder)
     for file in folder.glob(PISA_DERIVED):
@@ -199,10 +176,8 @@ def _remove_unrecorded(folder: Path) -> None:
 
 
 def derived_cache(index: str | os.PathLike) -> Path:
-    """A per-user folder for the derived files of an index this user may not write: symlinks to the index's own
-    files, in ``$PYTERRIER_TITE_HOME/pisa-derived/`` (default ``~/.cache/pyterrier_tite``), named by the index's path
-    and its files' sizes and modification times (a rebuilt index gets a new folder). A cache that cannot be written
-    either is a :class:`DerivedFilesError` naming both folders."""
+    """A per-user folder of links to the files of an index this user may not write, in ``$PYTERRIER_TITE_HOME/
+    pisa-derived/``, named by the index's path and its files' sizes and times (a rebuilt index gets a new one)."""
     index = Path(index)
     own = sorted(f for f in index.iterdir() if f.is_file() and not f.name.startswith(".")
                  and f.name != PISA_DERIVED_RECORD and not fnmatch.fnmatch(f.name, PISA_DERIVED))  # fmt: skip
@@ -213,10 +188,8 @@ def derived_cache(index: str | os.PathLike) -> Path:
         for file in own:
             link = cache / file.name
             if not link.is_symlink():
-                try:
+                with contextlib.suppress(FileExistsError):  # another process made it meanwhile
                     link.symlink_to(file.resolve())
-                except FileExistsError:  # another process made it meanwhile
-                    pass
         if not os.access(cache, os.W_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as exc:

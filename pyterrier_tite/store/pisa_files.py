@@ -1,12 +1,15 @@
-"""PISA's index files, checked: PISA aborts or segfaults on an incomplete or truncated index (killing the Python
-process without a message) and writes without checking its writes, so an index is checked before PISA opens it
-(:func:`check_pisa_index`) and a fresh build before it is renamed into place (:func:`check_built_pisa`); PISA's
-writers run in a child process (:func:`pisa_child`), so their aborts are errors."""
+"""PISA made safe to call: it segfaults on a truncated index and never checks its writes, so an index is checked
+before PISA opens it and a fresh build before its rename; its writers run in a child process (:func:`pisa_child`), so
+their aborts are errors; its C-level output is silenced (:func:`native_output_silenced`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +28,7 @@ PISA_FILES = ("pt_meta.json", "fwd.documents", "fwd.doclex", "fwd.terms", "fwd.t
 
 
 def check_pisa_index(path: str | os.PathLike) -> None:
-    """Raise :class:`CorruptIndexError` naming the file if a PISA index is incomplete or truncated (PISA itself
-    aborts or segfaults on such files, killing the Python process without a message)."""
+    """Raise :class:`CorruptIndexError` naming the file if a PISA index is incomplete or truncated."""
     folder = Path(path)
     for name in PISA_FILES:
         file = folder / name
@@ -46,8 +48,7 @@ def check_pisa_index(path: str | os.PathLike) -> None:
 
 
 def _check_payload_vector(file: Path, count: int | None = None) -> None:
-    """PISA's lexicon files (a payload vector: ``[n: u64][n + 1 offsets: u64][payloads]``, the last offset being the
-    payload size) are whole and, given ``count``, hold ``count`` entries (PISA aborts without a message otherwise)."""
+    """A lexicon (``[n: u64][n + 1 offsets: u64][payloads]``) is whole (of ``count`` entries)."""
     size = file.stat().st_size
     header = np.fromfile(file, dtype=np.uint64, count=1)
     entries = int(header[0]) if len(header) else -1
@@ -66,10 +67,9 @@ def _expect_size(file: Path, size: int) -> None:
 
 
 def check_built_pisa(folder: str | os.PathLike, target: str | os.PathLike, count: int | None = None) -> None:
-    """A freshly built PISA index in ``folder`` (to become ``target``) is whole: :func:`check_pisa_index`, plus what
-    only a build can cut short unnoticed (PISA writes without checking: a full disk or ``ulimit -f`` leaves short
-    files and exit code 0): ``count`` documents, one term of ``fwd.terms`` per lexicon entry, one posting list per
-    term. Else a :class:`~pyterrier_tite.store.locks.WriteFailedError` naming the file and, where known, the cause."""
+    """A fresh build in ``folder`` (for ``target``) is whole, else a ``WriteFailedError`` naming file and cause: a full
+    disk or ``ulimit -f`` leaves PISA short files and exit code 0, so ``count`` documents, one term per lexicon entry
+    and one posting list per term are checked too."""
     folder = Path(folder)
     try:
         check_pisa_index(folder)
@@ -80,7 +80,7 @@ def check_built_pisa(folder: str | os.PathLike, target: str | os.PathLike, count
         lists = _posting_lists(folder / "inv.docs")
         if lists != terms:
             raise CorruptIndexError(f"PISA index {folder}: inv.docs holds {lists} posting lists for {terms} terms")
-        documents = int(np.fromfile(folder / "inv.docs", dtype=np.uint32, count=2)[1])
+        documents = num_documents(folder)
         if count is not None and documents != count:
             raise CorruptIndexError(f"PISA index {folder}: {documents} documents indexed of {count} given")
     except (CorruptIndexError, OSError, IndexError) as exc:
@@ -92,8 +92,7 @@ def check_built_pisa(folder: str | os.PathLike, target: str | os.PathLike, count
 
 
 def _posting_lists(file: Path) -> int:
-    """The number of posting lists (``[n][n doc ids]`` each, after the ``[1][documents]`` header) of ``inv.docs``;
-    a list cut short raises :class:`CorruptIndexError`."""
+    """The posting lists (``[n][n doc ids]`` each, after the ``[1][documents]`` header) of ``inv.docs``, all whole."""
     data = np.memmap(file, dtype=np.uint32, mode="r") if file.stat().st_size >= 8 else np.zeros(0, np.uint32)
     position, lists, size = 2, 0, len(data)
     while position < size:
@@ -133,3 +132,65 @@ def pisa_child(call: str, *args: object) -> list[str]:
     from pyterrier_pisa import _pisathon
 
     return [sys.executable, "-c", _CHILD + call, str(os.getpid()), _pisathon.__file__, *map(str, args)]
+
+
+#: how much of the native output a failing block attaches to its exception
+TAIL_LINES = 20
+
+
+@contextlib.contextmanager
+def native_output_silenced(enabled: bool = True) -> Iterator[None]:
+    """Within the block, fds 1 and 2 (PISA logs every percent there; ``pyterrier_pisa.log_level`` fails in 0.4.9) go
+    to a temporary file, whose last lines a raised exception gets as a note, while ``sys.stdout`` / ``sys.stderr``
+    still reach the terminal (through duplicated fds; in Jupyter and under pytest they are not fds 1/2)."""
+    if not enabled or not _fds_open():
+        yield
+        return
+    swap_python_streams = _python_streams_on_fds()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    py_streams = (sys.stdout, sys.stderr)
+    log = tempfile.TemporaryFile()
+    try:
+        if swap_python_streams:
+            sys.stdout = io.TextIOWrapper(os.fdopen(os.dup(saved[1]), "wb", buffering=0), write_through=True)
+            sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved[2]), "wb", buffering=0), write_through=True)
+        for fd in (1, 2):
+            os.dup2(log.fileno(), fd)
+        yield
+    except BaseException as exc:
+        log.flush()
+        log.seek(0)
+        tail = "\n".join(log.read().decode("utf-8", "replace").splitlines()[-TAIL_LINES:])
+        if tail:
+            exc.add_note(f"native library output before the error (last {TAIL_LINES} lines):\n{tail}")
+        raise
+    finally:
+        if swap_python_streams:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+                    stream.close()
+        sys.stdout, sys.stderr = py_streams
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        log.close()
+
+
+def _fds_open() -> bool:
+    try:
+        os.fstat(1)
+        os.fstat(2)
+        return True
+    except OSError:
+        return False
+
+
+def _python_streams_on_fds() -> bool:
+    """Whether ``sys.stdout`` / ``sys.stderr`` write to fds 1 / 2 themselves (a plain terminal or pipe)."""
+    try:
+        return sys.stdout.fileno() == 1 and sys.stderr.fileno() == 2
+    except (AttributeError, io.UnsupportedOperation, ValueError):
+        return False

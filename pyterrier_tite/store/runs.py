@@ -1,26 +1,26 @@
-"""TREC run files as evaluation tools and TIRA accept them: ids checked, one line per (query, document), ranks from 1
-in descending score order, all or nothing, ``.gz`` names compressed. The ir_datasets collection a run ranks is
-recorded beside it (:data:`RUN_RECORD`; the run stays plain TREC), so ``evaluate`` / ``rerank`` refuse it against
-another corpus."""
+"""TREC run files as evaluation tools and TIRA accept them (one line per query and document, ranks from 1 by
+descending score, all or nothing), with the collection a run ranks recorded beside it (:data:`RUN_RECORD`), so
+``evaluate`` / ``rerank`` refuse it against another; TREC qrels read exactly (:func:`load_qrels`)."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
 import stat
+import warnings
+from pathlib import Path
 
 import pandas as pd
 
 from pyterrier_tite.store.atomic import write_file
-from pyterrier_tite.store.text_files import line_number, whitespace_table
+from pyterrier_tite.store.text_files import is_file_argument, line_number, whitespace_table
 from pyterrier_tite.store.values import checked_id
 
 
 def normalised_run(results: pd.DataFrame) -> pd.DataFrame:
-    """``qid, docno, rank, score`` with ids as ``str``, each (qid, docno) once (its best score), queries in first-seen
-    order, scores descending within a query (ties by docno, so the order is reproducible) and ranks from 1."""
+    """``qid, docno, rank, score``: ids as ``str``, each (qid, docno) once (its best score), queries in first-seen
+    order, scores descending (ties by docno, so the order is reproducible), ranks from 1."""
     missing = {"qid", "docno", "score"} - set(results.columns)
     if missing:
         raise ValueError(f"a run needs columns qid, docno, score; missing {sorted(missing)}")
@@ -48,17 +48,15 @@ RUN_RECORD = ".meta.json"
 def write_trec_run(
     results: pd.DataFrame, path: str | os.PathLike, system: str = "pyterrier-tite", collection: str | None = None
 ) -> pd.DataFrame:
-    """Write ``results`` as ``qid Q0 docno rank score system`` lines (:func:`normalised_run`), all or nothing, one
-    writer at a time (:func:`write_file`); returns the rows written. ``collection`` (the ir_datasets ID of the
-    documents ranked) is recorded beside the run (:data:`RUN_RECORD`); an older run's record there is removed."""
+    """Write ``results`` as ``qid Q0 docno rank score system`` lines (:func:`normalised_run`), all or nothing;
+    returns the rows written. ``collection`` (the ir_datasets ID ranked) is recorded beside the run, else removed."""
     if not system or any(c.isspace() for c in system):
         raise ValueError(f"the system name must be one token without whitespace, got {system!r}")
     run = normalised_run(results)
     lines = "".join(f"{q} Q0 {d} {r} {s!r} {system}\n" for q, d, r, s in run.itertuples(index=False, name=None))
     data = lines.encode("utf-8")
     record = os.fspath(path) + RUN_RECORD
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(record)
+    Path(record).unlink(missing_ok=True)
     write_file(path, gzip.compress(data, mtime=0) if str(path).endswith(".gz") else data, "run file")
     if collection is not None:
         write_file(record, (json.dumps({"collection": collection}) + "\n").encode(), "run record")
@@ -66,8 +64,7 @@ def write_trec_run(
 
 
 def run_collection(path: str | os.PathLike) -> str | None:
-    """The collection recorded beside a run (:data:`RUN_RECORD`), or None where there is no record. The record is
-    data: read without following a link, at most 64 KiB; a damaged one is an error naming it."""
+    """The collection recorded beside a run, or None; the record is data (no link followed, at most 64 KiB)."""
     record = os.fspath(path) + RUN_RECORD
     try:
         fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -88,9 +85,8 @@ def run_collection(path: str | os.PathLike) -> str | None:
 
 
 def top_k(run: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Each (qid, docno) once (its best row) and the best ``k`` rows of each query: by score, as evaluation tools
-    order a run (a run whose ranks are all 1 is still cut by score), ties by rank (when every rank is positive:
-    inputs without scores), then by row order. A NaN score is an error naming qid and docno."""
+    """Each (qid, docno) once and the best ``k`` rows of each query: by score, as evaluation tools order a run, ties
+    by rank (when every rank is positive), then by row order; a NaN score is an error."""
     run = run.assign(
         qid=[checked_id(q, "qid") for q in run["qid"]], docno=[checked_id(d, "docno") for d in run["docno"]]
     )
@@ -112,11 +108,9 @@ def top_k(run: pd.DataFrame, k: int) -> pd.DataFrame:
 
 
 def read_trec_run(path: str | os.PathLike, duplicates: str = "refuse") -> pd.DataFrame:
-    """A TREC run file (``.gz`` too) as ``qid, docno, rank, score, name``, ids exactly as written (``NA`` stays a
-    string). A line that is not ``qid Q0 docno rank score system``, a score that is not a number (``nan`` included),
-    a rank that is not an integer and an empty file are errors naming file and line. A (qid, docno) on two lines is
-    refused (``duplicates="refuse"``: evaluation tools would count it once or twice, changing the metrics) or, with
-    ``duplicates="warn"``, kept with a warning giving the count (re-ranking scores each pair once)."""
+    """A TREC run file (``.gz`` too) as ``qid, docno, rank, score, name``, ids exactly as written; a malformed line,
+    a score that is no number (``nan`` too) and an empty file are errors naming file and line. A (qid, docno) on two
+    lines is refused (tools would count it once or twice) or, with ``duplicates="warn"``, kept with a warning."""
     if duplicates not in ("refuse", "warn"):
         raise ValueError(f"duplicates is 'refuse' or 'warn', got {duplicates!r}")
     hints = {5: " (is the Q0 column missing?)"}
@@ -151,6 +145,57 @@ def _refuse_or_warn_duplicates(run: pd.DataFrame, path, duplicates: str) -> None
     )
     if duplicates == "refuse":
         raise ValueError(f"{message}; a run lists each document once per query: remove the repeated lines")
-    import warnings
-
     warnings.warn(f"{message}; each pair is re-ranked once, at its best score", UserWarning, stacklevel=3)
+
+
+def load_qrels(source: str) -> pd.DataFrame:
+    """``qid, docno, label`` (str ids, int grades) from a TREC qrels file or an ir_datasets id. A document judged
+    twice for a query is refused when the grades differ and counted once (with a warning) when they agree."""
+    if is_file_argument(source):
+        hints = {3: " (is the iteration column missing? e.g. `1 0 doc7 2`)"}
+        table = whitespace_table(source, 4, "qrels", "qid iteration docno label", hints)
+        bad = ~table[3].str.fullmatch(r"[+-]?\d+")
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            line = line_number(source, i)
+            raise ValueError(f"{source}, line {line}: label {table.at[i, 3]!r} is not an integer relevance grade")
+        qrels = pd.DataFrame({"qid": table[0], "docno": table[2], "label": table[3].astype("int64")})
+        return _one_grade_each(qrels, source, from_file=True)
+    from pyterrier_tite import datasets
+
+    qrels = datasets.get_dataset(source).get_qrels()
+    qrels = qrels.assign(qid=qrels["qid"].astype(str), docno=qrels["docno"].astype(str))
+    return _one_grade_each(qrels, source, from_file=False)
+
+
+def _one_grade_each(qrels: pd.DataFrame, source: str, from_file: bool) -> pd.DataFrame:
+    qrels = qrels.reset_index(drop=True)
+    repeated = qrels.duplicated(["qid", "docno"], keep="first")
+    if not repeated.any():
+        return qrels
+
+    def at(i: int) -> str:
+        return f"line {line_number(source, i)}" if from_file else f"row {i + 1}"
+
+    pairs = (
+        qrels[repeated]
+        .reset_index()
+        .merge(qrels[~repeated].reset_index(), on=["qid", "docno"], suffixes=("", "_first"))
+    )
+    clash = pairs[pairs["label"] != pairs["label_first"]].sort_values("index")
+    if len(clash):
+        row = clash.iloc[0]
+        raise ValueError(
+            f"{source}, {at(int(row['index']))}: qid {row['qid']!r}, docno {row['docno']!r} is judged {row['label']} "
+            f"here and {row['label_first']} at {at(int(row['index_first']))}; a document has one grade per query: "
+            "remove one of the lines"
+        )
+    count = int(repeated.sum())
+    i = int(qrels.index[repeated][0])
+    warnings.warn(
+        f"{source}: {count} duplicate judgement line{'s' if count > 1 else ''} (same grade; each counted once), the "
+        f"first at {at(i)}: qid {qrels.at[i, 'qid']!r}, docno {qrels.at[i, 'docno']!r}",
+        UserWarning,
+        stacklevel=3,
+    )
+    return qrels[~repeated].reset_index(drop=True)

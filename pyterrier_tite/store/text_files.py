@@ -1,10 +1,10 @@
-"""Reading the text files users give (topics, qrels, corpora, runs, TIREx inputs) exactly: UTF-8 lines split at
-``\\n`` only, JSON records one a line, ids and texts of JSON records by the one value rule
-(:mod:`~pyterrier_tite.store.values`), whitespace tables read without quoting or NA values. Every problem is a
-``ValueError`` naming the file and the line."""
+"""Reading the text files users give exactly: UTF-8 lines split at ``\\n`` only, JSON records one a line (ids and
+texts by the value rules), whitespace tables without quoting or NA values. Every problem is a ``ValueError`` naming
+the file and the line."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections.abc import Iterator
@@ -16,16 +16,14 @@ from pyterrier_tite.store.values import checked_id, checked_text
 
 
 def is_file_argument(value: str) -> bool:
-    """A path to something that exists and is not a folder: a file, a FIFO, ``/dev/stdin`` (anything else is taken
-    as an ir_datasets id or alias; a folder is refused where a file is read, naming it)."""
+    """A path to something that exists (a file, a FIFO, ``/dev/stdin``), not an ir_datasets id; a folder is refused."""
     if os.path.isdir(value):
         raise ValueError(f"{value} is a folder; expected a file or an ir_datasets id")
     return os.path.exists(value)
 
 
 def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """``(line number, line without its line ending)`` of a UTF-8 text file, read once (plain or compressed, a FIFO
-    or a pipe: :mod:`~pyterrier_tite.store.input_files`); a line that is not UTF-8 names its own number."""
+    """``(line number, line without its line ending)`` of a UTF-8 text file, read once (a stream, compressed too)."""
     for number, raw in binary_lines(path):
         try:
             line = raw.decode("utf-8")
@@ -69,8 +67,7 @@ def json_kind(value) -> str | None:
 
 
 def json_id(record: dict, names: tuple[str, ...], where: str) -> str:
-    """An id field of a JSON record as ``str``: strings and integers; null, floats, booleans, lists and objects are
-    refused naming ``where`` (file and line) and the field."""
+    """An id field of a JSON record as ``str``: strings and integers; anything else is refused naming ``where``."""
     name = field_name(record, names, where)
     value = record[name]
     kind = json_kind(value) or ("number with a fraction / exponent" if isinstance(value, float) else None)
@@ -85,8 +82,8 @@ def json_id(record: dict, names: tuple[str, ...], where: str) -> str:
 
 
 def json_text(value, name: str, where: str, row_id: str) -> str:
-    """A text field of a JSON record as ``str`` (numbers too); null is a missing text, booleans, lists and objects
-    are refused, each naming ``where`` (file and line), the field and ``row_id``."""
+    """A text field of a JSON record as ``str`` (numbers too); null, booleans, lists and objects are refused, naming
+    ``where``, the field and ``row_id``."""
     kind = json_kind(value)
     if kind:
         raise ValueError(f"{where}: {name} is a JSON {kind} ({_short(value)}) for {row_id}; texts are strings")
@@ -99,12 +96,8 @@ def json_text(value, name: str, where: str, row_id: str) -> str:
 def whitespace_table(
     path: str | os.PathLike, width: int, what: str, layout: str, hints: dict[int, str] | None = None
 ) -> pd.DataFrame:
-    """The non-blank lines of a whitespace-separated file as ``width`` string columns ``0..width-1`` (row ``i`` is
-    the ``i``-th non-blank line: :func:`line_number`), values exactly as written (no NA values, no quoting); a line
-    with another number of fields, or an empty file, is an error naming the file (and line) and ``layout`` (and
-    ``hints[n]`` for a line of ``n`` fields)."""
-    import csv
-
+    """The non-blank lines of a whitespace-separated file as ``width`` string columns, values exactly as written; a
+    line of another width (``hints[n]``: a hint for ``n`` fields) or an empty file is an error naming ``layout``."""
     _LINE_NUMBERS.pop(os.fspath(path), None)
     if not is_plain_file(path):  # a stream (FIFO, pipe, stdin) or compressed data: read once, line by line
         return _scanned_table(path, width, what, layout, hints or {})
@@ -141,8 +134,7 @@ _LINE_NUMBERS: dict[str, list[int]] = {}
 
 
 def line_number(path: str | os.PathLike, row: int) -> int:
-    """The line of the ``row``-th non-blank line of a file (for messages: from the table's own reading where it was
-    read line by line, else by reading a regular file up to it)."""
+    """The line of the ``row``-th non-blank line of a file (remembered from a stream, else read again)."""
     numbers = _LINE_NUMBERS.get(os.fspath(path))
     if numbers is not None and row < len(numbers):
         return numbers[row]

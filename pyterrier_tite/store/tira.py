@@ -1,14 +1,12 @@
-"""TIREx / TIRA inputs and outputs, without the ``tira`` package or the network. TIRA mounts the input at
-``$inputDataset`` (or ``$TIRA_INPUT_DATASET``): ``rerank.jsonl(.gz)`` to re-rank, or ``documents.jsonl(.gz)`` /
-``corpus.jsonl.gz`` with ``queries.jsonl`` or ``queries.xml`` (ids may be JSON integers: they become strings); it
-collects ``$outputDir`` (or ``$TIRA_OUTPUT_DIR``): ``run.txt`` and ``ir-metadata.yml``
-(:mod:`~pyterrier_tite.store.ir_metadata`).
-"""
+"""TIREx / TIRA inputs and outputs, without the ``tira`` package or the network: TIRA mounts the input at
+``$inputDataset`` (``rerank.jsonl(.gz)``, or documents with queries) and collects ``$outputDir`` (``run.txt`` and
+``ir-metadata.yml``)."""
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,8 +43,7 @@ def _input_file(folder: str | os.PathLike, names: tuple[str, ...], missing: str)
 
 def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
     """The re-ranking input as a result frame ``qid, query, docno, text, score, rank`` (ids as str; a missing score
-    or rank is 0). A value of the wrong JSON type names file, line and field; a (qid, docno) on two lines is kept
-    with a warning giving the count (it is re-ranked once)."""
+    or rank is 0); a (qid, docno) on two lines is kept with a warning (it is re-ranked once)."""
     file = _input_file(folder, ("rerank.jsonl.gz", "rerank.jsonl"), "rerank.jsonl(.gz): not a TIREx re-ranking input")
     rows, lines = [], []
     for number, r in jsonl_records(file):
@@ -66,8 +63,6 @@ def read_rerank(folder: str | os.PathLike) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["qid", "query", "docno", "text", "score", "rank"])
     repeated = frame.duplicated(["qid", "docno"])
     if repeated.any():
-        import warnings
-
         i = int(repeated.to_numpy().argmax())
         warnings.warn(f"{file}: {int(repeated.sum())} duplicate (qid, docno) line(s), the first at line {lines[i]} "
                       f"(qid {frame.at[i, 'qid']!r}, docno {frame.at[i, 'docno']!r}); each pair is re-ranked once",
@@ -88,8 +83,7 @@ def _number(record: dict, name: str, kind: type, where: str):
 
 
 def iter_documents(folder: str | os.PathLike) -> Iterator[dict]:
-    """The full-rank corpus as ``{docno, text}`` dicts (for indexing), read by the corpus-file rules of
-    :func:`~pyterrier_tite.store.corpus.iter_corpus`."""
+    """The full-rank corpus as ``{docno, text}`` dicts, read by the corpus-file rules."""
     names = ("documents.jsonl.gz", "documents.jsonl", "corpus.jsonl.gz", "corpus.jsonl")
     yield from iter_corpus(str(_input_file(folder, names, "documents.jsonl(.gz) or corpus.jsonl.gz")))
 
@@ -102,9 +96,8 @@ def read_queries(folder: str | os.PathLike) -> pd.DataFrame:
 def write_tirex_output(
     results: pd.DataFrame, folder: str | os.PathLike, system: str, metadata: dict, tracked: dict | None = None
 ) -> Path:
-    """``run.txt`` (:func:`~pyterrier_tite.store.runs.write_trec_run`) and its ``ir-metadata.yml`` (``tracked``: what
-    tirex-tracker measured, else the short record); returns the run file. Both are written all or nothing under
-    ``run.txt``'s write lock, and the run is removed again when its metadata cannot be written."""
+    """``run.txt`` and its ``ir-metadata.yml`` (``tracked``: what tirex-tracker measured, else the short record), all
+    or nothing under ``run.txt``'s write lock (the run is removed when its metadata cannot be written)."""
     folder = Path(folder)
     run_file = folder / "run.txt"
     with write_lock(run_file):
@@ -115,7 +108,5 @@ def write_tirex_output(
             run_file.unlink()
             raise
     if run["qid"].nunique() < 3:
-        import warnings
-
         warnings.warn(f"TIRA expects runs for at least 3 queries; this one has {run['qid'].nunique()}", stacklevel=2)
     return run_file

@@ -1,11 +1,10 @@
-"""Topics (``qid, query``) from a file or an ir_datasets id: ``.jsonl`` (qid, query), ``.tsv`` (``qid<TAB>query``, no
-quoting: a ``"`` is part of the query; a first line ``qid<TAB>query`` is a header), ``.xml`` (TREC topic XML:
-``<topic number=..><query>..</query></topic>``) or a TREC topics file (``<top> <num> .. <title> .. </top>``). Ids stay
-the strings written (``001`` is not ``1``)."""
+"""Topics (``qid, query``) from a file (``.jsonl``; ``.tsv``: ``qid<TAB>query`` without quoting; ``.xml``: TREC topic
+XML; else TREC ``<top>`` blocks) or an ir_datasets id. Ids stay the strings written (``001`` is not ``1``)."""
 
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
 import pandas as pd
@@ -55,8 +54,7 @@ def _topics_file(path: str) -> Iterator[tuple[str, str]]:
 
 
 def _tsv_topics(path: str) -> Iterator[tuple[str, str]]:
-    """``qid<TAB>query`` lines, read without quoting: the query is the rest of the line, exactly. A first line that is
-    exactly ``qid<TAB>query`` is the header pandas writes (``to_csv(sep="\\t", index=False)``), not a query."""
+    """``qid<TAB>query`` lines without quoting; a first line ``qid<TAB>query`` is pandas' header, not a query."""
     for number, line in text_lines(path):
         if not line.strip() or (number == 1 and line == "qid\tquery"):
             continue
@@ -78,8 +76,7 @@ _TITLE = re.compile(r"<title>\s*(?:Topic:)?(.*?)(?=<|\Z)", re.I | re.S)
 
 
 def _trec_topics(path: str) -> Iterator[tuple[str, str]]:
-    """TREC ``<top>`` blocks: the qid is ``<num>`` less an optional ``Number:`` label (``001`` stays ``001``, as in
-    ir_datasets), the query is ``<title>`` less an optional ``Topic:`` label, whitespace runs made one space."""
+    """TREC ``<top>`` blocks: ``<num>`` (``001`` stays, as in ir_datasets) and ``<title>``, less their labels."""
     data = "\n".join(line for _, line in text_lines(path))
     starts = [m.start() for m in _TOP.finditer(data)]
     if not starts:
@@ -105,8 +102,6 @@ def _trec_topics(path: str) -> Iterator[tuple[str, str]]:
 
 def _xml_topics(path: str) -> Iterator[tuple[str, str]]:
     """TREC topic XML (TIREx ``queries.xml``): ``<topic number="ID">`` (or a ``<number>`` child) with ``<query>``."""
-    import xml.etree.ElementTree as ET
-
     with open_input(path) as f:  # read once: a FIFO or pipe too, compressed or not
         data = f.read()
     try:

@@ -1,7 +1,6 @@
-"""The value rules of every id and text that enters an index, a run file or a transformer: ids become single-token
-``str`` (integers accepted), a missing value (None / NaN) is an error naming the column and row, ``bytes`` are UTF-8,
-a qid carries one query text. The storage floor, the transformers (``pt/validation.py``) and the training data
-(``training/``, which never imports ``pt/``) all check with these, so a rule is written once."""
+"""The value rules of every id and text that enters an index, a run file or a transformer (the storage floor,
+``pt/`` and ``training/`` check with these): ids are single-token ``str``, None / NaN is an error naming column and
+row, ``bytes`` are UTF-8, a qid carries one query text."""
 
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ def missing_value(value) -> bool:
 
 
 def checked_id(value, column: str) -> str:
-    """An identifier as ``str``: integers are accepted; missing values, empty ids and ids with whitespace or NUL
-    (which would shift every later id in a line-based lexicon such as PISA's) are refused."""
+    """An identifier as ``str`` (integers accepted); missing, empty, whitespace or NUL (which would shift every later
+    id of a line-based lexicon such as PISA's) is refused."""
     if missing_value(value):
         raise ValueError(f"missing {column} (None/NaN)")
     text = str(value)
@@ -48,8 +47,8 @@ def checked_texts(values: Iterable, ids: Iterable, column: str, id_column: str) 
 
 
 def one_query_per_qid(qids: Iterable, queries: Iterable, column: str = "query") -> None:
-    """Refuse a qid that carries two different query texts (e.g. concatenated topic sets): it would be scored or
-    retrieved against one of them. A text as ``str`` and as UTF-8 ``bytes`` is one text."""
+    """Refuse a qid that carries two different query texts (e.g. concatenated topic sets; ``str`` and its UTF-8
+    ``bytes`` are one text): it would be scored or retrieved against one of them."""
     queries, qids = pd.Series(queries), pd.Series(qids).astype(str).to_numpy()
     if any(isinstance(q, BYTES) for q in queries):
         queries = queries.map(lambda q: bytes(q).decode("utf-8", "replace") if isinstance(q, BYTES) else q)

@@ -13,8 +13,7 @@ from pyterrier_tite.training.splade_data import ContrastiveBatches, Example
 
 
 class AggretrieverTrainingLoss:
-    """``loss_fn`` for the Trainer over an :class:`AggretrieverTextEncoder` (its ``AggretrieverEncoder`` is the
-    trained module)."""
+    """``loss_fn`` for the Trainer over an :class:`AggretrieverTextEncoder`."""
 
     def __init__(self, model, cls_weight: float = 0.5, agg_weight: float = 0.5, in_batch: bool = True):
         self.encoder = text_encoder_of(model, AggretrieverTextEncoder)
@@ -43,13 +42,11 @@ def fine_tune_aggretriever(
     resume: bool = True,
     save: Callable[[str], None] | None = None,
 ) -> list[dict[str, float]]:
-    """Fine-tune ``model`` (an ``AggretrieverTextEncoder``, or a bi-encoder holding one as ``.text_encoder``) in
-    place; the final model is saved in ``args.output_dir`` by ``save`` (default: the bi-encoder's
-    ``save_pretrained``: MLM, heads, tokenizer)."""
+    """Fine-tune ``model`` (an ``AggretrieverTextEncoder`` or a bi-encoder holding one) in place and save it to
+    ``args.output_dir`` with ``save`` (default: ``save_pretrained``)."""
     encoder, save = text_encoder_of(model, AggretrieverTextEncoder), saver(model, save)
     if getattr(model, "fresh_weights", None):
         model.fresh_weights = None  # the new heads are being trained: the card of a save no longer warns
     loss = AggretrieverTrainingLoss(encoder, cls_weight, agg_weight, in_batch)
     batches = ContrastiveBatches(examples, batch_size, num_negatives, seed=args.seed)
-    trainer = Trainer(encoder.model, batches, loss, lambda _m, path: save(path), args)
-    return trainer.train(resume=resume)
+    return Trainer(encoder.model, batches, loss, lambda _m, path: save(path), args).train(resume=resume)

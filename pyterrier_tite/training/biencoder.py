@@ -1,18 +1,7 @@
-"""Fine-tuning of any single-vector bi-encoder (TITE, CLS / mean BERT) through the shared ``Trainer`` (TITE paper 3.4).
-
-``L = L_M-MSE + L_KL + L_InfoNCE`` over samples ``(q, D = (d_1..d_n), Y = (y_1..y_n))``, scores ``r = q . d``:
-- Margin-MSE over all ``n choose 2`` pairs of the sample (teacher margins vs student margins),
-- KL(softmax(Y) || softmax(R)) per sample,
-- InfoNCE of the positive ``d+`` against in-batch negatives (every document of the other samples) and in-sample hard
-  negatives (documents with ``y+ - y_i > theta``). The paper takes ``d+ = argmax Y`` (its data has teacher scores
-  only); with judged data ``positive_first=True`` keeps the judged positive (first doc) as ``d+`` even where the
-  teacher disagrees, and docs the teacher scores above it are then not used as in-sample negatives.
-Without teacher scores (``Y`` = 1 for the positive, 0 otherwise) only InfoNCE is used.
-
-``fine_tune`` trains a :class:`~pyterrier_tite.models.bert_biencoder.modeling.TextEncoder` (texts -> vectors on the
-torch side): given directly with a ``save(path)`` callback, or held by a bi-encoder as ``.text_encoder`` (the
-PyTerrier ``TITE`` / ``BertBiEncoder``), which then saves with its ``save_pretrained``. Only its ``.model`` is trained.
-"""
+"""Fine-tuning of single-vector bi-encoders (TITE, CLS / mean BERT; TITE paper 3.4): ``L = L_M-MSE + L_KL +
+L_InfoNCE`` over samples ``(q, D = (d_1..d_n), Y = (y_1..y_n))``, scores ``r = q . d``; without teacher scores (``Y``:
+1 / 0 labels) InfoNCE alone. The paper takes ``d+ = argmax Y``; ``positive_first=True`` keeps the judged positive
+(first doc) as ``d+`` even where the teacher disagrees. Only the ``TextEncoder``'s ``.model`` is trained."""
 
 from __future__ import annotations
 
@@ -48,9 +37,8 @@ def build_samples(
     min_label: int = 1,
     seed: int = 42,
 ) -> list[Sample]:
-    """One sample per judged (query, positive) pair: the positive and the ``num_negatives`` best-ranked unjudged-or-
-    non-relevant docs of ``run`` (BM25 hard negatives). Scores are the teacher's (``qid, query, docno, text`` ->
-    ``score``) or 1 / 0 labels. Pairs whose texts are missing are skipped."""
+    """One sample per judged (query, positive) pair with the ``num_negatives`` best-ranked non-relevant docs of
+    ``run``, scored by ``teacher`` (``qid, query, docno, text`` -> ``score``) or 1 / 0; pairs without texts skipped."""
     rng = random.Random(seed)
     topics = topics.assign(qid=topics["qid"].astype(str))
     qrels = qrels.assign(qid=qrels["qid"].astype(str), docno=qrels["docno"].astype(str))
@@ -109,9 +97,8 @@ def info_nce(
     in_batch: bool = True,
     positive: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``-log exp(r+) / sum_{d in {d+} u N} exp(r_d)`` with ``N`` = in-batch docs of other samples + in-sample docs
-    whose teacher score is more than ``theta`` below the positive's. ``doc_reps`` ``[B * n, D]`` sample-major;
-    ``positive`` ``[B]`` indices of d+ (default: argmax of the teacher scores)."""
+    """``-log exp(r+) / sum_{d in {d+} u N} exp(r_d)``, ``N``: the other samples' docs and own docs whose teacher
+    score is more than ``theta`` below d+'s; ``positive`` ``[B]``: d+ (default: the teacher's argmax)."""
     batch, n = teacher.shape
     if batch == 0:
         return query_reps.new_zeros(())
@@ -143,7 +130,7 @@ def biencoder_loss(
     distill: bool,
     positive: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The paper's sum (only InfoNCE when ``distill`` is False); returns the total and each term for the log."""
+    """The paper's sum (InfoNCE alone unless ``distill``) and each term for the log."""
     student = torch.einsum("bd,bnd->bn", query_reps, doc_reps.view(query_reps.shape[0], -1, doc_reps.shape[-1]))
     terms = {"info_nce": weights.info_nce * info_nce(query_reps, doc_reps, teacher, weights.theta, positive=positive)}
     if distill:
@@ -156,8 +143,7 @@ def biencoder_loss(
 def sample_batches(
     samples: Sequence[Sample], batch_size: int, docs_per_query: int, seed: int
 ) -> Callable[[int, int, int], Iterator[list[Sample]]]:
-    """The Trainer's batch source: per epoch a seeded shuffle, each rank a disjoint shard; each sample keeps its
-    positive and ``docs_per_query - 1`` randomly drawn others (all if it has fewer)."""
+    """Seeded shuffle per epoch, a shard per rank; each sample keeps its best doc and ``docs_per_query - 1`` others."""
 
     def batches(epoch: int, rank: int, world_size: int) -> Iterator[list[Sample]]:
         rng = epoch_rng(seed, epoch)
@@ -189,7 +175,7 @@ def text_encoder_of(model, kind: type[TextEncoder] = TextEncoder) -> TextEncoder
 
 
 def saver(model, save: Callable[[str], None] | None) -> Callable[[str], None]:
-    """``save`` if given, else the bi-encoder's ``save_pretrained`` (a bare encoder cannot write a model folder)."""
+    """``save`` if given, else the bi-encoder's ``save_pretrained`` (a bare encoder cannot write a folder)."""
     if save is not None:
         return save
     if not hasattr(model, "save_pretrained"):
@@ -209,9 +195,8 @@ def fine_tune(
     positive_first: bool = True,
     save: Callable[[str], None] | None = None,
 ) -> list[dict[str, float]]:
-    """Train ``model`` (a ``TextEncoder``, or a bi-encoder holding one as ``.text_encoder``) on ``samples`` (all with
-    the same number of docs after subsampling) and save the result with ``save(args.output_dir)`` (default: the
-    bi-encoder's ``save_pretrained``); returns the Trainer's per-step log."""
+    """Train ``model`` (a ``TextEncoder`` or a bi-encoder holding one) on ``samples``, save it with
+    ``save(args.output_dir)`` (default: ``save_pretrained``) and return the per-step log."""
     encoder, save = text_encoder_of(model), saver(model, save)
     weights = weights or LossWeights()
     n = min(len(s.docs) for s in samples)

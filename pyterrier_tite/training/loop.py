@@ -1,26 +1,8 @@
-"""One training loop for every model of the package: AdamW, linear warm-up/decay, gradient accumulation, clipping,
-checkpoints with exact resume, a fixed seed, and data parallelism under ``torchrun`` (gloo on CPU, nccl on GPU).
-
-The loop knows nothing about models or losses. A caller gives it
-- ``model``: any ``nn.Module`` (its parameters are trained),
-- ``batches(epoch, rank, world_size)``: an iterable of micro-batches for that epoch and process, deterministic in
-  its arguments (seed it from them) so that a resumed run sees the same data,
-- ``loss_fn(model, batch, step)``: returns the loss tensor, or ``(loss, {name: float})`` for the log,
-- ``save_fn(model, path)``: writes a loadable model folder (e.g. ``save_pretrained``); called for checkpoints and
-  for the final model,
-- optionally ``recipe``: the loss settings the loop cannot see (weights, terms); a checkpoint records them and a
-  resume under other values is refused, as for the run-defining arguments.
-
-Plain ``nn.Dropout`` modules of the model are swapped for the counter-based CPU kernel
-(:mod:`pyterrier_tite.ops.dropout`: the same dropout, drawn several times faster on a CPU; other devices keep theirs).
-
-Each log row also carries ``seconds``, the wall time of that optimizer step (data, forward, backward, update), so a
-run's training time is the sum over its log, a resumed run included (``training_seconds``).
-
-Data parallelism averages gradients with one all-reduce per optimizer step instead of wrapping the model in
-``DistributedDataParallel``: the losses call model methods other than ``forward`` (query/doc encoders), which DDP's
-forward hooks would not see.
-"""
+"""One training loop for every model: AdamW, linear warm-up/decay, accumulation, clipping, checkpoints with exact
+resume, a fixed seed, and data parallelism under ``torchrun``. It knows no model or loss: ``batches(epoch, rank,
+world_size)`` is deterministic in its arguments (a resumed run sees the same data), ``loss_fn(model, batch, step)``
+returns the loss or ``(loss, {name: float})``, and a resume under other ``recipe`` (loss settings) is refused.
+Gradients are averaged by one all-reduce per step: ``DistributedDataParallel``'s hooks see ``forward`` calls only."""
 
 from __future__ import annotations
 
@@ -88,8 +70,7 @@ def seed_everything(seed: int) -> None:
 
 
 def epoch_rng(seed: int, epoch: int) -> random.Random:
-    """The data order's random source of one epoch: a function of (seed, epoch) only, so a resumed run or another
-    rank sees the same order as the original run."""
+    """The data order of one epoch, a function of (seed, epoch) only: a resumed run or another rank sees it too."""
     return random.Random(seed * 1_000_003 + epoch)
 
 
@@ -105,12 +86,8 @@ def distributed_context() -> tuple[int, int]:
 
 
 def leave_process_group(wait_for_others: bool = True) -> None:
-    """Leave the ``torchrun`` process group (a no-op outside one), after a barrier when ``wait_for_others``.
-
-    A gloo group left to static destructors, or torn down while rank 0 still worked, now and then aborted a finished
-    rank ("terminate called without an active exception"), so torchrun failed a job that had succeeded. No barrier
-    after an error (``atexit``): the other ranks may never reach it, and torchrun stops them anyway.
-    """
+    """Leave the ``torchrun`` process group, after a barrier when ``wait_for_others`` (not after an error: the others
+    may never reach it). A gloo group left to static destructors now and then aborted a rank that had finished."""
     if not dist.is_initialized():
         return
     if wait_for_others:
@@ -120,11 +97,8 @@ def leave_process_group(wait_for_others: bool = True) -> None:
 
 @contextmanager
 def main_process_first() -> Iterator[bool]:
-    """Run the block on rank 0 first, then on the other ranks (yields ``is_main``).
-
-    For set-up that writes shared files, e.g. a tokenizer trained once into the output folder: rank 0 creates it,
-    the others find it and load it instead of racing to write the same files.
-    """
+    """Run the block on rank 0 first, then on the others (yields ``is_main``): rank 0 writes shared files (e.g. a
+    tokenizer), the others load them instead of racing to write them."""
     rank, world_size = distributed_context()
     if rank != 0:
         dist.barrier()
@@ -156,7 +130,7 @@ def linear_schedule(optimizer: torch.optim.Optimizer, args: TrainingArguments) -
 
 
 class Trainer:
-    """Runs ``args.max_steps`` optimizer steps of ``loss_fn`` over ``batches``; see the module docstring."""
+    """Runs ``args.max_steps`` optimizer steps of ``loss_fn`` over ``batches``."""
 
     def __init__(
         self,
@@ -194,7 +168,6 @@ class Trainer:
     def checkpoint_dir(self) -> str:
         return os.path.join(self.args.output_dir, CHECKPOINT)
 
-    # -- checkpoints -------------------------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
         """Model, optimizer, schedule, data position and RNG states: resuming continues the same run exactly."""
         if not self.is_main:
@@ -249,7 +222,6 @@ class Trainer:
                 log.writelines(json.dumps(entry) + "\n" for entry in self.history)
         return True
 
-    # -- data parallel -----------------------------------------------------------------------------------------
     def _average_gradients(self) -> None:
         if self.world_size == 1:
             return
@@ -261,7 +233,6 @@ class Trainer:
         for g, mean in zip(grads, flat.div_(self.world_size).split([g.numel() for g in grads]), strict=True):
             g.copy_(mean.view_as(g))
 
-    # -- the loop ----------------------------------------------------------------------------------------------
     def _micro_batches(self):
         """Endless micro-batches, epoch after epoch, skipping those a resumed run already consumed."""
         while True:
@@ -278,11 +249,8 @@ class Trainer:
             self.batches_done_in_epoch = 0
 
     def train(self, resume: bool = True) -> list[dict[str, float]]:
-        """Train to ``max_steps`` (resuming from the last checkpoint if asked) and save the final model.
-
-        Returns the per-step log (``loss``, ``lr`` and whatever ``loss_fn`` reported), also written to
-        ``output_dir/log.jsonl``.
-        """
+        """Train to ``max_steps`` (resuming if asked), save the final model and return the per-step log (``loss``,
+        ``lr``, ``seconds`` and what ``loss_fn`` reported; also ``output_dir/log.jsonl``)."""
         from tqdm.auto import tqdm  # what pt.tqdm is, without importing PyTerrier into training
 
         args = self.args
@@ -365,8 +333,7 @@ def _restore_numpy_state(state: dict) -> None:
 
 
 def _load_resume_state(path: str) -> dict:
-    """The resume state, read without running pickled code: a planted ``trainer_state.pt`` that asks for more than
-    tensors, numbers and strings is refused in one line instead of executed."""
+    """The resume state, read without running pickled code (a planted file is refused in one line)."""
     from pyterrier_tite.models.checkpoint import CheckpointError
 
     try:
@@ -383,9 +350,8 @@ def _load_resume_state(path: str) -> dict:
 
 
 def check_resumable(saved: dict, args: TrainingArguments, step: int, path: str) -> None:
-    """A resume under other settings applies them or is refused, never silently ignores them: a new ``max_steps``
-    re-plans the linear decay (with a warning); ``max_steps`` below the checkpoint's step or any other run-defining
-    setting changed (the checkpoint's optimizer state would override it, or the data order change) is refused."""
+    """A new ``max_steps`` re-plans the decay (with a warning); fewer steps than trained, or any other run-defining
+    setting changed (the checkpoint's optimizer state would override it), is refused, never silently ignored."""
     if args.max_steps < step:
         raise ValueError(
             f"cannot resume {path}: it has trained {step} steps, more than --max-steps {args.max_steps}; "
@@ -403,8 +369,7 @@ def check_resumable(saved: dict, args: TrainingArguments, step: int, path: str) 
 
 
 def check_recipe(saved: dict | None, recipe: dict, path: str) -> None:
-    """A resume with other loss settings than the checkpoint's is refused; a checkpoint that recorded none (written
-    before recipes were recorded) resumes with a warning naming the settings it cannot check."""
+    """Other loss settings than the checkpoint's are refused; one that recorded none (older) resumes with a warning."""
     if saved is None:
         if recipe:
             warnings.warn(f"{path} records no loss settings; resuming with {recipe}", stacklevel=3)
@@ -415,7 +380,7 @@ def check_recipe(saved: dict | None, recipe: dict, path: str) -> None:
 
 
 def _refuse_changes(changed: dict, what: str, path: str) -> None:
-    """Raise naming each ``{name: (checkpoint's, now)}`` difference and the ways out; nothing when none."""
+    """Raise naming each ``{name: (checkpoint's, now)}`` difference and the ways out."""
     if changed:
         listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ValueError(
@@ -425,8 +390,8 @@ def _refuse_changes(changed: dict, what: str, path: str) -> None:
 
 
 def training_seconds(output_dir: str) -> float | None:
-    """Wall-clock seconds of the steps in ``output_dir/log.jsonl`` (the sum of their ``seconds``); None when there is
-    no log or a row lacks the field (a log written before it existed), since a partial sum would understate."""
+    """Wall-clock seconds of the steps in ``output_dir/log.jsonl``; None when a row lacks them (an older log): a
+    partial sum would understate."""
     rows = _read_log(os.path.join(output_dir, "log.jsonl"))
     if not rows or any("seconds" not in row for row in rows):
         return None

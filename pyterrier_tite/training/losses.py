@@ -1,10 +1,6 @@
-"""Losses and regularisers shared by the retrieval models (SPLADE, Aggretriever, dense bi-encoders).
-
-Conventions: a batch holds ``B`` queries and, per query, ``1 + k`` documents with the positive first, flattened
-query-major into ``[B * (1 + k), ...]``. Scores are raw dot products (logits), never probabilities. Every loss and
-regulariser computes in float32, whatever precision the forward pass ran in (bf16 sums of many small terms lose the
-signal the FLOPS regulariser and the softmax statistics depend on).
-"""
+"""Losses and regularisers of the retrievers. A batch holds ``B`` queries with ``1 + k`` documents each, the positive
+first, flattened query-major into ``[B * (1 + k), ...]``; scores are raw dot products. Everything computes in float32
+whatever the forward pass ran in: bf16 sums of many small terms lose what FLOPS and the softmax depend on."""
 
 from __future__ import annotations
 
@@ -18,8 +14,7 @@ from pyterrier_tite.devices import in_float32
 
 
 def full_precision(fn):
-    """Run ``fn`` with autocast off and its floating-point tensor arguments in float32 (a loss computed inside an
-    autocast region would otherwise do its products and reductions in bf16 / fp16)."""
+    """Run ``fn`` with autocast off and its floating-point tensor arguments in float32."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -61,10 +56,7 @@ def group_scores(query_reps: torch.Tensor, doc_reps: torch.Tensor) -> torch.Tens
 def contrastive_loss(
     query_reps: torch.Tensor, doc_reps: torch.Tensor, in_batch: bool = True, temperature: float = 1.0
 ) -> torch.Tensor:
-    """InfoNCE / NLL of the positive among the query's documents, and (``in_batch``) all other queries' documents.
-
-    ``query_reps`` ``[B, D]``, ``doc_reps`` ``[B * (1 + k), D]`` with each query's positive first.
-    """
+    """InfoNCE of the positive among the query's documents and (``in_batch``) all other queries' documents."""
     batch = query_reps.shape[0]
     if batch == 0:
         return query_reps.new_zeros((), dtype=torch.float32)
@@ -84,10 +76,7 @@ def contrastive_loss(
 def margin_mse(
     pos_scores: torch.Tensor, neg_scores: torch.Tensor, teacher_pos: torch.Tensor, teacher_neg: torch.Tensor
 ) -> torch.Tensor:
-    """MarginMSE (Hofstätter et al.): match the student's ``pos - neg`` margin to the teacher's.
-
-    ``neg_scores`` may be ``[B]`` or ``[B, k]`` (every negative against the same positive).
-    """
+    """MarginMSE (Hofstätter et al.) of the ``pos - neg`` margins; ``neg_scores`` ``[B]`` or ``[B, k]``."""
     if pos_scores.numel() == 0:
         return pos_scores.new_zeros((), dtype=torch.float32)
     if neg_scores.dim() == 2:
@@ -101,12 +90,8 @@ def margin_mse_loss(scores: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor
 
 
 class SpladeLoss(torch.nn.Module):
-    """Ranking loss + FLOPS on queries and documents, each FLOPS weight with its own quadratic warm-up.
-
-    The ranking loss is in-batch contrastive, plus MarginMSE when teacher scores are given (``[B, 1 + k]``).
-    Defaults are a common MS MARCO starting point (lambda_q = 3e-4, lambda_d = 1e-4, 50k warm-up steps); the
-    weights depend on the collection and the sparsity wanted, so tune them.
-    """
+    """Contrastive loss (+ MarginMSE with teacher scores) + FLOPS on queries and documents, each weight warmed up
+    quadratically; the defaults are a common MS MARCO start, to tune per collection and sparsity."""
 
     def __init__(
         self,
@@ -147,12 +132,8 @@ def aggretriever_loss(
     agg_weight: float = 0.5,
     in_batch: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """Aggretriever's ``L + 0.5 L_agg + 0.5 L_[CLS]``: NLL of the full score and of each part's score alone.
-
-    The full score is ``cls . cls + agg . agg`` (dot product of the concatenations). Without an ``agg`` part
-    (``agg_dim`` 0, the CLS baseline) it is the plain NLL of the [CLS] score, so the baseline is trained as in the
-    paper rather than with its [CLS] term counted 1.5 times.
-    """
+    """Aggretriever's ``L + 0.5 L_agg + 0.5 L_[CLS]``: NLL of the full score and of each part's alone. Without an
+    ``agg`` part (the CLS baseline) the plain NLL, not the [CLS] term counted 1.5 times."""
     if query_agg.shape[-1] == 0:
         nll = contrastive_loss(query_cls, doc_cls, in_batch)
         return {"nll": nll, "loss": nll}

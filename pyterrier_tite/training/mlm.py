@@ -1,15 +1,7 @@
-"""Masked-language-model pretraining on the target collection (Lassance et al., ECIR 2023), through the shared loop.
-
-Two objectives:
-- ``mlm``: the standard BERT MLM loss (15% of tokens, 80/10/10 replacement, transformers' collator).
-- ``mlm+flops``: ``L_MLM + L_MLM-SPLADE + lambda_t * FLOPS``: the same cross-entropy also over the SPLADE-activated
-  logits ``log(1 + relu(logits))``, and FLOPS on the max-pooled SPLADE vector of each text, with a quadratic
-  warm-up of lambda (the paper warms it up exponentially over 5k steps; its lambda is 1e-3). This conditions the MLM
-  head to give sparse, non-negative term weights before SPLADE fine-tuning.
-
-The model is a ``BertForMaskedLM`` of any size built from a config over any tokenizer (e.g. the collection's own
-WordPiece vocabulary), or an existing checkpoint to continue from.
-"""
+"""Masked-language-model pretraining on the target collection (Lassance et al., ECIR 2023) of a ``BertForMaskedLM``
+built from a config over any tokenizer, or of a checkpoint. ``mlm``: BERT's loss (transformers' collator);
+``mlm+flops`` adds the same cross-entropy over the SPLADE-activated logits ``log(1 + relu(logits))`` and FLOPS on the
+max-pooled SPLADE vector with a quadratic warm-up of lambda, so the head gives sparse non-negative term weights."""
 
 from __future__ import annotations
 
@@ -64,12 +56,8 @@ def pretraining_texts(
     queries_dataset: str | None = None,
     allow_evaluation_data: bool = False,
 ) -> list[str]:
-    """A collection's document texts (fields as BM25 indexes them), plus the queries of ``queries_dataset`` if given.
-
-    The paper pretrains on the MS MARCO passages together with the training queries. Documents of an evaluation
-    collection are allowed (and said); its queries only with ``allow_evaluation_data``
-    (:func:`~pyterrier_tite.datasets.check_training_data`).
-    """
+    """A collection's document texts plus the queries of ``queries_dataset`` (the paper adds the training queries);
+    evaluation data: documents are allowed (and said), queries only with ``allow_evaluation_data``."""
     from pyterrier_tite import datasets
     from pyterrier_tite.training.tokenizer import collection_texts
 
@@ -84,11 +72,8 @@ def pretraining_texts(
 
 
 class MlmBatches:
-    """Masked batches for :class:`~pyterrier_tite.training.loop.Trainer`: tokenised once, shuffled per epoch.
-
-    Masking draws from a generator seeded by ``(seed, epoch, batch index)``, so a resumed run that skips the batches
-    it already consumed sees exactly the masks of the uninterrupted run. Ranks take interleaved shards.
-    """
+    """Masked batches, tokenised once, shuffled per epoch; masks are seeded by ``(seed, epoch, rank, batch)``, so a
+    resumed run sees exactly the masks of the uninterrupted one."""
 
     def __init__(
         self, texts: Sequence[str], tokenizer, batch_size: int, max_length: int, mlm_probability=0.15, seed=42
@@ -128,7 +113,6 @@ class MlmLoss:
     def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], step: int):
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in batch.items()}
-        # the model's own MLM loss: cross-entropy over the masked positions (labels != -100)
         output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
         mlm, logits = output.loss, output.logits
         if self.objective == "mlm":
@@ -172,10 +156,8 @@ def pretrain_mlm(
     resume: bool = True,
     device: str | torch.device | None = None,
 ) -> tuple[nn.Module, list[dict[str, float]]]:
-    """Pretrain (or continue) an MLM on ``texts``; the final model is saved in ``args.output_dir``.
-
-    Returns the model and the per-step log. ``model`` defaults to a fresh :func:`bert_mlm` of ``size``.
-    """
+    """Pretrain ``model`` (default: a fresh :func:`bert_mlm` of ``size``) on ``texts``, save it to
+    ``args.output_dir`` and return it with the per-step log."""
     if model is None:
         torch.manual_seed(args.seed)
         model = bert_mlm(tokenizer, size or BertSize())
@@ -184,6 +166,4 @@ def pretrain_mlm(
     model.to(default_device(device))
     batches = MlmBatches(texts, tokenizer, batch_size, max_length, mlm_probability, seed=args.seed)
     loss = MlmLoss(objective, flops_weight, flops_warmup_steps)
-    trainer = Trainer(model, batches, loss, save_mlm(tokenizer), args)
-    history = trainer.train(resume=resume)
-    return model, history
+    return model, Trainer(model, batches, loss, save_mlm(tokenizer), args).train(resume=resume)

@@ -1,12 +1,7 @@
-"""Pseudo-queries from a collection's own documents (the Inverse Cloze Task) for collections without training queries.
-
-Vaswani and Cranfield have 93 and 225 queries in all: too few to fine-tune a retriever and still test it. The Inverse
-Cloze Task (Lee et al., ACL 2019) makes training pairs from the documents alone: a sentence of a document is the
-query, the rest of the document is its positive. The sentence stays in the positive with probability ``keep``
-(the paper's 10%), so the model learns both lexical matching and matching by context. Hard negatives are the
-pseudo-query's hits from a retriever the caller passes in (the commands use BM25) minus its own document, as for real
-queries. No query or relevance judgement of the collection is used, so every real query stays a test query.
-"""
+"""Pseudo-queries from a collection's own documents (the Inverse Cloze Task, Lee et al., ACL 2019) for collections
+with too few queries to train on and still test (Vaswani 93, Cranfield 225): a sentence of a document is the query,
+the rest its positive (the sentence kept in it with probability ``keep``, the paper's 10%), hard negatives the
+query's hits from a retriever minus its own document. No real query or judgement is used."""
 
 from __future__ import annotations
 
@@ -22,11 +17,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def cloze_pair(text: str, rng: random.Random, keep: float = 0.1, span_words: int = 12) -> tuple[str, str] | None:
-    """``(pseudo-query, positive)`` from one document, or None when it is too short to split.
-
-    A random sentence of at least 4 words is the query when the document has two or more sentences; otherwise a
-    random span of ``span_words`` words (abstracts such as Vaswani's are often a single sentence).
-    """
+    """``(pseudo-query, positive)``: a random sentence of 4+ words, else (one-sentence abstracts) a random span of
+    ``span_words`` words; None when the document is too short to split."""
     sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
     if len(sentences) >= 2:
         candidates = [i for i, s in enumerate(sentences) if len(s.split()) >= 4]
@@ -52,10 +44,8 @@ def pseudo_query_examples(
     seed: int = 42,
     fields: Sequence[str] | None = None,
 ) -> list[Example]:
-    """One Inverse-Cloze example per document (a seeded sample of ``max_docs``), negatives from ``retriever`` (a
-    PyTerrier retriever over the collection, e.g. ``pyterrier_tite.bm25(dataset, num_results=depth)``). Only documents
-    are read, so an evaluation collection is allowed and said (:func:`~pyterrier_tite.datasets.check_training_data`).
-    """
+    """One Inverse-Cloze example per document (a seeded sample of ``max_docs``), negatives from ``retriever``; only
+    documents are read, so an evaluation collection is allowed (and said)."""
     from pyterrier_tite import datasets
 
     texts = doc_texts(datasets.check_training_data(dataset, uses="documents"), fields)

@@ -1,16 +1,7 @@
-"""Fine-tuning cross-encoder rerankers (SparseCE / MonoCE / CELI) from qrels + first-stage candidates.
-
-Each training group is one query with ``1 + n`` docs, the positive first: a judged relevant candidate and ``n``
-negatives sampled from the rest of the query's candidates (the first stage's top-k), as in localized contrastive
-estimation. Losses over the group's scores ``[B, 1 + n]``:
-
-- ``lce``: cross-entropy of the positive (Gao et al., 2021),
-- ``margin_mse``: the student's ``pos - neg`` margins against a teacher's (scores given per (qid, docno)),
-- ``ranknet``: pairwise logistic loss over all pairs whose graded labels differ (Burges et al., 2005).
-
-A CELI head's two terms (``s_cls``, ``s_late``) each get the loss, as in the CELI paper. The optimisation loop
-(AdamW, warm-up, accumulation, checkpoints, resume, seed) is the shared :class:`~pyterrier_tite.training.loop.Trainer`.
-"""
+"""Fine-tuning cross-encoder rerankers (SparseCE / MonoCE / CELI) on groups of one query's ``1 + n`` candidates,
+the judged positive first and ``n`` negatives sampled from the first stage's top k (localized contrastive
+estimation). Losses over the scores ``[B, 1 + n]``: ``lce`` (Gao et al., 2021), ``margin_mse`` (against a teacher's
+margins), ``ranknet`` (pairs whose graded labels differ). A CELI head's two terms each get the loss, as in its paper."""
 
 from __future__ import annotations
 
@@ -30,7 +21,6 @@ from pyterrier_tite.training.loop import Trainer, TrainingArguments
 from pyterrier_tite.training.losses import margin_mse_loss
 
 
-# ------------------------------------------------------------------------------------------------------------ losses
 def lce_loss(scores: torch.Tensor) -> torch.Tensor:
     """Localized contrastive estimation: ``-log softmax(scores)[:, 0]`` averaged over groups ``[B, 1 + n]``."""
     return F.cross_entropy(scores, torch.zeros(len(scores), dtype=torch.long, device=scores.device))
@@ -51,12 +41,10 @@ GROUP_LOSSES = {
     "margin_mse": lambda scores, labels, teacher: margin_mse_loss(scores, teacher),
     "ranknet": lambda scores, labels, teacher: ranknet_loss(scores, labels),
 }
-LOSSES = tuple(GROUP_LOSSES)
 #: ``qid`` and ``docno`` as strings: candidates, qrels and teacher scores join whatever types they were read as
 IDS_AS_STR = {"qid": str, "docno": str}
 
 
-# ------------------------------------------------------------------------------------------------------------ data
 @dataclass
 class QueryCandidates:
     """One training query: token ids, its candidates' token ids, graded labels and (optional) teacher scores."""
@@ -70,16 +58,9 @@ class QueryCandidates:
 
 
 class RerankerTrainingData:
-    """Groups ``1 + negatives`` per query, resampled per epoch from a seed (a resumed run sees the same batches).
-
-    ``inputs``: the reranker's tokenisation (``reranker.inputs``); ``candidates``: result frame (qid, query, docno,
-    text[, rank]) with one query text per qid and no missing query / text; ``qrels``: (qid, docno, label). Only
-    candidates with text can be used, so positives are the candidates with ``label >= min_label`` (queries without
-    one, or without negatives, are skipped). ``teacher``: frame (qid, docno, score) or a ``teacher_score`` column.
-    ``doc_max_length``: document tokens kept per candidate *in training* (None: what the model's positions allow);
-    a batch pads to its longest document, so long abstracts (ICT candidates) set the step time: capping the
-    MS MARCO + ICT mix at 256 tokens took a CPU step from 11.2 to 7.0 s (docs/results.md).
-    """
+    """Groups of ``1 + negatives`` per query, resampled per epoch from a seed; positives are the candidates (only
+    they have texts) with ``label >= min_label``. ``doc_max_length`` caps the documents in training only: a batch
+    pads to its longest document, so long ones set the step time."""
 
     def __init__(
         self,
@@ -158,11 +139,10 @@ class RerankerTrainingData:
         }
 
 
-# ------------------------------------------------------------------------------------------------------------ train
 def reranker_loss(loss: str):
     """``loss_fn(scorer, batch, step)`` for the Trainer: the loss of each score part (CELI: s_cls and s_late)."""
-    if loss not in LOSSES:
-        raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+    if loss not in GROUP_LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; expected one of {tuple(GROUP_LOSSES)}")
     group_loss = GROUP_LOSSES[loss]
 
     def loss_fn(scorer, batch: dict, step: int):
@@ -197,16 +177,14 @@ def train_reranker(
     resume: bool = True,
     doc_max_length: int | None = None,
 ) -> list[dict[str, float]]:
-    """Fine-tunes ``reranker.scorer`` (a SparseCE / MonoCE / CELI: its ``scorer`` and ``inputs``) in place and saves
-    it (loadable with ``from_pretrained``) to ``args.output_dir``; returns the per-step log. ``doc_max_length`` caps
-    the training documents only: the saved model reads documents as before."""
+    """Fine-tunes ``reranker.scorer`` in place, saves it to ``args.output_dir`` (loadable with ``from_pretrained``)
+    and returns the per-step log; ``doc_max_length`` caps the training documents only."""
     inputs = reranker.inputs
     data = RerankerTrainingData(
         inputs, candidates, qrels, negatives, queries_per_batch, depth, min_label, teacher, args.seed, doc_max_length
     )
     kind = type(reranker).__name__
-    # the card of every save names what training started from (base model, its license) and the window / head, but
-    # not the start's random head: it is being trained
+    # every save's card names the start (base model, license, settings), not its random head: it is being trained
     card_info = getattr(reranker, "card_info", None)
     origin = {k: v for k, v in (card_info() if card_info else {}).items() if k in CARRIED_TO_TRAINED}
     reranker.scorer.source = None  # its weights no longer are those of the folder it was loaded from
@@ -216,7 +194,4 @@ def train_reranker(
         save_scorer(scorer, inputs.tokenizer, path, reranker=kind, lengths=inputs.lengths())
         update_card(path, {**origin, "fresh_weights": False})
 
-    trainer = Trainer(reranker.scorer, data, reranker_loss(loss), save_fn, args)
-    history = trainer.train(resume=resume)
-    reranker.scorer.eval()
-    return history
+    return Trainer(reranker.scorer, data, reranker_loss(loss), save_fn, args).train(resume=resume)

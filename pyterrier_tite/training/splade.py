@@ -16,8 +16,7 @@ from pyterrier_tite.training.splade_data import ContrastiveBatches, Example
 
 
 class TrainableSplade(Protocol):
-    """What fine-tuning needs of a SPLADE model (``pyterrier_tite.Splade`` is one): the module to train, its inputs
-    (tokenizers and lengths of each side) and how to save it."""
+    """What fine-tuning needs of a SPLADE model (``pyterrier_tite.Splade`` is one)."""
 
     encoder: SpladeEncoder | SpladePair
     inputs: SpladeInputs
@@ -37,11 +36,8 @@ def fine_tune_splade(
     in_batch: bool = True,
     resume: bool = True,
 ) -> list[dict[str, float]]:
-    """Fine-tune ``splade.encoder`` in place; the final model is saved in ``args.output_dir`` by
-    ``splade.save_pretrained``.
-
-    ``flops_warmup_steps`` defaults to a third of the run. Returns the per-step log.
-    """
+    """Fine-tune ``splade.encoder`` in place, save it to ``args.output_dir`` and return the per-step log;
+    ``flops_warmup_steps`` defaults to a third of the run."""
     warmup = args.max_steps // 3 if flops_warmup_steps is None else flops_warmup_steps
     loss, inputs = SpladeLoss(lambda_q, lambda_d, warmup, in_batch=in_batch), splade.inputs
 

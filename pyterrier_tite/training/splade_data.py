@@ -1,11 +1,6 @@
-"""Fine-tuning data for first-stage retrievers: queries, their judged positives and hard negatives.
-
-Works for any ir_datasets dataset with queries and qrels (``beir/scifact/train``, ``vaswani``, ...): each judged
-(query, relevant document) pair is one example, its negatives are drawn from the query's top ``depth`` of a
-retriever the caller passes in (the commands use the collection's BM25) minus its relevant documents. Batches hold
-``B`` queries and ``1 + k`` documents each (positive first), the layout of :mod:`pyterrier_tite.training.losses`.
-Teacher scores for MarginMSE can be attached with :func:`add_teacher_scores`.
-"""
+"""Fine-tuning data for first-stage retrievers: each judged (query, relevant document) pair of a dataset is one
+example, its hard negatives drawn from the query's top ``depth`` of a retriever the caller passes in, minus its
+relevant documents; batches hold ``B`` queries with ``1 + k`` documents each, the layout of ``losses``."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ class Example:
     query: str
     positive: str
     negatives: list[str]
-    #: teacher score per text (positive and negatives), when a teacher scored them
+    #: teacher score per text, when a teacher scored them
     teacher: dict[str, float] = field(default_factory=dict)
 
 
@@ -54,13 +49,9 @@ def hard_negative_examples(
     seed: int = 42,
     allow_evaluation_data: bool = False,
 ) -> list[Example]:
-    """Examples from a dataset's qrels (label > 0) with negatives from ``retriever`` (a PyTerrier retriever over the
-    collection, e.g. ``pyterrier_tite.bm25(dataset, num_results=depth)``).
-
-    ``qids`` restricts to those queries (e.g. a training split); ``max_queries`` takes a seeded sample of them.
-    Queries whose retrieved list holds no non-relevant document are dropped. Evaluation data is refused unless
-    ``allow_evaluation_data`` (:func:`~pyterrier_tite.datasets.check_training_data`; a bare ID means its train split).
-    """
+    """Examples from a dataset's qrels (label > 0), negatives from ``retriever`` (e.g. ``bm25(dataset)``), for
+    ``qids`` (default: all; ``max_queries``: a seeded sample); queries without a retrieved negative are dropped.
+    Evaluation data is refused unless ``allow_evaluation_data`` (a bare ID means its train split)."""
     from pyterrier_tite import datasets
 
     dataset = datasets.check_training_data(dataset, uses="labels", allow=allow_evaluation_data)
@@ -89,8 +80,7 @@ def hard_negative_examples(
 
 
 def retrieved_docnos(retriever, topics: pd.DataFrame, depth: int) -> dict[str, list[str]]:
-    """``qid -> docnos`` of each query's top ``depth`` from ``retriever`` (``qid, query`` -> ``qid, docno, rank``),
-    the pool that hard negatives are drawn from."""
+    """``qid -> docnos`` of each query's top ``depth`` from ``retriever``: the pool of hard negatives."""
     run = retriever(topics[["qid", "query"]]).assign(qid=lambda f: f["qid"].astype(str))
     run = run[run["rank"] < depth] if "rank" in run.columns else run
     return run.groupby("qid")["docno"].apply(lambda s: [str(d) for d in s]).to_dict()
@@ -111,11 +101,8 @@ def add_teacher_scores(examples: list[Example], teacher, batch_size: int = 256) 
 
 
 class ContrastiveBatches:
-    """Batches for the Trainer: ``{queries, docs, teacher}`` with ``B`` queries x ``(1 + k)`` docs, positive first.
-
-    Deterministic in ``(seed, epoch)``: the order of examples and the negatives drawn from each pool. ``teacher`` is
-    a ``[B, 1 + k]`` tensor when every example of the batch has teacher scores, else None. Ranks take shards.
-    """
+    """``{queries, docs, teacher}`` batches of ``B`` queries x ``(1 + k)`` docs, order and negatives seeded by
+    ``(seed, epoch)``; ``teacher``: ``[B, 1 + k]`` when every example of the batch has scores, else None."""
 
     def __init__(self, examples: Sequence[Example], batch_size: int, num_negatives: int = 1, seed: int = 42):
         if not examples:

@@ -1,14 +1,7 @@
-"""TITE pretraining (paper 3.3): enhanced masked auto-encoding + masked bag-of-words on the one output vector,
-``L = L_MAE + L_BOW``, through the shared ``Trainer``. Input masking is off by default (auto-encoding objectives
-need no corrupted input); the MAE decoder masks internally.
-
-- **BOW**: a feed-forward decoder maps the text vector to vocabulary logits ``x``; ``L_BOW = 1/v sum_i BCE(sigma(x_i),
-  y_i)`` with ``y_i = 1`` iff token i occurs in the text (special and padding tokens excluded).
-- **Enhanced MAE** (RetroMAE's enhanced decoding): one transformer layer whose queries are the text vector + position
-  embeddings (``h1``) and whose keys/values are ``[text vector ; token embeddings + positions]`` (``h2``); position i
-  sees the text vector and a random ``1 - mask_rate`` share of the other positions, never itself, so every token is
-  reconstructed (cross-entropy over all tokens) from the vector and a few neighbours.
-"""
+"""TITE pretraining (paper 3.3): ``L = L_MAE + L_BOW`` on the one output vector. BOW: a feed-forward decoder predicts
+which tokens occur in the text (BCE per vocabulary entry). Enhanced MAE (RetroMAE's enhanced decoding): one layer whose
+queries are the vector + positions and whose keys/values are ``[vector ; token embeddings + positions]``; position i
+sees the vector and a random ``1 - mask_rate`` share of the others, never itself. Input masking is off by default."""
 
 from __future__ import annotations
 
@@ -33,8 +26,8 @@ def bow_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor, vocab_siz
 
 
 def enhanced_decoding_mask(lengths: torch.Tensor, max_len: int, mask_rate: float, generator=None) -> torch.Tensor:
-    """``[B, L, 1 + L]`` bool, True = may attend: column 0 (the text vector) always, each other column j < length
-    with probability ``1 - mask_rate``, never the diagonal (a position must not see its own token)."""
+    """``[B, L, 1 + L]``, True = may attend: column 0 (the vector) always, others with probability ``1 - mask_rate``
+    within the length, never the diagonal (a position must not see its own token)."""
     batch = lengths.numel()
     keep = torch.rand(batch, max_len, max_len, generator=generator) >= mask_rate
     valid = torch.arange(max_len)[None, :] < lengths[:, None]  # [B, L]
@@ -44,7 +37,7 @@ def enhanced_decoding_mask(lengths: torch.Tensor, max_len: int, mask_rate: float
 
 
 class EnhancedMaeDecoder(nn.Module):
-    """One-layer decoder for RetroMAE's enhanced decoding (queries from the vector, keys/values from the tokens)."""
+    """RetroMAE's enhanced decoding layer (queries from the vector, keys/values from the tokens)."""
 
     def __init__(self, hidden: int, heads: int, max_len: int, vocab_size: int):
         super().__init__()
@@ -70,8 +63,7 @@ class EnhancedMaeDecoder(nn.Module):
 
 
 class TitePretrainingModel(nn.Module):
-    """Wraps an encoder (``TiteModel`` or any model whose ``last_hidden_state[:, 0]`` is the text vector) with the
-    MAE decoder and BOW head; ``forward`` returns the losses."""
+    """An encoder whose ``last_hidden_state[:, 0]`` is the text vector, with the MAE decoder and BOW head."""
 
     def __init__(self, encoder: nn.Module, max_len: int, ignore_ids: Sequence[int] = (), mask_rate: float = 0.5):
         super().__init__()
@@ -112,8 +104,7 @@ def mask_inputs(input_ids, attention_mask, rate: float, mask_id: int, generator=
 
 
 def text_batches(texts: Sequence[str], tokenizer, batch_size: int, max_length: int, seed: int):
-    """The Trainer's batch source: seeded shuffle per epoch, disjoint shard per rank, tokenised batches (as documents
-    without marker, cut to ``max_length``)."""
+    """Seeded shuffle per epoch, a shard per rank, tokenised as documents (no marker) cut to ``max_length``."""
     inputs = BiEncoderInputs(tokenizer, query_max_length=max_length, doc_max_length=max_length)
 
     def batches(epoch: int, rank: int, world_size: int) -> Iterator[dict]:
@@ -138,7 +129,7 @@ def pretrain(
     input_mask_rate: float = 0.0,
     resume: bool = True,
 ) -> list[dict[str, float]]:
-    """Pretrain ``encoder`` with MAE + BOW; saves the encoder and tokenizer (no heads) to ``args.output_dir``."""
+    """Pretrain ``encoder`` with MAE + BOW; saves it and the tokenizer (no heads) to ``args.output_dir``."""
     ignore = [i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id) if i is not None]
     model = TitePretrainingModel(encoder, max_length, ignore, mae_mask_rate)
 
@@ -150,5 +141,4 @@ def pretrain(
 
     save = save_mlm(tokenizer)
     batches = text_batches(texts, tokenizer, batch_size, max_length, args.seed)
-    trainer = Trainer(model, batches, loss_fn, lambda module, path: save(module.encoder, path), args)
-    return trainer.train(resume=resume)
+    return Trainer(model, batches, loss_fn, lambda module, path: save(module.encoder, path), args).train(resume=resume)

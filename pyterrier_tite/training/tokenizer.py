@@ -1,8 +1,5 @@
-"""A WordPiece vocabulary learned from the target collection (32k, as for pretraining from scratch, ECIR 2023).
-
-The result is a BERT-style uncased tokenizer (``[CLS] text [SEP]``, ``[PAD]`` = 0) saved in the Hugging Face
-layout, so ``AutoTokenizer.from_pretrained(path)`` loads it and a from-scratch MLM can use it directly.
-"""
+"""A WordPiece vocabulary learned from the target collection (32k, as for pretraining from scratch, ECIR 2023): a
+BERT-style uncased tokenizer saved in the Hugging Face layout."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ def train_wordpiece(
         show_progress=show_progress,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    # BertTokenizer rebuilds the same normaliser / pre-tokeniser / [CLS] $A [SEP] template around the learned
-    # vocabulary, and saves as a "BertTokenizer" that any transformers version and BERT-family model accepts.
+    # a BertTokenizer (the same normaliser, pre-tokeniser and template) saves in a form any transformers accepts
     return BertTokenizer(
         vocab=tokenizer.get_vocab(), do_lower_case=lowercase, strip_accents=lowercase or None, model_max_length=512
     )
@@ -73,12 +69,8 @@ def train_collection_tokenizer(
     min_frequency: int = 2,
     verbose: bool = False,
 ):
-    """Train a WordPiece vocabulary on a collection's documents and (with ``path``) save it in HF format.
-
-    A small collection may hold fewer distinct pieces than ``vocab_size``; the vocabulary is then smaller. Only
-    documents are read, so an evaluation collection is allowed and said
-    (:func:`~pyterrier_tite.datasets.check_training_data`).
-    """
+    """Train a WordPiece vocabulary (smaller than ``vocab_size`` on a small collection) on a collection's documents
+    and save it to ``path`` if given; only documents are read, so an evaluation collection is allowed (and said)."""
     from pyterrier_tite import datasets
 
     texts = collection_texts(datasets.check_training_data(dataset, uses="documents"), fields=fields, limit=limit)

@@ -1,23 +1,11 @@
-"""Aggretriever checkpoints in every layout we know, read for
-:class:`~pyterrier_tite.models.aggretriever.modeling.AggretrieverEncoder` (one place: a new layout is one reader here):
+"""Aggretriever checkpoint layouts, one reader each: ``pyterrier-tite`` (ours: the MLM, ``aggretriever.json`` and the
+heads' safetensors), ``pyserini`` (``castorini/aggretriever-*``: the MLM under ``encoder.``, heads ``tok_proj`` /
+``cls_proj``), ``dhr`` (castorini/dhr: the MLM, ``TermWeightTrans.pt``, optional ``pooler.pt``; its ``--agg_dim`` is
+not stored: 640 unless passed; untied query / passage models are two models, refused) and ``mlm`` (a plain masked
+LM: heads start fresh only when asked).
 
-- ``pyterrier-tite`` (ours): the MLM in Hugging Face layout + ``aggretriever_heads.safetensors`` +
-  ``aggretriever.json`` (dims, term-weight activation, vocabulary offset, text lengths).
-- ``pyserini`` (the released ``castorini/aggretriever-*``): one state dict with the MLM under ``encoder.`` and the
-  heads ``tok_proj`` (term weight) and ``cls_proj`` ([CLS] projection) at the top level; BERT or DistilBERT config.
-- ``dhr`` (castorini/dhr's tevatron ``DenseModel.save``): the MLM in Hugging Face layout, the term weight in
-  ``TermWeightTrans.pt`` and the optional [CLS] projection in ``pooler.pt`` (``LinearPooler`` state dicts:
-  ``linear_q.*`` and, the module being shared when tied, an identical ``linear_p.*``), each with a ``*_config.json``
-  (``input_dim``, ``output_dim``, ``tied``). Its ``--agg_dim`` is not stored (640 unless passed). Untied
-  query/passage encoders (``query_model/``, ``passage_model/``) or heads are two models: not supported.
-- ``mlm``: a plain masked-LM checkpoint, our training start point; its heads start fresh only when asked
-  (``new_heads=True``), with one warning.
-
-Both castorini layouts compute with the raw term weight (no ReLU) and castorini's vocabulary offset (derived from
-30,522: 198 zeros appended for d = 640); pyserini encodes queries with 32 and documents with 512 tokens, dhr with 32
-and 128 (its ``q_max_len`` / ``p_max_len`` defaults). dhr concatenates ``[agg ; cls]`` where pyserini and we use
-``[cls ; agg]``: the dot products are the same.
-"""
+Both castorini layouts use the raw term weight (no ReLU) and castorini's vocabulary offset (derived from 30,522);
+dhr's ``[agg ; cls]`` and pyserini's (and our) ``[cls ; agg]`` give the same dot products."""
 
 from __future__ import annotations
 
@@ -40,16 +28,15 @@ CASTORINI_VOCAB = 30522
 
 
 def castorini_offset(width: int, vocab_size: int = CASTORINI_VOCAB) -> int:
-    """castorini's vocabulary offset for slices of ``width`` ids (dhr ``cal_remove_dim``; pyserini copies it): ``k >=
-    0`` drops the first ``k`` ids (BERT's [unused] block), ``k < 0`` appends ``-k`` zeros. It is computed from 30,522
-    for every model, so for d = 640 (width 1,280) it always appends 198 zeros."""
+    """castorini's vocabulary offset for slices of ``width`` ids (dhr ``cal_remove_dim``): ``k >= 0`` drops the first
+    ``k`` ids, ``k < 0`` appends ``-k`` zeros; from 30,522 for every model (d = 640: 198 zeros appended)."""
     offset = vocab_size % width
     return offset - width if offset > 1000 else offset
 
 
 @dataclass
 class _Read:
-    """A layout reader's result: tensors renamed to the encoder's names and the settings the layout implies."""
+    """A layout reader's result: tensors under the encoder's names and the settings the layout implies."""
 
     state: dict[str, torch.Tensor]
     fixed: dict = field(default_factory=dict)  # stored in the checkpoint: explicit arguments must agree
@@ -75,7 +62,7 @@ def detect_layout(folder: str, state: dict[str, torch.Tensor]) -> str:
 
 
 def _renamed(state: dict[str, torch.Tensor], renames: dict[str, str]) -> dict[str, torch.Tensor]:
-    """Keys with a known prefix renamed (first match wins); others kept, so strict loading names them unused."""
+    """Keys with a known prefix renamed (first match wins); others kept, so strict loading names them."""
     out = {}
     for key, value in state.items():
         prefix = next((p for p in renames if key.startswith(p)), None)
@@ -99,14 +86,13 @@ def _read_pyserini(folder: str, state: dict[str, torch.Tensor]) -> _Read:
     """pyserini's ``BERTAggretrieverEncoder`` state dict; its code hard-codes d = 640, the [CLS] dim is the shape."""
     renames = {"encoder.": "mlm.", "tok_proj.": "term_weight.", "cls_proj.": "cls_projection."}
     fixed = {"cls_dim": int(state["cls_proj.weight"].shape[0])} if "cls_proj.weight" in state else {}
-    read = _Read(_renamed(state, renames), fixed=fixed, defaults={"agg_dim": 640}, castorini=True)
-    read.lengths = LAYOUT_LENGTHS["pyserini"]
-    return read
+    lengths = LAYOUT_LENGTHS["pyserini"]
+    return _Read(_renamed(state, renames), fixed=fixed, defaults={"agg_dim": 640}, lengths=lengths, castorini=True)
 
 
 def _dhr_head(folder: str, name: str) -> tuple[dict[str, torch.Tensor], int] | None:
     """A dhr ``LinearPooler`` (``{name}.pt`` + ``{name}_config.json``) as ``nn.Linear`` tensors and its output
-    dim; None when absent. Untied heads (one for queries, one for passages) raise: not supported."""
+    dim; None when absent. Untied heads (``linear_q`` != ``linear_p``) raise: not supported."""
     weights, config_file = os.path.join(folder, f"{name}.pt"), os.path.join(folder, f"{name}_config.json")
     if not os.path.isfile(weights):
         return None
@@ -124,8 +110,7 @@ def _dhr_head(folder: str, name: str) -> tuple[dict[str, torch.Tensor], int] | N
 
 
 def _read_dhr(folder: str, state: dict[str, torch.Tensor]) -> _Read:
-    """castorini/dhr ``DenseModel.save``: MLM + ``TermWeightTrans.pt`` + optional ``pooler.pt`` (no pooler: no
-    [CLS] part, cls_dim 0)."""
+    """castorini/dhr ``DenseModel.save`` (no ``pooler.pt``: cls_dim 0)."""
     term = _dhr_head(folder, "TermWeightTrans")
     pooler = _dhr_head(folder, "pooler")
     out = _renamed(state, {"": "mlm."})
@@ -133,9 +118,7 @@ def _read_dhr(folder: str, state: dict[str, torch.Tensor]) -> _Read:
     if pooler is not None:
         out.update({f"cls_projection.{k}": v for k, v in pooler[0].items()})
     fixed = {"cls_dim": pooler[1] if pooler is not None else 0}
-    read = _Read(out, fixed=fixed, defaults={"agg_dim": 640}, castorini=True)
-    read.lengths = LAYOUT_LENGTHS["dhr"]
-    return read
+    return _Read(out, fixed=fixed, defaults={"agg_dim": 640}, lengths=LAYOUT_LENGTHS["dhr"], castorini=True)
 
 
 def _read_mlm(folder: str, state: dict[str, torch.Tensor]) -> _Read:
@@ -159,7 +142,7 @@ def settings_of(read: _Read, source: str, explicit: dict) -> dict:
 
 
 def mlm_from_config(folder: str) -> nn.Module:
-    """The checkpoint's masked-LM class built from its ``config.json`` (weights come from :func:`load_exactly`)."""
+    """The checkpoint's masked-LM class, built from its ``config.json`` (no weights)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
     from pyterrier_tite.models.checkpoint import quiet_transformers
@@ -169,9 +152,8 @@ def mlm_from_config(folder: str) -> nn.Module:
 
 
 def legacy_names(encoder: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Names Hugging Face itself maps on load, mapped for tensors the model lacks: TF-era ``LayerNorm.gamma`` /
-    ``.beta`` -> ``.weight`` / ``.bias``, and a base model saved without its prefix (``embeddings.*`` for
-    ``bert.embeddings.*``), so an error names what is really missing (e.g. the MLM head) instead of every tensor."""
+    """The renames Hugging Face itself makes on load (``.gamma`` / ``.beta``, a base model saved without its
+    prefix), for tensors the model lacks, so an error names what is really missing instead of every tensor."""
     own, prefix = encoder.state_dict(), getattr(encoder.mlm, "base_model_prefix", "")
     out = {}
     for key, value in state.items():
@@ -194,8 +176,8 @@ def _candidates(key: str, prefix: str) -> list[str]:
 
 
 def fill_tied(module: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """Tensors the model ties (word embeddings and MLM decoder) filled from whichever name the checkpoint holds
-    (``save_pretrained`` keeps one); a checkpoint whose copies differ cannot be loaded into one tensor: raises."""
+    """Tensors the model ties (word embeddings, MLM decoder) filled from whichever name the checkpoint holds; copies
+    that differ cannot load into one tensor: raises."""
     groups: dict[int, list[str]] = defaultdict(list)
     for name, tensor in module.state_dict(keep_vars=True).items():
         groups[id(tensor)].append(name)

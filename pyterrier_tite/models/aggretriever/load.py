@@ -1,6 +1,5 @@
-"""The one loader of the Aggretriever family: a folder or hub id in our, pyserini's or dhr's layout -> encoder
-(loaded exactly), tokenizer and the text lengths the checkpoint stores (pyserini: 32 / 512).
-``pt/aggretriever.py`` builds ``Aggretriever`` from what this returns."""
+"""The Aggretriever family's loader: a folder or hub id in our, pyserini's or dhr's layout -> encoder, tokenizer and
+the text lengths the checkpoint stores or its layout implies."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ def load(
     cls_dim: int | None = None,
     new_heads: bool = False,
 ) -> Loaded:
-    """Encoder, tokenizer and ``settings`` (``query_max_length`` / ``doc_max_length`` where stored). A plain MLM
-    needs ``new_heads=True`` (fresh heads, with a warning; ``source`` None: the model equals only itself)."""
+    """A plain MLM needs ``new_heads=True`` (fresh heads, with a warning; ``source`` None)."""
     checkpoint = open_checkpoint(path_or_id, "aggretriever")
     loaded = load_aggretriever(checkpoint, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads)
     loaded.tokenizer = load_tokenizer(checkpoint)

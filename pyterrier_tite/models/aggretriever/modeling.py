@@ -1,15 +1,8 @@
-"""Aggretriever (Lin et al., 2023): a dense vector that aggregates every token of an MLM, not only [CLS].
+"""Aggretriever (Lin et al., 2023): ``[cls ; agg*]``, a projected [CLS] and the max over the text's tokens (after
+[CLS]) of ``softmax(logits_t) * w_t`` (``w_t = Linear(H, 1)(h_t)``), condensed from |V| into ``agg_dim`` dims.
 
-Per token t (the [CLS] position excluded) the MLM gives a distribution ``softmax(logits_t)`` over the vocabulary and a
-term weight ``w_t = Linear(H, 1)(h_t)``; their weighted max over the text's positions is the lexical vector ``v``
-(|V| dims). ``agg*`` condenses ``v`` into ``d`` dims (default 640); a projected [CLS] (default 128) complements it,
-and the score is the dot product of the concatenation ``[cls (128) ; agg* (640)]``.
-
-The released checkpoints (pyserini, castorini dhr) use the raw term weight; the models we train start with
-``term_weight_relu=True`` (``relu(w_t)``), which is what the reference training computes in effect: it pads every text
-to the maximum length and lets padded positions contribute 0 to the max, and ``max(0, max_t p_t w_t)`` equals
-``max_t p_t relu(w_t)``. Checkpoint layouts are read in :mod:`pyterrier_tite.models.aggretriever.convert`.
-"""
+The released checkpoints use the raw term weight; ours train with ``relu(w_t)``, which is what the reference training
+computes in effect: padded positions contribute 0 to its max, and ``max(0, max_t p_t w_t) = max_t p_t relu(w_t)``."""
 
 from __future__ import annotations
 
@@ -48,12 +41,8 @@ from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, packed
 
 
 def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> torch.Tensor:
-    """``[B, V]`` -> ``[B, rows, width]``: column ``c`` holds the vocabulary ids ``c, c + width, ...``.
-
-    ``offset`` None pads zeros up to a multiple of ``width`` (our models, any vocabulary); an int applies castorini's
-    fixed offset (:func:`castorini_offset`) exactly as the released models were trained, which only fits
-    vocabularies with ``V - offset`` a multiple of ``width`` (ValueError otherwise, as the reference cannot run).
-    """
+    """``[B, V]`` -> ``[B, rows, width]`` (column ``c`` holds the ids ``c, c + width, ...``). ``offset`` None pads
+    zeros up to a multiple of ``width``; an int is castorini's fixed offset, which fits only some vocabularies."""
     if offset is None:
         offset = -((-lexical.shape[-1]) % width)
     lexical = lexical[:, offset:] if offset > 0 else F.pad(lexical, (0, -offset))
@@ -66,12 +55,8 @@ def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> tor
 
 
 def agg_star(lexical: torch.Tensor, dim: int = 640, offset: int | None = None) -> torch.Tensor:
-    """Fully aggregated ``agg*`` (Eq. 9): the slice maximum, negated when its term lies in the slice's minus half.
-
-    Slice ``S_n`` holds the ids congruent to ``2n`` (``S_n^+``) or ``2n + 1`` (``S_n^-``) modulo ``2d``, so
-    ``agg*[n] = pos if pos > neg else -neg`` with ``pos``, ``neg`` the maxima over the two halves (padding zeros
-    take part in the maxima, as in the reference).
-    """
+    """``agg*`` (Eq. 9): per slice of ids congruent to ``2n`` / ``2n + 1`` modulo ``2d``, ``pos if pos > neg else
+    -neg`` of the two halves' maxima (padding zeros take part, as in the reference)."""
     pooled = _slices(lexical, 2 * dim, offset).amax(dim=1)
     pos, neg = pooled[:, 0::2], pooled[:, 1::2]
     return torch.where(pos > neg, pos, -neg)
@@ -81,11 +66,8 @@ def lexical_representation(
     probabilities: torch.Tensor, term_weights: torch.Tensor, attention_mask: torch.Tensor
 ) -> torch.Tensor:
     """``v[v] = max_t w_t * p_t[v]`` over the non-[CLS], non-padding positions: ``[B, L, V]`` -> ``[B, V]``.
-
-    Padded positions never win, so a text's vector does not depend on what it is batched with (the reference lets
-    them contribute 0, which changes a term only when all of a text's products for it are negative; with
-    ``relu`` term weights both agree). A text with no position after [CLS] gives zeros.
-    """
+    Padded positions never win (the reference lets them contribute 0: the same with ``relu`` term weights), so a
+    vector does not depend on its batch; a text with nothing after [CLS] gives zeros."""
     probabilities, term_weights, mask = probabilities[:, 1:], term_weights[:, 1:], attention_mask[:, 1:].bool()
     if probabilities.shape[1] == 0:
         return probabilities.new_zeros(probabilities.shape[0], probabilities.shape[2])
@@ -111,13 +93,11 @@ PACKED_HEAD_ROWS = 512
 
 
 class AggretrieverEncoder(nn.Module):
-    """Any ``AutoModelForMaskedLM`` plus the two small heads of Aggretriever (term weight, [CLS] projection).
+    """Any ``AutoModelForMaskedLM`` plus Aggretriever's two heads (term weight, [CLS] projection).
 
-    ``cls_dim=0`` keeps only ``agg*`` (dhr's checkpoints without pooler); ``agg_dim=0`` keeps only the projected [CLS]:
-    the paper's CLS baseline from the same start, which never runs the MLM head (so it costs a plain encoder).
-
-    ``term_weight_relu`` and ``vocab_offset`` say how a checkpoint was trained (see the module docstring and
-    :func:`_slices`); they are saved with the heads so a reloaded model computes exactly what was trained.
+    ``cls_dim=0`` keeps only ``agg*`` (dhr without pooler); ``agg_dim=0`` only the projected [CLS] (the paper's CLS
+    baseline: the MLM head never runs). ``term_weight_relu`` and ``vocab_offset`` say how a checkpoint was trained
+    (:func:`_slices`) and are saved with the heads.
     """
 
     def __init__(
@@ -151,17 +131,11 @@ class AggretrieverEncoder(nn.Module):
 
     def settings(self) -> dict:
         """What :meth:`save_pretrained` stores beside the heads (everything needed to recompute the vectors)."""
-        return {
-            "agg_dim": self.agg_dim,
-            "cls_dim": self.cls_dim,
-            "term_weight_relu": self.term_weight_relu,
-            "vocab_offset": self.vocab_offset,
-        }
+        return {name: getattr(self, name) for name in ("agg_dim", "cls_dim", "term_weight_relu", "vocab_offset")}
 
     def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
              head: bool = True):  # fmt: skip
-        """MLM logits, last hidden states and term weights (``head=False``: the hidden states of the MLM's encoder
-        alone); token types only reach MLMs that take them (DistilBERT does not)."""
+        """MLM logits, last hidden states and term weights (``head=False``: the encoder's hidden states alone)."""
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._takes_token_types else {}
         if not head:
             return self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
@@ -192,20 +166,17 @@ class AggretrieverEncoder(nn.Module):
     def _packed_parts(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
     ) -> AggretrieverOutput | None:
-        """``forward`` on packed rows (CPU inference of a BERT MLM, a right-padded batch): every token's states with
-        no padding, then the MLM head, its softmax and the term weights one text at a time (``[L, V]``, never
-        ``[B, L, V]``); None where it does not apply."""
+        """``forward`` on packed rows (CPU inference of a BERT MLM, a right-padded batch), the MLM head a block of
+        rows at a time (never ``[B, L, V]``); None where it does not apply."""
         if torch.is_grad_enabled() or input_ids.device.type != "cpu" or not self.packed:
             return None
-        self._packed_encoder = packed_mlm_encoder(self.mlm, self._packed_encoder)
+        encoder = self._packed_encoder = packed_mlm_encoder(self.mlm, self._packed_encoder)
         types = token_type_ids if self._takes_token_types else None
-        pairs = None
-        if self._packed_encoder is not None:
-            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types}
-            pairs = PackedPairs.from_padded(batch)
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": types}
+        pairs = None if encoder is None else PackedPairs.from_padded(batch)
         if pairs is None:
             return None
-        hidden = self._packed_encoder.tokens(pairs)  # [T, H]
+        hidden = encoder.tokens(pairs)  # [T, H]
         starts = pairs.layout.cu_seqlens[:-1].long()
         cls = self.cls_projection(hidden[starts])
         not_cls = torch.ones(hidden.shape[0], dtype=torch.bool, device=hidden.device)
@@ -214,7 +185,7 @@ class AggretrieverEncoder(nn.Module):
         tokens = hidden[not_cls]
         lexical = hidden.new_full((len(lengths), self.mlm.config.vocab_size), float("-inf"))
         ends = torch.tensor(lengths, dtype=torch.long).cumsum(0).tolist()
-        for begin in range(0, tokens.shape[0], PACKED_HEAD_ROWS):  # the MLM head a block of rows at a time
+        for begin in range(0, tokens.shape[0], PACKED_HEAD_ROWS):
             block = tokens[begin : begin + PACKED_HEAD_ROWS]
             logits = self.mlm.cls(block)  # [rows, V]
             probabilities = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
@@ -239,15 +210,12 @@ class AggretrieverEncoder(nn.Module):
     def from_pretrained(
         cls, path: str, agg_dim: int | None = None, cls_dim: int | None = None, new_heads: bool = False
     ) -> AggretrieverEncoder:
-        """An Aggretriever checkpoint in any known layout (ours, pyserini, dhr; folder or hub id), loaded exactly.
-
-        A plain MLM has no heads: it raises unless ``new_heads=True`` (the training start point), which starts them
-        fresh with the given dims and says so in a warning."""
+        """An Aggretriever checkpoint in any known layout (folder or hub id), loaded exactly; a plain MLM needs
+        ``new_heads=True`` (fresh heads of the given dims, with a warning)."""
         return load_aggretriever(path, agg_dim=agg_dim, cls_dim=cls_dim, new_heads=new_heads).module
 
     def save_pretrained(self, path: str, extra: dict | None = None) -> None:
-        """The MLM in Hugging Face layout, plus the heads (safetensors) and the settings (json) beside it; ``extra``
-        settings (e.g. the text lengths) go into the same json."""
+        """The MLM in Hugging Face layout, the heads (safetensors) and the settings plus ``extra`` (json) beside it."""
         from safetensors.torch import save_file
 
         os.makedirs(path, exist_ok=True)
@@ -260,8 +228,7 @@ class AggretrieverEncoder(nn.Module):
 
 
 class AggretrieverTextEncoder(TextEncoder):
-    """Texts -> Aggretriever vectors ``[cls ; agg*]`` (``encode``), or both parts of one batch (``parts``, what the
-    training loss needs)."""
+    """Texts -> ``[cls ; agg*]`` (``encode``), or both parts of one batch (``parts``, for the training loss)."""
 
     @property
     def dim(self) -> int:
@@ -283,11 +250,9 @@ def load_aggretriever(
     cls_dim: int | None = None,
     new_heads: bool = False,
 ) -> Loaded:
-    """Any Aggretriever checkpoint (folder or hub id) loaded exactly: every tensor of the encoder from the
-    checkpoint and every checkpoint tensor used (a ``position_ids`` buffer aside), else :class:`CheckpointError`
-    naming them. A plain MLM raises unless ``new_heads=True``, which starts the two heads fresh and warns once
-    (``source`` None: the model equals only itself). ``settings``: the text lengths the checkpoint stores or its
-    layout implies; no tokenizer."""
+    """Any Aggretriever checkpoint loaded exactly (a ``position_ids`` buffer aside), else :class:`CheckpointError`
+    naming the tensors. A plain MLM raises unless ``new_heads=True`` (fresh heads, one warning, ``source`` None).
+    ``settings``: the text lengths stored or implied by the layout; no tokenizer."""
     checkpoint = open_checkpoint(path_or_id)
     source, folder = checkpoint.name, checkpoint.folder
     state = read_state_dict(folder)
@@ -301,7 +266,13 @@ def load_aggretriever(
     encoder = AggretrieverEncoder(
         mlm_from_config(folder), **settings_of(read, source, {"agg_dim": agg_dim, "cls_dim": cls_dim})
     )
-    check_vocabulary(encoder, source)
+    vocab, width = int(encoder.mlm.config.vocab_size), 2 * encoder.agg_dim
+    if encoder.vocab_offset is not None and width and (vocab - encoder.vocab_offset) % width:
+        raise CheckpointError(  # castorini's fixed offset fits only some vocabularies (the reference fails on others)
+            f"not supported: {source} has {vocab} vocabulary ids; castorini's aggregation for agg_dim "
+            f"{encoder.agg_dim} (offset {encoder.vocab_offset}, derived from 30522) needs a multiple of {width} "
+            f"plus {encoder.vocab_offset}"
+        )
     loaded = fill_tied(encoder, legacy_names(encoder, read.state), source)
     own = encoder.state_dict()
     unused = [k for k in loaded if k.endswith("position_ids") and k not in own]
@@ -315,16 +286,3 @@ def load_aggretriever(
         )
     lengths = {k: v for k, v in zip(("query_max_length", "doc_max_length"), read.lengths, strict=True) if v is not None}
     return Loaded(encoder, None, lengths, None if layout == "mlm" else os.path.realpath(folder))
-
-
-def check_vocabulary(encoder: AggretrieverEncoder, source: str) -> None:
-    """castorini's fixed offset only fits some vocabularies (the reference fails on the others): say so at load."""
-    if encoder.vocab_offset is None or encoder.agg_dim == 0:
-        return
-    vocab, width = int(encoder.mlm.config.vocab_size), 2 * encoder.agg_dim
-    if (vocab - encoder.vocab_offset) % width:
-        raise CheckpointError(
-            f"not supported: {source} has {vocab} vocabulary ids; castorini's aggregation for agg_dim "
-            f"{encoder.agg_dim} (offset {encoder.vocab_offset}, derived from 30522) needs a multiple of {width} "
-            f"plus {encoder.vocab_offset}"
-        )

@@ -1,6 +1,4 @@
-"""Texts -> vectors on the torch side, shared by inference (``pyterrier_tite.pt`` bi-encoders) and training: a
-:class:`~pyterrier_tite.models.bert_biencoder.tokenization.BiEncoderInputs` makes the batches, a module encodes
-them, and the subclass pools the states into one vector per text. Gradients flow when they are enabled (training)."""
+"""Texts -> vectors, shared by the bi-encoders' inference and training (gradients flow when enabled)."""
 
 from __future__ import annotations
 
@@ -19,10 +17,8 @@ POOLINGS = ("cls", "mean", "single")
 
 
 def grow_embeddings(model: nn.Module, new_rows: dict[int, list[int]], size: int) -> None:
-    """Grow ``model``'s word embeddings to ``size`` rows for tokens just added to its tokenizer; each new row starts
-    from the mean embedding of the ids in ``new_rows`` (the word pieces of a marker's name; the whole table's mean
-    when there are none), so an untrained marker is a plausible token instead of noise. A table that already has
-    ``size`` rows is kept as it is."""
+    """Grow ``model``'s word embeddings to ``size`` rows, each new row the mean of the ids in ``new_rows`` (a
+    marker's word pieces; else the whole table's), so an untrained marker is a plausible token, not noise."""
     if not new_rows:
         return
     embeddings = model.get_input_embeddings()
@@ -63,9 +59,8 @@ class TextEncoder(nn.Module):
     def encode(
         self, texts: Sequence[str], role: Role, batch_size: int = 32, progress: Callable[[int], object] | None = None
     ) -> torch.Tensor:
-        """``[N, dim]`` vectors of ``texts`` (as the role's inputs) in input order, ``batch_size`` texts per forward
-        pass; in inference the texts go longest first, so a batch holds texts of similar lengths (little padding).
-        ``progress``: called with each batch's size (a progress bar's ``update``)."""
+        """``[N, dim]`` vectors in input order; in inference longest texts first (little padding). ``progress``: called
+        with each batch's size."""
         order = list(range(len(texts)))
         if not torch.is_grad_enabled():
             order.sort(key=lambda i: -len(texts[i]))
@@ -115,8 +110,7 @@ class PooledEncoder(TextEncoder):
         return self.pool(self.model(**batch).last_hidden_state, batch)
 
     def _packed_rows(self, batch: dict[str, torch.Tensor]) -> PackedPairs | None:
-        """The batch packed for :mod:`pyterrier_tite.models.packed_bert`, where it applies: inference without grad,
-        a BERT / ELECTRA encoder, [CLS] or mean pooling, a right-padded batch."""
+        """The batch packed, where it applies: inference, a BERT / ELECTRA encoder, [CLS] or mean pooling."""
         if not self.packed or self.training or torch.is_grad_enabled() or self.pooling == "single":
             return None
         if not supports_packed(self.model):
@@ -126,8 +120,7 @@ class PooledEncoder(TextEncoder):
         return PackedPairs.from_padded(batch)
 
     def pool(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The text vectors of the model's ``last_hidden_state`` for ``batch`` (split from ``forward`` so a caller that
-        runs the model itself, e.g. for its hidden states, pools exactly as ``encode`` does)."""
+        """The text vectors of ``last_hidden_state`` (for callers that run the model themselves)."""
         if self.pooling == "mean":
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             vectors = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)

@@ -1,12 +1,6 @@
-"""Inputs of the dense bi-encoders (``BertBiEncoder``, ``TITE``, ``Aggretriever``): marker tokens, truncation and which
-tensors a model gets (tokenizers load in :func:`pyterrier_tite.models.checkpoint.load_tokenizer`).
-
-- A marker (``[QUE]`` / ``[DOC]``, the TITE / Lightning IR convention) is prepended to the text as one special token,
-  after the tokenizer's own leading specials (BERT: ``[CLS] [QUE] text [SEP]``; TITE's ``$A`` template: ``[QUE] text``).
-- ``query_max_length`` / ``doc_max_length`` count every token the model sees, the marker and the tokenizer's specials
-  included (the reference convention: a TITE query of length 32 is ``[QUE]`` + 31 word pieces).
-- Token type ids reach only models whose ``forward`` takes them (DistilBERT's does not).
-"""
+"""Inputs of the dense bi-encoders: a marker (``[QUE]`` / ``[DOC]``, the TITE / Lightning IR convention) is one special
+token after the tokenizer's own leading ones; ``query_max_length`` / ``doc_max_length`` count every token the model
+sees, marker and specials included (the reference's: a TITE query of 32 is ``[QUE]`` + 31 word pieces)."""
 
 from __future__ import annotations
 
@@ -18,11 +12,13 @@ from pyterrier_tite.models.batch_tensors import padded_tensors, takes_token_type
 
 QUERY_MARKER, DOC_MARKER = "[QUE]", "[DOC]"
 Role = Literal["query", "doc"]
+#: what, besides the weights, decides the vectors: stored in ``pt_meta.json``, read back as keyword arguments
+SETTINGS = ("query_max_length", "doc_max_length", "query_marker", "doc_marker")
 
 
 @dataclass(frozen=True, eq=False)
 class BiEncoderInputs:
-    """How a bi-encoder turns query and document texts into model inputs (see the module docstring)."""
+    """How a bi-encoder turns query and document texts into model inputs."""
 
     tokenizer: object
     query_max_length: int = 32
@@ -42,13 +38,7 @@ class BiEncoderInputs:
         return replace(self, token_types=takes_token_types(model))
 
     def settings(self) -> dict:
-        """Lengths and markers: what, besides the weights, decides the vectors (stored in ``pt_meta.json``)."""
-        return {
-            "query_max_length": self.query_max_length,
-            "doc_max_length": self.doc_max_length,
-            "query_marker": self.query_marker,
-            "doc_marker": self.doc_marker,
-        }
+        return {name: getattr(self, name) for name in SETTINGS}
 
     def max_length(self, role: Role) -> int:
         return self.query_max_length if role == "query" else self.doc_max_length
@@ -62,8 +52,8 @@ class BiEncoderInputs:
         return [f"{marker} {t}" for t in texts] if marker else list(texts)
 
     def __call__(self, texts: Sequence[str], role: Role) -> dict:
-        """One padded batch of ``texts`` as CPU tensors: ``input_ids``, ``attention_mask`` (and ``token_type_ids``
-        for models that take them), each text cut to the role's length, marker included."""
+        """One padded batch of ``texts`` as CPU tensors, each cut to the role's length (token types for models that
+        take them)."""
         batch = tokenize(
             self.tokenizer,
             self.marked(texts, role),
@@ -78,8 +68,8 @@ class BiEncoderInputs:
         return padded_tensors(batch, names)
 
     def add_markers(self) -> dict[int, list[int]]:
-        """Add the markers the tokenizer lacks as special tokens; returns ``{new id: ids of the word pieces of the
-        marker's name}`` (``[QUE]`` -> "que"), from which a model starts the new embedding rows."""
+        """Add the markers the tokenizer lacks; returns ``{new id: ids of the marker name's word pieces}`` (``[QUE]``
+        -> "que"), from which a model starts the new embedding rows."""
         missing = [m for m in (self.query_marker, self.doc_marker) if m and m not in self.tokenizer.get_vocab()]
         if not missing:
             return {}

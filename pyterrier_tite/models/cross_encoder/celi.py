@@ -1,16 +1,6 @@
-"""Score heads for cross-encoders on their last layer: mean pooling and CELI late interaction (Zhang, Li & Lin); the
-[CLS] head (monoBERT) is the backbone's own classifier (see ``modeling.cross_encoder.CrossEncoderScorer``).
-
-CELI adds to the [CLS] score ``s_cls = T_cls W + b`` the late-interaction score ``s_late = sum_i max_j v_qi . v_dj``
-over final-layer query / doc token vectors projected to ``D_tok`` (one shared projection). The paper trains both
-terms with LCE separately (``CeliHead.score_parts``) and scores with their sum.
-
-Heads read ``PairStates``, built from a standard cross-encoder's ``[CLS] q [SEP] d [SEP]`` output
-(``pair_states_from_bert``) or from the sparse cross-encoder's segments (``pair_states_from_sparse``), so the same
-head runs on either. Query states may be shared by all docs of a query (``query_index``): the sparse cross-encoder
-encodes the query once when it attends only to itself. Heads compute in their weights' dtype, float32 under autocast
-whatever precision the backbone ran in (bf16 scores would tie; the heads are a small share of the work).
-"""
+"""Score heads on a cross-encoder's last layer besides its own [CLS] classifier: mean pooling and CELI late
+interaction (Zhang, Li & Lin). They read ``PairStates`` of a standard or a sparse cross-encoder, so one head runs on
+either, and compute in their weights' dtype, float32 under autocast (bf16 scores would tie; heads are little work)."""
 
 from __future__ import annotations
 
@@ -25,11 +15,9 @@ from pyterrier_tite.models.sparse_ce.modeling import Segments
 
 @dataclass
 class PairStates:
-    """Final-layer states of N (query, doc) pairs.
-
-    ``cls`` [N, H]; ``query`` [Bq, Lq, H] with ``query_mask`` [Bq, Lq] marking the query segment's tokens, its
-    trailing [SEP] included; ``query_index`` [N] maps pairs to query rows (None: one row per pair); ``doc`` [N, Ld, H]
-    with ``doc_mask`` marking the doc segment (its [SEP] included). The [SEP] is each segment's last marked token.
+    """Final-layer states of N (query, doc) pairs: ``cls`` [N, H]; ``query`` [Bq, Lq, H] (``query_index`` [N] maps
+    pairs to its rows; None: one per pair) and ``doc`` [N, Ld, H], their masks marking each segment's tokens, its
+    trailing [SEP] (the last marked token) included.
     """
 
     cls: torch.Tensor
@@ -40,7 +28,7 @@ class PairStates:
     query_index: torch.Tensor | None = None
 
     def to_dtype(self, dtype: torch.dtype) -> PairStates:
-        """The same states in ``dtype`` (masks and index unchanged): a head scores in its weights' dtype."""
+        """The same states in ``dtype`` (masks and index unchanged)."""
         cls, query, doc = (as_dtype(x, dtype) for x in (self.cls, self.query, self.doc))
         return replace(self, cls=cls, query=query, doc=doc)
 
@@ -85,20 +73,16 @@ class MeanPoolHead(nn.Module):
 
     def forward(self, states: PairStates) -> torch.Tensor:
         with autocast_off(states.cls.device):
-            return self._score(states.to_dtype(self.linear.weight.dtype))
-
-    def _score(self, states: PairStates) -> torch.Tensor:
-        query, query_mask = _per_pair(states.query, states.query_mask, states.query_index)
-        total = states.cls + _masked_sum(query, query_mask) + _masked_sum(states.doc, states.doc_mask)
-        count = 1 + query_mask.sum(-1) + states.doc_mask.sum(-1)
-        return self.linear(total / count[:, None].to(total.dtype)).squeeze(-1)
+            states = states.to_dtype(self.linear.weight.dtype)
+            query, query_mask = _per_pair(states.query, states.query_mask, states.query_index)
+            total = states.cls + _masked_sum(query, query_mask) + _masked_sum(states.doc, states.doc_mask)
+            count = 1 + query_mask.sum(-1) + states.doc_mask.sum(-1)
+            return self.linear(total / count[:, None].to(total.dtype)).squeeze(-1)
 
 
 class CeliHead(nn.Module):
-    """CELI: ``s_cls + sum_{q_i} max_{d_j} v_qi . v_dj`` with ``v = T W_tok + b_tok`` in ``token_dim`` (D_tok) dims.
-
-    Late interaction runs over query and doc tokens without [CLS] and [SEP]; a pair without doc tokens gets
-    ``s_late = 0``. The projection of a shared query is computed once per query.
+    """CELI: ``s_cls + sum_{q_i} max_{d_j} v_qi . v_dj`` with ``v = T W_tok + b_tok`` in ``token_dim`` dims, over the
+    tokens without [CLS] and [SEP] (no doc tokens: ``s_late = 0``); a shared query is projected once.
     """
 
     def __init__(self, hidden_size: int, token_dim: int = 32):
@@ -109,16 +93,15 @@ class CeliHead(nn.Module):
     def score_parts(self, states: PairStates) -> tuple[torch.Tensor, torch.Tensor]:
         """(s_cls [N], s_late [N]): the two terms the paper trains with LCE separately."""
         with autocast_off(states.cls.device):
-            return self._score_parts(states.to_dtype(self.cls.weight.dtype))
-
-    def _score_parts(self, states: PairStates) -> tuple[torch.Tensor, torch.Tensor]:
-        s_cls = self.cls(states.cls).squeeze(-1)
-        query, query_mask = _per_pair(self.token(states.query), without_last(states.query_mask), states.query_index)
-        doc, doc_mask = self.token(states.doc), without_last(states.doc_mask)
-        sim = query @ doc.transpose(-1, -2)  # [N, Lq, Ld]
-        best = sim.masked_fill(~doc_mask[:, None, :], float("-inf")).amax(-1)
-        best = best.masked_fill(~doc_mask.any(-1)[:, None] | ~query_mask, 0.0)
-        return s_cls, best.sum(-1)
+            states = states.to_dtype(self.cls.weight.dtype)
+            s_cls = self.cls(states.cls).squeeze(-1)
+            mask = without_last(states.query_mask)
+            query, query_mask = _per_pair(self.token(states.query), mask, states.query_index)
+            doc, doc_mask = self.token(states.doc), without_last(states.doc_mask)
+            sim = query @ doc.transpose(-1, -2)  # [N, Lq, Ld]
+            best = sim.masked_fill(~doc_mask[:, None, :], float("-inf")).amax(-1)
+            best = best.masked_fill(~doc_mask.any(-1)[:, None] | ~query_mask, 0.0)
+            return s_cls, best.sum(-1)
 
     def forward(self, states: PairStates) -> torch.Tensor:
         s_cls, s_late = self.score_parts(states)

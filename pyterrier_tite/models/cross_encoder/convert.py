@@ -1,8 +1,6 @@
-"""Cross-encoder checkpoints: the folders rerankers save (backbone + ``score_head.safetensors`` + ``pt_meta.json``)
-and full-attention backbones (MonoCE, CELI): any ``AutoModelForSequenceClassification`` of BERT or ELECTRA type (the
-CELI paper uses ELECTRA), loaded exactly. Only an explicit start from an encoder without a score head (a plain BERT /
-MiniLM / ELECTRA discriminator) or a new score head may create fresh weights, and the load then says so in one
-warning (:func:`one_fresh_warning`)."""
+"""Cross-encoder checkpoints: the folders rerankers save (backbone, ``score_head.safetensors``, ``pt_meta.json``) and
+BERT / ELECTRA sequence classifiers, loaded exactly. Only an encoder without a score head or a new head may start
+fresh weights, and the load then says so in one warning."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ SEQUENCE_CLASSIFIER_TYPES = ("bert", "electra")
 
 
 def sequence_classifier(path_or_model) -> nn.Module:
-    """A one-logit BERT / ELECTRA ``*ForSequenceClassification`` from a module (kept as is), a folder or a hub id; an
-    encoder without a score head (plain BERT, MiniLM, ELECTRA discriminator) gets a new one, reported."""
+    """A one-logit BERT / ELECTRA ``*ForSequenceClassification`` from a module (kept as is), a folder or a hub id."""
     from transformers import PreTrainedModel
 
     name = type(path_or_model).__name__
@@ -53,9 +50,8 @@ def check_type(model_type: str | None, source: str) -> None:
 
 
 def load_sequence_classifier(folder: str | os.PathLike | Checkpoint) -> nn.Module:
-    """The folder's sequence classifier with every tensor from the checkpoint. Without any ``classifier.*`` tensor
-    it is a new-head start: classifier (and a missing BERT pooler) start fresh, pre-training heads outside the
-    encoder (MLM, ELECTRA discriminator) are ignored, both reported via :func:`note_fresh`."""
+    """The folder's sequence classifier, loaded exactly; without any ``classifier.*`` tensor the classifier (and a
+    missing BERT pooler) start fresh and pre-training heads are ignored, both reported."""
     from transformers import AutoModelForSequenceClassification
 
     checkpoint = open_checkpoint(folder)
@@ -76,7 +72,6 @@ def load_sequence_classifier(folder: str | os.PathLike | Checkpoint) -> nn.Modul
     return model
 
 
-# ------------------------------------------------------------------------------------------------ our saved folders
 HEAD_FILE = "score_head.safetensors"
 
 
@@ -87,9 +82,8 @@ def save_scorer(
     reranker: str | None = None,
     lengths: dict[str, int | None] | None = None,
 ) -> None:
-    """Writes a reranker folder: Hugging Face layout (backbone ``config.json`` + ``model.safetensors``, tokenizer
-    files), the head's weights (``score_head.safetensors``, heads other than "cls") and ``pt_meta.json`` (the
-    artifact metadata, the reranker class and ``lengths``: the input caps, the folder's defaults when loaded)."""
+    """A reranker folder: the backbone and tokenizer in Hugging Face layout, a head other than "cls" in
+    ``score_head.safetensors``, and ``pt_meta.json`` with the reranker class and ``lengths`` (the input caps)."""
     from safetensors.torch import save_file
 
     path = os.fspath(path)
@@ -110,8 +104,7 @@ def save_scorer(
 
 
 def load_head(scorer: CrossEncoderScorer, checkpoint: Checkpoint) -> bool:
-    """Loads ``score_head.safetensors`` exactly when ``pt_meta.json`` says the folder has this head (a missing
-    file is then an error); False when the head starts fresh."""
+    """Loads ``score_head.safetensors`` exactly where ``pt_meta.json`` names this head; False: the head is fresh."""
     from safetensors.torch import load_file
 
     path = checkpoint.folder
@@ -125,9 +118,8 @@ def load_head(scorer: CrossEncoderScorer, checkpoint: Checkpoint) -> bool:
 
 
 def load_scorer(model, backbone_fn, head: str | None = None, token_dim: int | None = None) -> CrossEncoderScorer:
-    """A scorer from a local folder (its saved head and token dim when it has them; ``source`` = the folder) or from a
-    module / scorer; ``backbone_fn`` turns the folder or module into the backbone. A head not loaded from a checkpoint
-    is reported as fresh."""
+    """A scorer from a folder (with its saved head) or a module / scorer; ``backbone_fn`` turns either into the
+    backbone. A head not loaded from a checkpoint is reported as fresh."""
     if isinstance(model, CrossEncoderScorer):
         if head is not None and head != model.head_name:
             return _fresh_head(CrossEncoderScorer(backbone_fn(model.backbone), head, token_dim or model.token_dim))
@@ -147,8 +139,8 @@ def load_scorer(model, backbone_fn, head: str | None = None, token_dim: int | No
 def checkpoint_scorer(
     checkpoint: Checkpoint, backbone: nn.Module, head: str | None = None, token_dim: int | None = None
 ) -> CrossEncoderScorer:
-    """The scorer of a checkpoint's backbone: its saved head and token dim (``pt_meta.json``) unless given, the head's
-    weights loaded when the folder has them (else reported fresh); ``source`` = the folder."""
+    """The scorer of a checkpoint's backbone with its saved head and token dim unless given (weights loaded where the
+    folder has them, else reported fresh)."""
     meta = checkpoint.meta
     head, token_dim = head or meta.get("head", "cls"), token_dim or meta.get("token_dim", 32)
     scorer = CrossEncoderScorer(backbone, head, token_dim, source=os.path.realpath(checkpoint.folder))
@@ -161,11 +153,9 @@ def _fresh_head(scorer: CrossEncoderScorer) -> CrossEncoderScorer:
     return scorer
 
 
-# ------------------------------------------------------------------------------------------------ reranker settings
 def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, bool]) -> dict:
-    """Config overrides for a sparse backbone: a plain BERT gets the released pattern unless told otherwise; ``w``
-    (``KEEP``: the checkpoint's, None: full attention), ``symmetric`` (the query attends to [CLS] and the doc) and
-    single attention flags override."""
+    """Config overrides for a sparse backbone: a plain BERT gets the released pattern, then ``w`` (``KEEP``: the
+    checkpoint's, None: full attention), ``symmetric`` (the query attends to [CLS] and the doc) and single flags."""
     overrides: dict = {}
     if not is_sparse_model(path_or_model):
         overrides.update(RELEASED_PATTERN)
@@ -183,9 +173,8 @@ def sparse_overrides(path_or_model, w, symmetric: bool | None, flags: dict[str, 
 def sparse_backbone(
     path_or_model, w=KEEP, symmetric: bool | None = None, ids: dict[str, int] | None = None, **flags: bool
 ) -> SparseCrossEncoder:
-    """A :class:`SparseCrossEncoder` from a reference checkpoint (folder or hub id, loaded exactly), any plain BERT
-    (folder or module; new score head) or a model, with the settings of :func:`sparse_overrides`. ``ids``: special
-    token ids for a config that lacks them (the tokenizer's, as in the reference)."""
+    """A :class:`SparseCrossEncoder` from a released checkpoint, a plain BERT (new score head) or a model, with
+    :func:`sparse_overrides`' settings. ``ids``: special ids for a config that lacks them (the tokenizer's)."""
     if not isinstance(path_or_model, nn.Module):
         path_or_model = open_checkpoint(path_or_model)
     overrides = sparse_overrides(path_or_model, w, symmetric, flags)
@@ -195,7 +184,7 @@ def sparse_backbone(
 
 
 def is_sparse_model(model) -> bool:
-    """A sparse cross-encoder: a scorer or model of one, a folder saved with a sparse backbone or a sparse config."""
+    """A scorer or model of a sparse cross-encoder, or a folder of one."""
     if isinstance(model, CrossEncoderScorer):
         return model.is_sparse
     if isinstance(model, nn.Module):

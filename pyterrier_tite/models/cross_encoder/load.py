@@ -1,9 +1,5 @@
-"""The one loader of the cross-encoder family (SparseCE, MonoCE, CELI): a folder or hub id -> scorer (backbone + score
-head), tokenizer and the settings the checkpoint stores (input caps, reranker class), the checkpoint opened once.
-``pt/rerankers.py`` builds its transformers from what this returns.
-
-One setting is renamed: the keyword ``w`` (the paper's name) is the config field ``attention_window_size`` (the
-reference's; :func:`~pyterrier_tite.models.cross_encoder.convert.sparse_overrides`); ``ops/`` calls it ``window``."""
+"""The cross-encoder family's loader (SparseCE, MonoCE, CELI): a folder or hub id -> scorer, tokenizer and the stored
+input caps and reranker class. The keyword ``w`` (the paper's) is the config's ``attention_window_size``."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ from pyterrier_tite.models.sparse_ce.modeling import load_sparse_cross_encoder
 
 @dataclass(frozen=True)
 class Sparse:
-    """A sparse backbone's settings (``SparseCE(w=..., symmetric=..., **flags)``; see ``sparse_overrides``)."""
+    """A sparse backbone's settings (``SparseCE(w=..., symmetric=..., **flags)``)."""
 
     w: int | None | str = KEEP
     symmetric: bool | None = None
@@ -43,8 +39,7 @@ class Sparse:
 
 
 def _loaded(scorer: CrossEncoderScorer, fresh: list, tokenizer, settings: dict) -> Loaded:
-    """Fresh parts leave ``source`` None (the model equals only itself); a standard backbone's config gets the
-    tokenizer's special ids."""
+    """Fresh parts leave ``source`` None; a standard backbone's config gets the tokenizer's special ids."""
     if fresh:
         scorer.source = None
     if not scorer.is_sparse:
@@ -59,12 +54,9 @@ def load(
     token_dim: int | None = None,
     tokenizer=None,
 ) -> Loaded:
-    """A reranker checkpoint (folder, hub id or opened :class:`Checkpoint`) loaded exactly. ``sparse``: a
-    :class:`Sparse` (a sparse backbone with these settings), None (a full-attention BERT / ELECTRA sequence
-    classifier) or True (sparse with the checkpoint's settings when the checkpoint is sparse, else full attention).
-    ``tokenizer``: default the folder's. Fresh parts (a plain encoder's new score head) are said in one warning and
-    leave ``source`` None. ``settings``: ``query_max_length`` / ``doc_max_length`` as stored (``stored_lengths``) and
-    ``reranker`` (the class ``pt_meta.json`` names, None for checkpoints we did not save)."""
+    """A reranker checkpoint loaded exactly. ``sparse``: a :class:`Sparse`, None (a full-attention sequence
+    classifier) or True (the checkpoint's kind and settings). ``tokenizer``: default the folder's. Fresh parts are
+    said in one warning. ``settings``: the stored caps and ``reranker`` (the class ``pt_meta.json`` names)."""
     checkpoint = open_checkpoint(path_or_id, "cross-encoder")
     if sparse is True:
         sparse = Sparse() if is_sparse_model(checkpoint) else None
@@ -83,8 +75,8 @@ def load(
 def from_module(
     model: nn.Module, tokenizer, sparse: Sparse | None, head: str | None = None, token_dim: int | None = None
 ) -> Loaded:
-    """The same for a module built in code (a :class:`CrossEncoderScorer`, a sparse model or a BERT module) and its
-    tokenizer: no checkpoint, so the caps are the package defaults and fresh parts are said in one warning."""
+    """The same for a module in memory (a :class:`CrossEncoderScorer`, a sparse model or a BERT module): the caps
+    are the package defaults."""
     backbone_fn = sparse.backbone_fn(tokenizer) if sparse is not None else sequence_classifier
     with one_fresh_warning(type(model).__name__) as fresh:
         scorer = load_scorer(model, backbone_fn, head, token_dim)

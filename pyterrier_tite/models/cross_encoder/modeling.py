@@ -1,6 +1,5 @@
-"""One cross-encoder backbone with one score head: the module the rerankers (SparseCE, MonoCE, CELI) run and the
-reranker trainer trains. Raw token ids in (one query per entry with its list of docs), scores out, flat ``[N]`` in
-input order; the input layouts come from :mod:`pyterrier_tite.models.cross_encoder.tokenization`."""
+"""One cross-encoder backbone with one score head, what the rerankers run and train: raw ids of each query and its
+list of docs in, scores out (flat ``[N]``, input order)."""
 
 from __future__ import annotations
 
@@ -25,14 +24,12 @@ from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, suppor
 from pyterrier_tite.models.sparse_ce.modeling import SparseCrossEncoder, check_positions
 
 HEADS = ("cls", "mean", "celi")
-#: the joint int8 projections an attention module of a quantized scorer holds (see ``quantized_int8``); a single
-#: projection ("q") is the quantized layer itself
+#: the joint int8 projections an attention module of a quantized scorer holds (one projection is the layer itself)
 INT8_PARTS = ("qkv", "kv")
 
 
-# The score heads of transformers' *ForSequenceClassification, on the first position of the last layer ([N, 1, H]), so
-# that they can run in float32 while the encoder runs under autocast (bf16 scores tie). A model type not listed runs
-# its own forward, head included, in the autocast precision.
+# The score heads of transformers' *ForSequenceClassification on the first position of the last layer, so that they
+# run in float32 under autocast (bf16 scores tie); another model type runs its own forward in the autocast precision.
 _SEQUENCE_CLASSIFIER_HEADS: dict[str, Callable[[nn.Module, torch.Tensor], torch.Tensor]] = {
     "bert": lambda model, first: model.classifier(model.dropout(model.bert.pooler(first))),
     "electra": lambda model, first: model.classifier(first),
@@ -40,17 +37,10 @@ _SEQUENCE_CLASSIFIER_HEADS: dict[str, Callable[[nn.Module, torch.Tensor], torch.
 
 
 class CrossEncoderScorer(nn.Module):
-    """A cross-encoder backbone with one score head.
-
-    ``backbone``: a :class:`SparseCrossEncoder` (segments, windowed / asymmetric attention) or a
-    ``transformers`` BERT / ELECTRA ``*ForSequenceClassification`` (full attention over ``[CLS] q [SEP] d [SEP]``).
-    ``head``: ``"cls"`` uses the backbone's own score head (pooler + linear for BERT, dense + projection on [CLS]
-    for ELECTRA: the reference / monoBERT checkpoint formats, so published cross-encoders score unchanged; computed in
-    float32 under autocast, like every head),
-    ``"mean"`` a :class:`MeanPoolHead`, ``"celi"`` a :class:`CeliHead`.
-
-    ``source``: the checkpoint folder the weights were loaded from (None for an in-memory model, and once training
-    changes the weights); rerankers compare equal by it.
+    """A cross-encoder backbone (a :class:`SparseCrossEncoder` or a BERT / ELECTRA ``*ForSequenceClassification``)
+    with one score head: ``"cls"`` the backbone's own (so published cross-encoders score unchanged), ``"mean"`` a
+    :class:`MeanPoolHead`, ``"celi"`` a :class:`CeliHead`. ``source``: the folder the weights were loaded from (None
+    in memory or once training changes them); rerankers compare equal by it.
     """
 
     def __init__(self, backbone: nn.Module, head: str = "cls", token_dim: int = 32, source: str | None = None):
@@ -85,9 +75,8 @@ class CrossEncoderScorer(nn.Module):
         return parts["cls"] + parts["late"] if "late" in parts else parts["score"]
 
     def use_cuda_graphs(self, enabled: bool = True) -> CrossEncoderScorer:
-        """Sparse backbones on a CUDA device: replay captured CUDA graphs in inference (one per shape bucket, see
-        :mod:`pyterrier_tite.models.sparse_ce.graphs`), which removes the per-kernel launch cost that dominates on
-        passages. Training, CPU devices and standard backbones are unaffected."""
+        """Sparse backbones on a CUDA device replay captured CUDA graphs in inference
+        (:mod:`pyterrier_tite.models.sparse_ce.graphs`); training, CPUs and standard backbones are unaffected."""
         self._graphs = None
         if enabled and self.is_sparse:
             from pyterrier_tite.models.sparse_ce.graphs import SparseCEGraphs
@@ -99,11 +88,9 @@ class CrossEncoderScorer(nn.Module):
         return self
 
     def quantized_int8(self) -> CrossEncoderScorer:
-        """A copy whose backbone linear layers are int8 (:mod:`pyterrier_tite.models.int8_linear`: one activation
-        scale per token, per-channel weight scales, LayerNorm-fed layers' outlier channels migrated into the weights),
-        CPU inference only. On a trained MonoCE: DL19 nDCG@10 0.003 (AVX2) to 0.008 (VNNI) below fp32, Spearman per
-        query >= 0.97 (``benchmarks/int8_quality.py``). Q, K and V run as one int8 layer (exactly the three layers'
-        result). Score heads (pooler, classifier, CELI / mean heads) stay float32, like every head."""
+        """A copy whose backbone linear layers are int8 (:mod:`pyterrier_tite.models.int8_linear`), for CPU inference;
+        score heads stay float32. On a trained MonoCE: DL19 nDCG@10 0.003 (AVX2) to 0.008 (VNNI) below fp32,
+        Spearman per query >= 0.97 (``benchmarks/int8_quality.py``)."""
         heads = ("classifier", "pooler", "head")
         names = {
             name
@@ -137,12 +124,11 @@ class CrossEncoderScorer(nn.Module):
         return {"score": self.head(states)}
 
     def _sparse_parts(self, batch: SparseCrossEncoderBatch) -> dict[str, torch.Tensor]:
-        """``score_parts`` of a sparse backbone from a batch on the model's device."""
+        """``score_parts`` of a sparse backbone, the batch on the model's device."""
         if self.head is None:
             return {"score": self.backbone(batch, cls_only=True).logits}
         return self._head_parts(pair_states_from_sparse(self.backbone.bert(batch).segments))
 
-    # -- backbones ---------------------------------------------------------------------------------------------------
     def _logits(self, queries, docs) -> torch.Tensor:
         head = _SEQUENCE_CLASSIFIER_HEADS.get(getattr(self.backbone.config, "model_type", None))
         if head is not None and self._packed_ok():
@@ -158,9 +144,8 @@ class CrossEncoderScorer(nn.Module):
         batch = self._pairs(queries, docs)
         if self._packed_ok():
             hidden = self._packed()(self._packed_pairs(queries, docs), cls_only=False)
-            return pair_states_from_bert(hidden, batch.token_type_ids, batch.attention_mask)
-        encoder = self.backbone.base_model  # .bert / .electra: the heads read the last layer, not the classifier
-        hidden = encoder(**vars(batch)).last_hidden_state
+        else:  # .bert / .electra: the heads read the last layer, not the classifier
+            hidden = self.backbone.base_model(**vars(batch)).last_hidden_state
         return pair_states_from_bert(hidden, batch.token_type_ids, batch.attention_mask)
 
     def _packed_ok(self) -> bool:
@@ -173,11 +158,10 @@ class CrossEncoderScorer(nn.Module):
         return self._packed_encoder
 
     def _packed_pairs(self, queries, docs) -> PackedPairs:
-        c = self.backbone.config
-        cls, sep = config_special_id(c, "cls_token_id"), config_special_id(c, "sep_token_id")
-        return PackedPairs.from_lists(queries, docs, cls, sep, self.device)
+        return PackedPairs.from_lists(queries, docs, *self._cls_sep(), self.device)
 
     def _pairs(self, queries, docs) -> PairBatch:
-        c = self.backbone.config
-        cls, sep = config_special_id(c, "cls_token_id"), config_special_id(c, "sep_token_id")
-        return PairBatch.from_lists(queries, docs, cls, sep, c.pad_token_id or 0, self.device)
+        return PairBatch.from_lists(queries, docs, *self._cls_sep(), self.config.pad_token_id or 0, self.device)
+
+    def _cls_sep(self) -> tuple[int, int]:
+        return config_special_id(self.config, "cls_token_id"), config_special_id(self.config, "sep_token_id")

@@ -1,6 +1,5 @@
-"""Scoring tokenised (query, doc) pairs with a cross-encoder scorer, grouped by query: the loop behind every
-re-ranker's ``transform``, kept free of PyTerrier so that torch-only scripts (a GPU box without the data stack) score
-exactly as the transformer does."""
+"""The loop behind every re-ranker's ``transform``, free of PyTerrier so that torch-only scripts score exactly as the
+transformer does."""
 
 from __future__ import annotations
 
@@ -23,13 +22,10 @@ def score_by_query(
     precision: str,
     progress: Callable[[Iterable], Iterable] | None = None,
 ) -> np.ndarray:
-    """float64 scores of the pairs ``(query_ids[qids[i]], doc_ids[i])``.
-
-    A sparse cross-encoder (``scorer.is_sparse``, the default for other callables) scores rows by query (a query that
-    attends only to itself is encoded once per batch), longest docs first within a query; a full-attention one scores
-    all pairs longest first across queries, so a batch holds pairs of similar lengths (its attention pads to the
-    longest; the packed forward computes nothing else on padding). ``inputs.fit_doc`` cuts each doc to the positions
-    its query leaves. Scores come back in input order. ``progress`` wraps the batch starts (a progress bar)."""
+    """float64 scores of the pairs ``(query_ids[qids[i]], doc_ids[i])`` in input order. A sparse cross-encoder (the
+    default for other callables) scores by query, longest docs first (a query is encoded once per batch); a
+    full-attention one scores longest pairs first across queries (a batch pads to its longest). ``progress`` wraps
+    the batch starts."""
     order = {q: i for i, q in enumerate(dict.fromkeys(qids))}
     lengths = np.array([len(d) for d in doc_ids])
     if getattr(scorer, "is_sparse", True):

@@ -1,12 +1,7 @@
-"""Joint-softmax attention over explicit key groups, the single attention entry point of the sparse cross-encoder.
-
-Rows of one segment attend, with ONE softmax, to (a) full key groups (e.g. their [CLS], their query) and (b) their own
-segment's keys: all of them (``window=None``) or only those within ``+-window`` (band storage ``[.., L, 2w+1]``,
-``A[i, j] = q_i . k_{i+j-w}``), so no L x L matrix is built for the doc-doc band. The interface is that of
-``pyterrier_tite.ops.window_attention`` (its ``KeyGroup``), so the fused kernel serves every call it can, in one
-place. Attention dropout (training), which the kernels lack, runs on the op's pure-torch backend; full attention
-with dropout on SDPA.
-"""
+"""The sparse cross-encoder's one attention: rows of a segment attend with one softmax to full key groups (their
+[CLS], their query) and to their own keys, all or within ``+-window`` (no L x L matrix for the doc band). The fused
+``ops.window_attention`` serves every call it can; dropout (training), which the kernels lack, runs on its torch
+backend, full attention with dropout on SDPA."""
 
 from __future__ import annotations
 
@@ -47,13 +42,9 @@ def grouped_attention(
     scale: float | None = None,
     dropout: float = 0.0,
 ) -> torch.Tensor:
-    """Attention of q [B, H, L, d] over ``groups`` (full) and its own k, v (full or within ``+-window``).
-
-    ``lengths`` [B] marks the valid rows / own keys (default L). Padded keys get probability 0 (a finite mask, so a
-    row without any valid key stays finite); padded rows output 0. ``window=0`` means each row sees only itself among
-    its own keys; ``window=None`` means all of them. ``dropout`` applies to the attention probabilities (training).
-    Returns [B, H, L, d].
-    """
+    """Attention of q [B, H, L, d] over ``groups`` and its own k, v (``window`` None: all of them; 0: itself only).
+    ``lengths`` [B] marks the valid rows / own keys (default L); padded keys get probability 0 (a finite mask, so a
+    row without a valid key stays finite), padded rows output 0."""
     assert window is None or window >= 0, window  # a precondition: the config checked it (SparseCrossEncoderConfig)
     batch, _, length, dim = q.shape
     scale = 1.0 / math.sqrt(dim) if scale is None else scale

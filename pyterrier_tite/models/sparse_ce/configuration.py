@@ -1,5 +1,4 @@
-"""Configuration of the sparse cross-encoder (ECIR'24): BERT fields plus the reference's attention flags, window size
-and special token ids, in the reference's ``config.json`` layout (``model_type`` "bert")."""
+"""The sparse cross-encoder's configuration, in the reference's ``config.json`` layout (``model_type`` "bert")."""
 
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ FLAGS = (
 
 
 class SparseCrossEncoderConfig(PretrainedConfig):
-    """BERT fields plus the reference's six attention flags, window size and special token ids.
-
-    Defaults (all flags on, no window) make the model a plain BERT cross-encoder; the released checkpoints use w=4 and
-    ``query_cls_attention = query_doc_attention = False``. ``model_type`` is "bert" like the reference, so checkpoints
-    round-trip unchanged; load this class explicitly (``AutoConfig`` would give a ``BertConfig``).
+    """BERT fields plus the reference's six attention flags, window size and special token ids. The defaults make a
+    plain BERT cross-encoder (released checkpoints: w=4, the query attends to itself only). ``model_type`` is "bert"
+    like the reference's, so ``AutoConfig`` would give a ``BertConfig``: load this class explicitly.
     """
 
     model_type = "bert"

@@ -1,11 +1,6 @@
-"""Sparse cross-encoder checkpoints: the released reference layout (``webis/sparse-cross-encoder-*``) loaded exactly,
-and plain BERT checkpoints converted with a say-so for the fresh score head.
-
-Released configs carry fields of the training code (``ListformerModelForSequenceClassification`` architectures,
-``depth``, ``input_type_embedding``, ``normalize_output``, ...) that the reference model ignores, so they are kept but
-not used; they carry no ``sep_token_id``, which the reference takes from the tokenizer, so missing special ids come
-from the tokenizer (never from a silent default). The reference's own input caps (query 32 tokens including [CLS] and
-[SEP], doc = what the positions leave) are the defaults for such checkpoints."""
+"""Sparse cross-encoder checkpoints: the released layout (``webis/sparse-cross-encoder-*``) loaded exactly, plain BERT
+ones converted with a say-so for the fresh score head. Released configs keep fields of the training code, which the
+model ignores, and lack ``sep_token_id``, which the reference takes from the tokenizer: so do we (no silent default)."""
 
 from __future__ import annotations
 
@@ -37,9 +32,8 @@ def is_sparse_config(config: dict) -> bool:
 
 
 def stored_lengths(checkpoint: str | os.PathLike | Checkpoint) -> dict[str, int | None]:
-    """The input caps (word pieces) a checkpoint (folder, hub id or opened) stands for: ``pt_meta.json``'s (our
-    saves), the reference's for a released sparse checkpoint (query 32 tokens with [CLS] / [SEP], doc = the positions
-    left), else ours (32, positions)."""
+    """The input caps (word pieces) a checkpoint stands for: ``pt_meta.json``'s, the reference's for a released
+    sparse checkpoint (query 32 tokens with [CLS] / [SEP]), else ours; doc None: the positions left."""
     checkpoint = open_checkpoint(checkpoint)
     meta = checkpoint.meta
     if "query_max_length" in meta:
@@ -49,20 +43,11 @@ def stored_lengths(checkpoint: str | os.PathLike | Checkpoint) -> dict[str, int 
     return {"query_max_length": QUERY_MAX_LENGTH, "doc_max_length": None}
 
 
-def _folder_special_ids(checkpoint: Checkpoint) -> dict[str, int]:
-    """The special ids of the checkpoint's own tokenizer ({} when it has none)."""
-    try:
-        return special_ids(load_tokenizer(checkpoint))
-    except (OSError, ValueError):
-        return {}
-
-
 def sparse_config(
     folder: str | os.PathLike | Checkpoint, ids: dict[str, int] | None = None, **overrides
 ) -> SparseCrossEncoderConfig:
-    """The folder's config as a :class:`SparseCrossEncoderConfig`: special ids the config lacks from ``ids`` (else
-    the folder's tokenizer), explicit ``overrides`` last. A missing id is an error, not the WordPiece default. A
-    :class:`Checkpoint` gives its ``config.json`` as read when it was opened."""
+    """The folder's config as a :class:`SparseCrossEncoderConfig`: special ids it lacks from ``ids`` (else the
+    folder's tokenizer; none is an error, not the WordPiece default), ``overrides`` last."""
     checkpoint = open_checkpoint(folder)
     folder, config = checkpoint.folder, checkpoint.config
     if not config:
@@ -72,7 +57,10 @@ def sparse_config(
     lacking = [k for k in SPECIAL_IDS if config.get(k) is None and k not in overrides]
     known = dict(ids or {})
     if any(k not in known for k in lacking):
-        known = {**_folder_special_ids(checkpoint), **known}
+        try:  # the checkpoint's own tokenizer, where it has one
+            known = {**special_ids(load_tokenizer(checkpoint)), **known}
+        except (OSError, ValueError):
+            pass
     unknown = [k for k in lacking if k not in known]
     if unknown:
         raise CheckpointError(f"{folder}: config.json has no {', '.join(unknown)} and no tokenizer gives it")
@@ -81,8 +69,7 @@ def sparse_config(
 
 
 def bert_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A plain BERT state dict in this model's key names: a bare ``BertModel``'s keys get ``bert.``; the old
-    TensorFlow-era LayerNorm names ``gamma`` / ``beta`` become ``weight`` / ``bias``."""
+    """A plain BERT state dict under this model's keys (``bert.`` prefix; TF-era ``gamma`` / ``beta`` renamed)."""
     prefix = "" if any(k.startswith("bert.") for k in state) else "bert."
     renamed = {}
     for key, value in state.items():
@@ -92,8 +79,8 @@ def bert_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def new_head_keys(model: nn.Module, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
-    """(score-head tensors the checkpoint lacks, checkpoint tensors outside the encoder) of a new-head start: a
-    checkpoint without a classifier. One with a classifier is a cross-encoder already and must load exactly."""
+    """(score-head tensors the checkpoint lacks, tensors outside the encoder) of a checkpoint without a classifier;
+    one with a classifier is a cross-encoder already and must load exactly."""
     if "classifier.weight" in state:  # a cross-encoder already: loaded exactly, head and all
         return [], []
     ignored = sorted(k for k in state if not k.startswith("bert."))

@@ -1,15 +1,7 @@
-"""CUDA graphs of the sparse cross-encoder's inference: one captured forward per shape bucket, replayed.
-
-Why: on passages the GPU waits on the host. A sparse layer runs three segments, so a forward launches about three
-times the kernels of a BERT layer (on an H100: 0.16 ms per passage against 0.05 for HF BERT); a replayed graph launches
-the whole forward at once.
-
-A graph fixes every shape, so a batch is padded to its bucket (:func:`bucket_of`) and the padded rows are dropped
-afterwards; padding is exact (padded keys get probability 0, padded docs are separate rows). The forward's host
-synchronisations are skipped while a graph is captured; the position check runs here, on the host's lengths. A change
-of any parameter drops the graphs (they capture the weights' addresses); captures run with autocast's weight cache off,
-as ``torch.cuda.graph`` requires. Copying in, replaying and copying out run under one lock per runner, and a replay
-waits on the device for the one before it (an event), also where threads enqueue on streams of their own.
+"""CUDA graphs of the sparse cross-encoder's inference, one per shape bucket: on passages the GPU waits on the host
+(three segments launch about three times a BERT layer's kernels; H100: 0.16 ms per passage against 0.05 for HF BERT),
+and a replay launches the whole forward at once. A batch is padded to its bucket (exactly: padded keys get probability
+0, padded docs are rows of their own); a change of any parameter drops the graphs (they hold the weights' addresses).
 """
 
 from __future__ import annotations
@@ -48,8 +40,7 @@ def _power_of_two(n: int, minimum: int = 1) -> int:
 
 
 def _round_length(n: int, minimum: int = 8) -> int:
-    """Up to a multiple of an eighth of the power of two below ``n`` (at least ``minimum``): <= 12.5% padding and eight
-    buckets per octave, so passages of 1-512 tokens need about 30 graphs at most."""
+    """Up to a multiple of a sixteenth of the next power of two: <= 12.5% padding, ~30 graphs for 1-512 tokens."""
     step = max(minimum, _power_of_two(n) // 16)
     return max(minimum, -(-n // step) * step)
 
@@ -65,8 +56,7 @@ def bucket_of(batch: SparseCrossEncoderBatch) -> Bucket:
 
 
 def pad_batch(batch: SparseCrossEncoderBatch, bucket: Bucket, pad_token_id: int = 0) -> SparseCrossEncoderBatch:
-    """``batch`` padded to ``bucket``: extra queries and docs have length 0 (extra docs belong to query 0), extra
-    columns hold ``pad_token_id``. The first rows are the batch's own."""
+    """``batch`` padded to ``bucket``: extra queries and docs of length 0 (docs of query 0), columns of padding."""
     q, n = batch.query_ids.shape[0], batch.doc_ids.shape[0]
     if q > bucket.queries or n > bucket.docs or batch.query_ids.shape[1] > bucket.query_length:
         raise ValueError(f"a batch of {q} queries, {n} docs does not fit {bucket}")
@@ -89,7 +79,7 @@ def pad_batch(batch: SparseCrossEncoderBatch, bucket: Bucket, pad_token_id: int 
 
 
 def _weights_stamp(module: nn.Module) -> tuple:
-    """Where the weights live and their in-place version counters: any change drops the captured graphs."""
+    """Where the weights live and their in-place version counters."""
     return tuple((p.data_ptr(), p._version) for p in module.parameters())
 
 
@@ -102,13 +92,11 @@ class _Captured:
 
 class SparseCEGraphs:
     """Replays ``forward(batch) -> {name: [N, ...] tensor}`` from CUDA graphs, one per bucket, autocast dtype and
-    inference mode (a graph captured under ``torch.inference_mode`` holds inference tensors).
-
-    ``check(batch)`` validates a batch on the host before padding (e.g. its positions). At most ``max_graphs`` are
-    kept (least recently used dropped). A failed capture warns once and leaves every later call to ``forward`` itself.
-    Replays of one runner are serialised (a lock): a graph's input and output buffers are shared by its callers.
-    Batches with docs longer than ``max_doc_length`` tokens run eagerly: there the kernels, not their launches, take
-    the time (measured on an H200 at 4k tokens: 5% faster replayed, for 1.6x the memory of an eager forward).
+    inference mode. ``check(batch)`` validates a batch on the host (the forward skips its host syncs in a capture).
+    At most ``max_graphs`` are kept (least recently used dropped); a failed capture warns once and runs eagerly from
+    then on. Replays are serialised by a lock (the graph's buffers are shared) and wait on the device for the one
+    before (an event), also across streams. Docs over ``max_doc_length`` run eagerly: there the kernels take the time
+    (H200, 4k tokens: 5% faster replayed for 1.6x the memory).
     """
 
     def __init__(
@@ -134,7 +122,7 @@ class SparseCEGraphs:
         self._done: torch.cuda.Event | None = None  # recorded after the last replay's outputs were copied out
 
     def __getstate__(self) -> dict:
-        """Copies and pickles (``copy.deepcopy`` of a model) leave the captured graphs behind: they capture anew."""
+        """Copies and pickles leave the captured graphs behind: they capture anew."""
         return {**self.__dict__, "_graphs": OrderedDict(), "_stamp": None, "_pool": None, "_lock": None, "_done": None}
 
     def __setstate__(self, state: dict) -> None:
@@ -148,8 +136,7 @@ class SparseCEGraphs:
         self._pool = None
 
     def __call__(self, batch: SparseCrossEncoderBatch) -> Outputs:
-        """Outputs for the batch's own rows. ``batch`` may live on the CPU (one copy per tensor into the graph's
-        inputs) or on the GPU."""
+        """Outputs for the batch's own rows; ``batch`` may live on the CPU or on the GPU."""
         device = next(self.module.parameters()).device
         eager = self.failed or device.type != "cuda" or torch.is_grad_enabled() or self.module.training
         if eager or batch.doc_ids.shape[1] > self.max_doc_length:
@@ -160,7 +147,7 @@ class SparseCEGraphs:
             return self._replayed(batch, device)
 
     def _replayed(self, batch: SparseCrossEncoderBatch, device: torch.device) -> Outputs:
-        """The outputs of ``batch`` from its bucket's graph (captured first where there is none); under the lock."""
+        """The outputs of ``batch`` from its bucket's graph (captured first where there is none)."""
         if self._done is not None:  # the buffers are free once the last replay (on any stream) has been copied out
             torch.cuda.current_stream(device).wait_event(self._done)
         stamp = _weights_stamp(self.module)
@@ -195,6 +182,7 @@ class SparseCEGraphs:
         return outputs
 
     def _capture(self, inputs: SparseCrossEncoderBatch, autocast_dtype: torch.dtype | None) -> _Captured:
+        """Captured with autocast's weight cache off, as ``torch.cuda.graph`` requires."""
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         with torch.autocast("cuda", dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None,
@@ -204,8 +192,7 @@ class SparseCEGraphs:
 
 
 def capture_graph(fn: Callable[[], T], device: torch.device, pool=None) -> tuple[torch.cuda.CUDAGraph, T]:
-    """``fn`` captured as a CUDA graph after two warm-up runs on a side stream (Triton compiles, caches fill), with
-    the outputs of the captured run; ``graph.replay()`` recomputes them in place."""
+    """``fn`` captured after two warm-up runs on a side stream (Triton compiles, caches fill), with its outputs."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):

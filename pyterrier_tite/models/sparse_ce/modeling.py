@@ -1,17 +1,8 @@
-"""Sparse cross-encoder (ECIR'24): one query with many docs, [CLS] / query / doc sub-sequences, asymmetric attention.
-
-Loads and saves the reference (webis-de/ecir24-sparse-cross-encoder) checkpoint format unchanged: the same
-``config.json`` fields (``model_type`` "bert") and state-dict keys (``bert.*``, ``classifier.*``, the
-``bert.embeddings.position_ids`` buffer). Two reference bugs are NOT reproduced: every doc keeps its final [SEP], and
-``attention_window_size=0`` means a doc token sees only itself among doc tokens (``None`` = full attention).
-
-Layout per (query, doc) pair is that of ``[CLS] q [SEP] d [SEP]`` (positions 0.., token types 0/0/1), split into three
-segments. Each layer runs one joint-softmax attention per segment over its own keys plus the key groups its flags
-allow (``X_Y_attention``: rows of X see keys of Y); doc->doc is limited to ``+-attention_window_size``. With no
-``query_*`` flag the query only sees itself, so it is encoded once per query and shared by its docs. The pooler and
-the score head run in their weights' dtype, float32 under autocast (:func:`pyterrier_tite.devices.in_dtype`): bf16
-scores would tie.
-"""
+"""Sparse cross-encoder (ECIR'24) in the reference's checkpoint format: each pair's ``[CLS] q [SEP] d [SEP]`` as three
+segments, each attending to its own keys (doc->doc within ``+-attention_window_size``) and the groups its
+``X_Y_attention`` flags allow; a query that sees only itself is encoded once for all its docs. Two reference bugs are
+not reproduced: every doc keeps its final [SEP], and window 0 means a doc token sees only itself among doc tokens.
+The pooler and score head run in float32 under autocast (bf16 scores would tie)."""
 
 from __future__ import annotations
 
@@ -50,7 +41,7 @@ def _append_sep(ids: torch.Tensor, lengths: torch.Tensor, sep: int, pad: int) ->
 
 
 def check_positions(batch: SparseCrossEncoderBatch, config: SparseCrossEncoderConfig) -> None:
-    """Every pair's ``[CLS] q [SEP] d [SEP]`` fits the position embeddings (a host sync where the batch is on a GPU)."""
+    """Every pair fits the position embeddings (a host sync where the batch is on a GPU)."""
     q_len, d_len, index = batch.query_lengths, batch.doc_lengths, batch.doc_query_index
     longest = int((q_len[index] + d_len).max()) + 3 if len(index) else 0
     if longest > config.max_position_embeddings:
@@ -59,7 +50,7 @@ def check_positions(batch: SparseCrossEncoderBatch, config: SparseCrossEncoderCo
 
 # ------------------------------------------------------------------------------------------------------------ layers
 class SparseCrossEncoderEmbeddings(nn.Module):
-    """BERT embeddings (word + absolute position + token type, LayerNorm), with explicit positions and types."""
+    """BERT embeddings with explicit positions and token types."""
 
     def __init__(self, config: SparseCrossEncoderConfig):
         super().__init__()
@@ -95,15 +86,13 @@ class SparseCrossEncoderSelfAttention(nn.Module):
         self._fused = ConcatenatedLinears()  # Q|K|V as one GEMM (checkpoints keep the three tensors)
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Q, K, V [B, heads, L, d] from ONE projection GEMM: views of one [B, L, 3, heads, d] tensor, so they share
-        strides and the fused attention kernel reads them without copies."""
+        """Q, K, V [B, heads, L, d] from one GEMM: views of one tensor, which the fused kernel reads without copies."""
         b, length, hidden = x.shape
         qkv = self.project(x, "qkv").view(b, length, 3, self.heads, hidden // self.heads)
         return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
 
     def project(self, x: torch.Tensor, parts: str) -> torch.Tensor:
-        """The projections named by ``parts`` ("qkv", "kv") of ``x``, concatenated on the last dimension (one GEMM,
-        or the joint int8 layers; :func:`~pyterrier_tite.models.fused_linear.attention_projections`)."""
+        """The projections ``parts`` ("qkv", "kv") of ``x``, concatenated (one GEMM, or the joint int8 layers)."""
         return attention_projections(self, x, parts, self._fused)
 
     def forward(self, s: Segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -112,8 +101,8 @@ class SparseCrossEncoderSelfAttention(nn.Module):
     def attend(
         self, s: Segments, doc_qkv: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor], cls_only: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """Attention of the three segments, the doc's Q, K, V [B, heads, L, d] given (the packed forward scatters
-        them from real tokens only). ``cls_only``: only the [CLS] rows (the doc's Q may be None), query and doc None."""
+        """Attention of the three segments, the doc's Q, K, V given (the packed forward scatters them from real tokens).
+        ``cls_only``: the [CLS] rows alone (the doc's Q may be None)."""
         f, p = self.flags, self.dropout if self.training else 0.0
         (qc, kc, vc), (qq, kq, vq), (qd, kd, vd) = self._qkv(s.cls), self._qkv(s.query), doc_qkv
         cls_keys = KeyGroup(kc, vc)
@@ -203,10 +192,7 @@ class SparseCrossEncoderPooler(nn.Module):
 # ------------------------------------------------------------------------------------------------------------ models
 @dataclass
 class SparseCrossEncoderModelOutput(ModelOutput):
-    """Final states per segment (``query`` shared per query when ``query_index`` is set) and the pooled [CLS].
-
-    ``hidden_states``: (embedding output, layer 1, ..., layer N), each a ``(cls, query, doc)`` triple.
-    """
+    """Final segments, the pooled [CLS] and (``hidden_states``) each stage's ``(cls, query, doc)``."""
 
     last_cls_state: torch.Tensor | None = None
     pooler_output: torch.Tensor | None = None
@@ -216,8 +202,7 @@ class SparseCrossEncoderModelOutput(ModelOutput):
 
 @dataclass
 class SparseCrossEncoderOutput(ModelOutput):
-    """``logits`` [N]: one score per doc, in input order; ``doc_query_index`` [N] says which query each doc belongs
-    to (``split_by_query`` gives the reference's list-per-query view)."""
+    """``logits`` [N] in input order and ``doc_query_index`` [N] (``split_by_query``: the reference's lists)."""
 
     logits: torch.Tensor | None = None
     pooler_output: torch.Tensor | None = None
@@ -245,8 +230,7 @@ class SparseCrossEncoderPreTrainedModel(PreTrainedModel):
 
 
 class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
-    """The encoder (``bert.*`` of the checkpoint): embeddings, layers, pooler. ``forward(batch)`` ->
-    ``SparseCrossEncoderModelOutput``."""
+    """The encoder (``bert.*`` of the checkpoint): embeddings, layers, pooler."""
 
     def __init__(self, config: SparseCrossEncoderConfig):
         super().__init__(config)
@@ -283,8 +267,8 @@ class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
     def forward(
         self, batch: SparseCrossEncoderBatch, output_hidden_states: bool = False, cls_only: bool = False
     ) -> SparseCrossEncoderModelOutput:
-        """``cls_only``: the caller reads only the [CLS] state and the pooler; in CPU inference the packed forward
-        (:mod:`.packed`) then skips the last layer's query and doc rows and returns no ``segments``."""
+        """``cls_only``: the caller reads only [CLS] and the pooler (CPU inference then skips the last layer's query
+        and doc rows and returns no ``segments``)."""
         if self.packed and not output_hidden_states and packed_applies(self):
             return self._packed_output(packed_forward(self, self.embed(batch), cls_only))
         s = self.embed(batch)
@@ -307,11 +291,8 @@ class SparseCrossEncoderModel(SparseCrossEncoderPreTrainedModel):
 
 
 class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrainedModel):
-    """Sparse cross-encoder with the BERT pooler and a linear score head: one logit per (query, doc).
-
-    ``model(queries, docs)`` takes one list of raw ids per query and a list of docs (raw ids) per query, or a
-    ``SparseCrossEncoderBatch``; ids carry no special tokens.
-    """
+    """Sparse cross-encoder with BERT's pooler and a linear score head. ``model(queries, docs)``: raw ids (no special
+    tokens) of each query and of its list of docs, or a ``SparseCrossEncoderBatch``."""
 
     def __init__(self, config: SparseCrossEncoderConfig):
         super().__init__(config)
@@ -322,9 +303,7 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
 
     @classmethod
     def from_bert(cls, path_or_model, **config_overrides) -> SparseCrossEncoderModelForSequenceClassification:
-        """Any plain BERT checkpoint (folder / hub id, or a loaded ``BertModel`` / ``BertFor*``) as a sparse
-        cross-encoder with the given window and flags, e.g. ``from_bert(path, attention_window_size=4,
-        query_cls_attention=False, query_doc_attention=False)``; see :func:`from_bert`."""
+        """Any plain BERT (folder, hub id or module) with the given window and flags; see :func:`from_bert`."""
         return from_bert(path_or_model, **config_overrides)
 
     def make_batch(self, queries, docs) -> SparseCrossEncoderBatch:
@@ -337,8 +316,7 @@ class SparseCrossEncoderModelForSequenceClassification(SparseCrossEncoderPreTrai
         output_hidden_states: bool = False,
         cls_only: bool = False,
     ) -> SparseCrossEncoderOutput:
-        """Scores of the docs; ``cls_only``: only ``logits`` / ``pooler_output`` are read (``segments`` may be None,
-        which lets CPU inference skip the last layer's query and doc rows)."""
+        """``cls_only``: only ``logits`` / ``pooler_output`` are read (``segments`` may then be None)."""
         batch = query_input_ids
         if not isinstance(batch, SparseCrossEncoderBatch):
             batch = self.make_batch(query_input_ids, doc_input_ids)
@@ -367,9 +345,8 @@ SparseCrossEncoder = SparseCrossEncoderModelForSequenceClassification
 def load_sparse_cross_encoder(
     folder: str | os.PathLike | Checkpoint, ids: dict[str, int] | None = None, **overrides
 ) -> SparseCrossEncoder:
-    """A sparse checkpoint loaded exactly (every tensor used, none missing), or a plain BERT checkpoint converted:
-    encoder exact, pooler / classifier fresh when absent, pre-training heads ignored, all said once. ``config.json``
-    is read once (when ``folder`` is opened; a :class:`Checkpoint` was opened by the caller)."""
+    """A sparse checkpoint loaded exactly, or a plain BERT one converted: encoder exact, pooler / classifier fresh
+    when absent, pre-training heads ignored, all said once."""
     checkpoint = open_checkpoint(folder)
     folder = checkpoint.folder
     sparse = is_sparse_config(checkpoint.config)
@@ -387,9 +364,8 @@ def load_sparse_cross_encoder(
 
 
 def from_bert(path_or_model, ids: dict[str, int] | None = None, **overrides) -> SparseCrossEncoder:
-    """A sparse cross-encoder from a folder / hub id (:func:`load_sparse_cross_encoder`) or a loaded BERT module
-    (``BertModel`` / ``BertFor*`` / a sparse model): its encoder weights must all be there, the heads it lacks
-    (pooler, classifier) start fresh and are reported. ``ids``: special ids the module's config lacks."""
+    """A sparse cross-encoder from a folder / hub id or a BERT module (encoder weights all there, missing heads fresh
+    and reported). ``ids``: special ids the config lacks."""
     if not isinstance(path_or_model, nn.Module):
         return load_sparse_cross_encoder(open_checkpoint(path_or_model), ids, **overrides)
     bert = path_or_model

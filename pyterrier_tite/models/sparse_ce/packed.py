@@ -1,18 +1,7 @@
-"""The segments ([CLS], query, doc) a sparse cross-encoder forward passes between layers, and its CPU inference with
-the doc segment packed: no compute on padded doc rows.
-
-A batch's docs are padded to its longest (``[B, L, H]``); here their real tokens are packed into ``[T, H]`` and every
-linear layer, norm and activation of the doc segment runs on those rows only. The doc's fused Q|K|V projection is
-scattered into one zeroed padded buffer per batch (:meth:`~pyterrier_tite.models.packing.PackedLayout.padded_heads`,
-reused by every layer, so padded rows stay zero) for the attention kernel, which reads its key lengths as before; its
-output is gathered back to the real rows. The [CLS] and query segments (one row per pair, one query per query) run as in
-the padded forward, through the same :meth:`SparseCrossEncoderSelfAttention.attend`, so every attention flag and window
-behaves the same. The feed-forward's first layer runs with its GELU fused
-(:func:`pyterrier_tite.models.fused_linear.linear_gelu`).
-
-``cls_only`` (a caller that reads only the score): the last layer computes the [CLS] rows alone, from the query's and
-the doc's keys and values of the layer below; the query and doc rows of that layer change no score.
-"""
+"""The segments ([CLS], query, doc) a sparse cross-encoder passes between layers, and its CPU inference with the doc
+segment packed: every linear layer, norm and activation of the docs runs on their real tokens only; attention reads
+their Q|K|V scattered into one zeroed padded buffer per batch (reused by every layer, so padded rows stay zero), through
+the same ``attend`` as the padded forward. ``cls_only``: the last layer computes the [CLS] rows alone."""
 
 from __future__ import annotations
 
@@ -27,8 +16,8 @@ from pyterrier_tite.models.packing import PackedLayout
 
 @dataclass
 class Segments:
-    """Hidden states of the three sub-sequences ([CLS], query, doc). ``query`` is [Q, Lq, H] shared via
-    ``query_index`` [N], or [N, Lq, H] per pair (``query_index`` None). Lengths count real tokens, [SEP] included."""
+    """Hidden states of [CLS], query and doc. ``query`` is [Q, Lq, H] shared via ``query_index`` [N], or [N, Lq, H]
+    per pair (``query_index`` None). Lengths count real tokens, [SEP] included."""
 
     cls: torch.Tensor
     query: torch.Tensor
@@ -42,14 +31,14 @@ class Segments:
 
 
 def packed_applies(model: nn.Module) -> bool:
-    """Inference without grad on the CPU: where the packed forward is used (GPUs keep static shapes for graphs)."""
+    """Inference on the CPU (GPUs keep static shapes for their graphs)."""
     if model.training or torch.is_grad_enabled():
         return False
     return next(model.parameters()).device.type == "cpu"
 
 
 def packed_forward(model: nn.Module, s: Segments, cls_only: bool) -> Segments | torch.Tensor:
-    """Final segments (doc padded back with zero rows), or the final [CLS] states ``[B, 1, H]`` when ``cls_only``."""
+    """Final segments (doc padded back with zero rows), or the final [CLS] states ``[B, 1, H]`` (``cls_only``)."""
     s = s.replace(*(in_autocast_dtype(x) for x in (s.cls, s.query, s.doc)))
     docs = PackedLayout.from_lengths(s.doc_lengths, s.doc.device)
     docs = replace(docs, scratch=gemm_rows(docs.total, s.doc) - docs.total)  # a few oneDNN shapes (PackedLayout)

@@ -1,9 +1,5 @@
-"""Cross-encoder tokenizers and the list layout of the sparse cross-encoder: one query with its list of docs, raw ids
-(no special tokens) padded per segment; the model adds [CLS] and each [SEP] itself (:class:`SparseCrossEncoderBatch`).
-Special ids come from the tokenizer the texts were tokenised with, never from a silent WordPiece default. The pair
-layout of full-attention cross-encoders and the truncation rules are in
-:mod:`pyterrier_tite.models.cross_encoder.tokenization`, which builds on this module.
-"""
+"""The sparse cross-encoder's list layout: one query with its list of docs, raw ids (no special tokens) padded per
+segment; the model adds [CLS] and each [SEP] itself. Special ids come from the tokenizer, never from a default."""
 
 from __future__ import annotations
 
@@ -19,14 +15,12 @@ REFERENCE_QUERY_WORD_PIECES = 32 - 2
 SPECIAL_IDS = ("pad_token_id", "cls_token_id", "sep_token_id")
 
 
-# ------------------------------------------------------------------------------------------------ special ids
 def special_ids(tokenizer) -> dict[str, int]:
-    """pad / cls / sep ids of a tokenizer (those it has), the reference Lightning module's source of these ids."""
+    """pad / cls / sep ids of a tokenizer (those it has), as the reference takes them."""
     ids = {name: getattr(tokenizer, name, None) for name in SPECIAL_IDS} if tokenizer is not None else {}
     return {k: int(v) for k, v in ids.items() if v is not None}
 
 
-# ------------------------------------------------------------------------------------------------ layout
 def pad_ids(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
     if not seqs:

@@ -1,2 +1,1 @@
-"""SPLADE: tokenization of both sides, the MLM max-pooled encoder and its pooled-projection path. Modules are
-imported by name: this file imports nothing, so a family can use another's tokenization without loading its models."""
+"""SPLADE: max-pooled MLM term weights (imports nothing: a module loads what it needs)."""

@@ -1,6 +1,5 @@
-"""The one loader of the SPLADE family: an MLM checkpoint (folder or hub id) with its tokenizer, or a query / doc pair
-of them (two hub ids, or a pair saved by ``Splade.save_pretrained``, whose ``pt_meta.json`` names the two
-sub-folders). ``pt/splade.py`` builds ``Splade`` from what this returns."""
+"""The SPLADE family's loader: an MLM checkpoint with its tokenizer, or a query / doc pair of them (two names, or a
+saved pair whose ``pt_meta.json`` names its two sub-folders)."""
 
 from __future__ import annotations
 
@@ -17,17 +16,16 @@ def _name(path_or_id: Name) -> str:
 
 
 def _side(path_or_id: Name, new_head: bool) -> tuple[SpladeEncoder, object]:
-    """One MLM checkpoint and its own tokenizer, both from the same checkpoint, opened once."""
+    """One MLM and its tokenizer, the checkpoint opened once."""
     checkpoint = open_checkpoint(path_or_id, "splade")
     return SpladeEncoder.from_pretrained(checkpoint, new_head=new_head), load_tokenizer(checkpoint)
 
 
 def load(path_or_id: Name | None = None, *, query: Name | None = None, doc: Name | None = None,
          new_head: bool = False) -> Loaded:  # fmt: skip
-    """``module``: a :class:`SpladeEncoder` (one MLM) or a :class:`SpladePair`; ``tokenizer``: the documents' one;
-    ``settings``: ``query_tokenizer`` (a pair's query side, else None) and ``name`` (what the model was loaded from:
-    the path or hub id given, ``query=..., doc=...`` for two). ``new_head``: a missing MLM head starts fresh, with one
-    warning. A path, or both ``query`` and ``doc``, not a mix (``TypeError``)."""
+    """A :class:`SpladeEncoder` or a :class:`SpladePair`, the documents' tokenizer and ``settings``:
+    ``query_tokenizer`` (a pair's, else None) and ``name`` (the name given, ``query=..., doc=...`` for two).
+    ``new_head``: a missing MLM head starts fresh, with one warning. A path, or both ``query`` and ``doc``."""
     if (path_or_id is None) == (query is None and doc is None) or (query is None) != (doc is None):
         raise TypeError("Splade.from_pretrained takes a path, or both query= and doc=, not a mix")
     name = f"query={_name(query)}, doc={_name(doc)}" if path_or_id is None else _name(path_or_id)

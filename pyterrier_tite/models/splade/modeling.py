@@ -1,8 +1,6 @@
-"""SPLADE: a sparse lexical encoder over any masked-language-model checkpoint.
-
-The representation of a text is ``max_t log(1 + relu(logits_t)) * mask_t`` over its tokens: one non-negative weight
-per vocabulary entry, most of them zero. Any MLM checkpoint works (ours pretrained from scratch, BERT, naver SPLADE).
-"""
+"""SPLADE: a text is ``max_t log(1 + relu(logits_t)) * mask_t`` over its tokens, one weight per vocabulary id, from any
+masked-LM checkpoint. CPU encoding never builds the ``[B, L, V]`` logits (:func:`splade_pool_projected`);
+Aggretriever's per-token softmax was tried that way too: equal vectors, but slower than its full logits."""
 
 from __future__ import annotations
 
@@ -15,7 +13,69 @@ from pyterrier_tite.models.backbone import mlm_from_pretrained
 from pyterrier_tite.models.batch_tensors import takes_token_types
 from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, packed_mlm_encoder
 from pyterrier_tite.models.splade.tokenization import Role
-from pyterrier_tite.models.splade.vocab_max import head_states, max_over_tokens, projection_is_last
+
+#: MLMs whose logits are exactly ``get_output_embeddings()(head states)``: the projection is last, on every token.
+PROJECTION_LAST = frozenset({"bert", "distilbert", "roberta"})
+
+
+def projection_is_last(mlm: nn.Module) -> bool:
+    """Whether :func:`head_states` applies to ``mlm`` (a known architecture with a linear output projection)."""
+    projection = mlm.get_output_embeddings() if hasattr(mlm, "get_output_embeddings") else None
+    model_type = getattr(getattr(mlm, "config", None), "model_type", None)
+    return model_type in PROJECTION_LAST and isinstance(projection, nn.Linear)
+
+
+def head_states(mlm: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The MLM head's states just before its output projection, for the encoder's last-layer ``hidden``. The head's
+    layers are called one by one: the module is shared by every thread calling the model, so nothing on it (a
+    ``forward``, a hook) may be swapped for one call."""
+    model_type = mlm.config.model_type
+    if model_type == "bert":
+        return mlm.cls.predictions.transform(hidden)
+    if model_type == "distilbert":
+        return mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(hidden)))
+    if model_type == "roberta":
+        from transformers.activations import gelu
+
+        return mlm.lm_head.layer_norm(gelu(mlm.lm_head.dense(hidden)))
+    raise ValueError(f"no head states for a {model_type!r} MLM (projection_is_last is False for it)")
+
+
+def splade_pool_tokens(
+    tokens: torch.Tensor,
+    lengths: list[int],
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    block: int = 256,
+    vocab_tile: int = 2048,
+) -> torch.Tensor:
+    """:func:`splade_pool_projected` of texts given as their tokens' head states one after another (``tokens [N, H]``,
+    ``lengths`` per text, at least one token in all). Each ``[vocab_tile, block]`` piece of logits (``rows @
+    tokens.T``, BLAS's faster orientation here) stays in cache while each text's columns of it are reduced: padding
+    costs nothing and short texts share one pass over the weight."""
+    ends = torch.tensor(lengths, dtype=torch.long).cumsum(dim=0).tolist()
+    starts = [0, *ends[:-1]]
+    pieces = []  # per block of tokens: the texts it holds, each with its columns
+    for begin in range(0, tokens.shape[0], block):
+        end = min(begin + block, tokens.shape[0])
+        columns = [(text, max(starts[text], begin) - begin, min(ends[text], end) - begin) for text in range(len(ends))
+                   if max(starts[text], begin) < min(ends[text], end)]  # fmt: skip
+        pieces.append((tokens[begin:end].T, columns))
+    if not pieces:
+        raise ValueError("no tokens: every text is empty")
+    best = None
+    for first in range(0, weight.shape[0], vocab_tile):
+        rows = weight[first : first + vocab_tile]
+        for block_tokens, columns in pieces:
+            logits = rows @ block_tokens  # [v, n]
+            if best is None:
+                best = logits.new_full((len(ends), weight.shape[0]), float("-inf"))
+            target = best[:, first : first + vocab_tile]
+            for text, low, high in columns:
+                torch.maximum(target[text], logits[:, low:high].amax(dim=1), out=target[text])
+    if bias is not None:
+        best += bias.to(best.dtype)
+    return best.relu_().log1p_()  # -inf (a text of no tokens) -> 0
 
 
 def splade_pool(logits: torch.Tensor, attention_mask: torch.Tensor, inplace: bool = False) -> torch.Tensor:
@@ -46,28 +106,12 @@ def splade_pool_projected(
     ``log1p`` and ``relu`` do not decrease and the bias is the same for every token, so the max moves inside:
     ``max_t log1p(relu(h_t W + b)) = log1p(relu(max_t (h_t W) + b))`` over the unmasked tokens, exactly in floating
     point too (rounding does not decrease either); the elementwise work is ``[B, V]``, not ``[B, L, V]``. Only the
-    unmasked tokens are projected (:func:`~pyterrier_tite.models.splade.vocab_max.max_over_tokens`).
+    unmasked tokens are projected (:func:`splade_pool_tokens`).
     """
     keep = attention_mask.bool()
     if not keep.any():  # no tokens at all: the zero vectors
         return hidden.new_zeros(hidden.shape[0], weight.shape[0])
     return splade_pool_tokens(hidden[keep], keep.sum(dim=1).tolist(), weight, bias, block, vocab_tile)
-
-
-def splade_pool_tokens(
-    tokens: torch.Tensor,
-    lengths: list[int],
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    block: int = 256,
-    vocab_tile: int = 2048,
-) -> torch.Tensor:
-    """:func:`splade_pool_projected` of texts given as their tokens' head states one after another ``[N, H]``
-    (``lengths`` of them each; at least one token in all): the packed encoder's output, no padding anywhere."""
-    best = max_over_tokens(tokens, lengths, weight, block=block, vocab_tile=vocab_tile)
-    if bias is not None:
-        best += bias.to(best.dtype)
-    return best.relu_().log1p_()  # -inf (a text of no tokens) -> 0
 
 
 class SpladeEncoder(nn.Module):
@@ -92,13 +136,8 @@ class SpladeEncoder(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Token ids ``[B, L]`` -> term weights ``[B, V]`` (>= 0).
-
-        Token types are dropped for MLMs without them (DistilBERT): texts are single segments, so they are all 0.
-        Encoding on the CPU (no gradients) never builds the ``[B, L, V]`` logits: see :func:`splade_pool_projected`
-        (``benchmarks/splade_encoding.py``). On a GPU the full logits stay: there one fused pass over them is cheap
-        and per-text reductions would cost a kernel launch each.
-        """
+        """Token ids ``[B, L]`` -> term weights ``[B, V]``. On a GPU the full logits stay: one fused pass over them is
+        cheap there, and per-text reductions would cost a kernel launch each."""
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self._token_types else {}
         if self._projection_last and not torch.is_grad_enabled() and input_ids.device.type == "cpu":
             projection = self.mlm.get_output_embeddings()
@@ -117,9 +156,8 @@ class SpladeEncoder(nn.Module):
     def _packed_rows(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
     ) -> tuple[PackedEncoder, PackedPairs] | None:
-        """The packed encoder and the batch packed for :mod:`pyterrier_tite.models.packed_bert`, where it applies: a
-        BERT MLM, inference, a right-padded batch with no empty text. The encoder is kept for the next call (its fused
-        projections); this call uses the one it got, whatever another thread stores meanwhile."""
+        """The packed encoder and batch, where they apply (a BERT MLM, inference). The encoder is kept for the next
+        call; this call uses the one it got, whatever another thread stores meanwhile."""
         encoder = packed_mlm_encoder(self.mlm, self._packed_encoder) if self.packed else None
         self._packed_encoder = encoder
         if encoder is None:
@@ -131,8 +169,7 @@ class SpladeEncoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, new_head: bool = False, **kwargs) -> SpladeEncoder:
-        """Wrap an MLM checkpoint (local folder or hub id), loaded exactly (see
-        :func:`~pyterrier_tite.models.backbone.mlm_from_pretrained`)."""
+        """An MLM checkpoint (folder or hub id), loaded exactly."""
         return cls(mlm_from_pretrained(path, new_head=new_head, **kwargs))
 
     def save_pretrained(self, path: str) -> None:
@@ -142,8 +179,7 @@ class SpladeEncoder(nn.Module):
 
 
 class SpladePair(nn.Module):
-    """Two MLMs over one vocabulary: queries through one, documents through the other (naver's efficient-splade
-    releases ``-query`` / ``-doc`` as two repos). One module, so training updates both."""
+    """Two MLMs over one vocabulary, for queries and documents (naver's efficient-splade ``-query`` / ``-doc``)."""
 
     def __init__(self, query: SpladeEncoder, doc: SpladeEncoder):
         super().__init__()

@@ -1,10 +1,6 @@
-"""SPLADE-family inputs (SPLADE encoders and MLM pretraining): the tokenizer of each side, the shared vocabulary
-check and truncation (tokenizers load through :func:`pyterrier_tite.models.checkpoint.load_tokenizer`).
-
-A text is one segment with the tokenizer's own special tokens (``[CLS] text [SEP]``), truncated to the side's
-maximum length; a batch is right-padded. Query and document sides may have their own tokenizer (naver's
-efficient-splade pairs) but must share one vocabulary: a score multiplies weights id by id.
-"""
+"""SPLADE and MLM pre-training inputs: a text is one segment with the tokenizer's special tokens, truncated to its
+side's length. Query and document sides may have their own tokenizer (naver's efficient-splade pairs) but must share
+one vocabulary."""
 
 from __future__ import annotations
 
@@ -43,8 +39,7 @@ class SpladeInputs:
         max_length: int | None = None,
         device: str | torch.device | None = None,
     ) -> dict[str, torch.Tensor]:
-        """One batch of texts of ``role`` -> padded model inputs (on ``device`` when given), truncated to
-        ``max_length`` (default: the side's)."""
+        """Padded model inputs of ``texts`` (on ``device`` when given), cut to ``max_length`` (default: the side's)."""
         if role not in self.tokenizers:
             raise ValueError(f"role must be 'query' or 'doc', got {role!r}")
         length = self.max_lengths[role] if max_length is None else max_length
@@ -54,8 +49,8 @@ class SpladeInputs:
         return {k: v.to(device) if device is not None else v for k, v in encoded.items()}
 
     def vocabulary(self, vocab_size: int) -> list[str | None]:
-        """The token of each of the ``vocab_size`` ids (``None`` where the tokenizer has none), which both sides
-        must agree on: query and document weights are multiplied id by id, so two vocabularies would score garbage."""
+        """The token of each of the ``vocab_size`` ids (``None`` where there is none), on which both sides must agree:
+        query and document weights are multiplied id by id."""
         ids = list(range(vocab_size))
         tokens = self.tokenizers["doc"].convert_ids_to_tokens(ids)
         if self.is_pair:
@@ -67,8 +62,7 @@ class SpladeInputs:
 
 
 def mlm_token_ids(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
-    """Token ids (with ``[CLS]`` / ``[SEP]``) of each text for MLM pretraining, truncated to ``max_length``; texts
-    with no token besides those two are dropped (nothing to mask)."""
+    """Token ids of each text for MLM pre-training, cut to ``max_length``; texts with nothing to mask are dropped."""
     if tokenizer.mask_token is None:
         raise ValueError("the tokenizer has no [MASK] token")
     encoded = tokenizer(list(texts), truncation=True, max_length=max_length, return_attention_mask=False)

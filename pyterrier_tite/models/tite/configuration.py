@@ -48,18 +48,10 @@ def _per_layer(value, n: int, name: str) -> list:
 
 
 class TiteConfig(PretrainedConfig):
-    """Per-layer sizes and pooling of a TITE encoder.
-
-    Field names and defaults follow the reference (webis-de/tite ``TiteConfig``), so its ``config.json`` files load
-    unchanged and a config that leaves a field out means what it means there. Every reference option either works or
-    raises ``ValueError("not supported: ...")``: nothing falls back silently.
-
-    ``pooling_implementation`` and ``rope_implementation`` (eager | triton) and the attention implementation are
-    accepted and stored but ignored: this package picks its kernels by device (packed-pooling op, SDPA on CPU,
-    FlashAttention varlen on GPU when installed), with the same maths. ``None`` and ``"none"`` both switch a
-    positional embedding off (stored as ``None``, as the reference does). The legacy single field
-    ``positional_embedding_type`` (absolute | rotary) of older reference checkpoints is mapped onto the two current
-    ones.
+    """Per-layer sizes and pooling of a TITE encoder, with the reference's field names and defaults. Every reference
+    option works or raises ``ValueError("not supported: ...")``. The ``*_implementation`` fields are stored but
+    ignored (kernels are picked by device, same maths); ``None`` and ``"none"`` switch a positional embedding off; the
+    legacy ``positional_embedding_type`` of older checkpoints maps onto the two current fields.
     """
 
     model_type = "tite"
@@ -126,7 +118,7 @@ class TiteConfig(PretrainedConfig):
             )
 
     def _validate_choices(self) -> None:
-        """Each enumerated option is one we implement; a reference option we do not raises "not supported"."""
+        """Each enumerated option is one we implement."""
         for name, allowed in [
             ("pooling_location", POOLING_LOCATIONS),
             ("norm_location", NORM_LOCATIONS),
@@ -146,7 +138,7 @@ class TiteConfig(PretrainedConfig):
 
     @property
     def output_shapes(self) -> list[int]:
-        """Maximum sequence length after each stage, starting from ``max_position_embeddings``."""
+        """Maximum length after each stage, from ``max_position_embeddings``."""
         return output_shapes(self.max_position_embeddings, self.kernel_sizes, self.strides)
 
     @property

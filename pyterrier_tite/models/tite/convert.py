@@ -1,18 +1,8 @@
-"""Every released TITE layout in one place, loaded exactly (a missing or unused tensor raises ``CheckpointError``).
-
-Layouts (all read from the checkpoint, never from its name):
-
-- reference pre-training module (``webis/tite-2-late``, ``-upscale``): ``model_type`` "tite", encoder under ``tite.``,
-  pre-training heads under ``heads.*`` (ignored). Tied tensors are stored once, and the learned position table may
-  survive only as its copy in a head (``heads.enhanced_masked_auto_encoding.position_embeddings.weight``): the
-  reference's own ``TiteModel.from_pretrained`` then starts it at random; we take the tied copy.
-- Lightning IR bi-encoder (``webis/tite-2-late-msmarco``): ``model_type`` "lir-dpr" + ``backbone_model_type``
-  "tite", TITE fields and bi-encoder settings in the same ``config.json``, keys without prefix.
-- a reference ``TiteModel`` and our own saved folders: ``model_type`` "tite", keys without prefix.
-
-Tokenizers (``TiteTokenizer`` / ``BiEncoderTokenizer``, template ``$A`` without special tokens) load in
-:func:`pyterrier_tite.models.checkpoint.load_tokenizer` (:func:`load_tite_tokenizer` here).
-"""
+"""Every released TITE layout, loaded exactly, told apart by the checkpoint, never by its name: the reference
+pre-training module (``webis/tite-2-late``: encoder under ``tite.``, heads ignored; the learned position table may
+survive only as its tied copy in a head, which the reference's own loader drops for a random one: we take the copy),
+the Lightning IR bi-encoder (``model_type`` "lir-dpr", TITE and bi-encoder fields in one ``config.json``) and a
+reference ``TiteModel`` or our saves (``model_type`` "tite")."""
 
 from __future__ import annotations
 
@@ -73,8 +63,7 @@ def tite_layout(config: dict, source: str) -> str:
 
 
 def tite_config(config: dict, **overrides) -> TiteConfig:
-    """The ``TiteConfig`` of a ``config.json`` of either layout: Lightning IR fields and architecture are left out,
-    so a config saved from the result is a plain TITE one."""
+    """The ``TiteConfig`` of either layout's ``config.json``, Lightning IR's fields left out."""
     foreign = LIGHTNING_IR_FIELDS | {"model_type"}
     if config.get("model_type") != "tite":
         foreign |= {"architectures"}  # "LirDprTiteModel": the class that held this encoder, not ours
@@ -83,9 +72,8 @@ def tite_config(config: dict, **overrides) -> TiteConfig:
 
 
 def _tied_copies(key: str, state: dict[str, torch.Tensor]) -> list[str]:
-    """Checkpoint keys that hold the same tensor as encoder ``key`` in the reference pre-training module: every head
-    shares the encoder's ``embeddings`` module (the MAE head also keeps the position table as its own attribute),
-    and the LM decoders are tied to the word embeddings. Heads' own norms are not copies and are never used."""
+    """Keys of the reference pre-training module that hold encoder ``key``'s tensor: every head shares the encoder's
+    ``embeddings`` (the MAE head keeps the position table as its own too); the LM decoders are the word embeddings."""
     if not key.startswith("embeddings."):
         return []
     rest = key.removeprefix("embeddings.")
@@ -101,10 +89,8 @@ def _tied_copies(key: str, state: dict[str, torch.Tensor]) -> list[str]:
 def encoder_state_dict(
     state: dict[str, torch.Tensor], wanted: set[str]
 ) -> tuple[dict[str, torch.Tensor], tuple[str, ...]]:
-    """The encoder's tensors under our names and the checkpoint prefixes to ignore.
-
-    Pre-training layout (keys under ``tite.``): the prefix is removed, ``heads.*`` / ``lm_decoder.*`` are ignored and
-    an encoder tensor stored only as a tied copy is taken from that copy. Other layouts are used as they are."""
+    """The encoder's tensors under our names and the checkpoint prefixes to ignore (the pre-training layout's heads;
+    an encoder tensor stored only as a tied copy is taken from it)."""
     if not any(k.startswith("tite.") for k in state):
         return dict(state), ()
     encoder = {k.removeprefix("tite."): v for k, v in state.items()}
@@ -122,11 +108,8 @@ def load_tite_model(
     config: TiteConfig | None = None,
     **overrides,
 ) -> nn.Module:
-    """A ``model_class`` (``TiteModel`` or a subclass; eval mode, float32 as stored) from a folder or hub id of any
-    TITE layout, loaded exactly. The class is passed in so that this reader never imports the model it fills.
-
-    ``overrides`` replace stored ``TiteConfig`` fields (e.g. ``pooling_implementation``, which is ignored anyway);
-    ``config`` replaces the stored config altogether."""
+    """A ``model_class`` (passed in: a reader never imports the model it fills) of any TITE layout, loaded exactly,
+    in eval mode. ``overrides`` replace stored ``TiteConfig`` fields; ``config`` the whole stored config."""
     checkpoint = open_checkpoint(path_or_id)
     source, folder, raw = checkpoint.name, checkpoint.folder, read_config(checkpoint)
     tite_layout(raw, source)
@@ -138,8 +121,8 @@ def load_tite_model(
 
 
 def lightning_ir_settings(config: dict, source: str) -> dict:
-    """``TITE`` keyword arguments from a Lightning IR DPR config: lengths (including the marker token), markers,
-    normalisation. Settings that would change the vectors and that we do not implement raise "not supported"."""
+    """``TITE`` keyword arguments from a Lightning IR DPR config (lengths count the marker); settings that would
+    change the vectors and that we do not implement raise "not supported"."""
     _check_lightning_ir_options(config, source)
     normalize = bool(config.get("normalize")) or config.get("normalization_strategy") == "l2"
     markers = (QUERY_MARKER, DOC_MARKER) if config.get("add_marker_tokens") else (None, None)
@@ -155,7 +138,7 @@ def lightning_ir_settings(config: dict, source: str) -> dict:
 
 
 def _check_lightning_ir_options(config: dict, source: str) -> None:
-    """Raise for a stored Lightning IR option whose maths this package does not implement."""
+    """Raise for a stored Lightning IR option whose maths we do not implement."""
     similarity = config.get("similarity_function", "dot")
     if similarity not in ("dot", "cosine"):
         raise not_supported(f"similarity_function={similarity!r} (only 'dot' and 'cosine')", source)

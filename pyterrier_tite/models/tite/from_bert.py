@@ -1,10 +1,6 @@
-"""Build a TITE from an existing BERT or DistilBERT checkpoint by inserting pooling into its layers.
-
-This lets TITE be studied at CPU scale without pretraining from scratch: the BERT / DistilBERT weights map one to one
-onto TITE's module names (post-norm, learned absolute positions, no RoPE), and the chosen layers additionally pool.
-With no pooling at all the converted model computes exactly what ``transformers.BertModel`` (token type 0) or
-``DistilBertModel`` computes (right padding).
-"""
+"""A TITE from a BERT or DistilBERT checkpoint with pooling inserted into its layers (TITE at CPU scale without
+pre-training): the weights map one to one (post-norm, learned positions, no RoPE); with no pooling the result computes
+what ``BertModel`` (token type 0) or ``DistilBertModel`` computes."""
 
 from __future__ import annotations
 
@@ -41,10 +37,8 @@ LayerPooling = int | None | Literal["global"]
 
 
 def parse_structure(spec: str) -> list[LayerPooling]:
-    """``"0/2/0/2/2/g"`` -> ``[None, 2, None, 2, 2, "global"]``: one entry per layer, ``0`` (or ``-``) no pooling, an
-    integer >= 2 the kernel (= stride), ``g`` global (kernel = stride = the layer's longest input), so a search over
-    structures can name any placement of pooling, not only the last N layers. (``0`` rather than ``-`` first: a
-    command-line value starting with ``-`` is read as an option.)"""
+    """``"0/2/0/2/2/g"`` -> ``[None, 2, None, 2, 2, "global"]``: per layer ``0`` (or ``-``, which a command line
+    would read as an option) no pooling, an integer >= 2 the kernel (= stride), ``g`` global (the longest input)."""
     layers: list[LayerPooling] = []
     for item in spec.strip().split("/"):
         if item in ("0", "-"):
@@ -61,10 +55,9 @@ def parse_structure(spec: str) -> list[LayerPooling]:
 def pooling_from_flags(num_layers: int, default_structure: str, default_pooling_layers: int,
                        structure: str | None = None, pooling_layers: int | None = None, kernel: int | None = None,
                        arrangement: str | None = None) -> dict:  # fmt: skip
-    """``tite_from_bert``'s pooling keywords from a recipe's flags, one rule for every recipe that takes them: a
-    ``structure`` places each layer's pooling; any of the other three makes the last layers pool (unset ones: kernel
-    2, late, ``default_pooling_layers``); none: ``default_structure`` where it names ``num_layers`` layers, else the
-    late arrangement's defaults (a teacher of another depth still trains)."""
+    """``tite_from_bert``'s pooling keywords from a recipe's flags: a ``structure``; else, with any of the other three,
+    the last layers pool (unset: kernel 2, late, ``default_pooling_layers``); with none, ``default_structure`` where
+    it has ``num_layers`` layers, else the late defaults (a teacher of another depth still trains)."""
     if structure is None and pooling_layers is None and kernel is None and arrangement is None:
         default = parse_structure(default_structure)
         if len(default) == num_layers:
@@ -76,8 +69,7 @@ def pooling_from_flags(num_layers: int, default_structure: str, default_pooling_
 
 
 def format_structure(kernels: list[int | None], strides: list[int | None] | None = None) -> str:
-    """A config's per-layer kernels in ``parse_structure``'s notation (a global last layer is written as its
-    kernel, which is what it is for the config's length); strides other than the kernel are written ``k:s``."""
+    """Per-layer kernels in ``parse_structure``'s notation (a global layer as its kernel; other strides ``k:s``)."""
     strides = kernels if strides is None else strides
     layers = zip(kernels, strides, strict=True)
     return "/".join("0" if k is None else (str(k) if k == s else f"{k}:{s}") for k, s in layers)
@@ -95,17 +87,13 @@ def tite_config_from_bert(
     pooling_location: Literal["pre", "intra", "post"] = "intra",
     kernels: list[LayerPooling] | None = None,
 ) -> TiteConfig:
-    """A TiteConfig with BERT's (or DistilBERT's) sizes and pooling inserted into ``num_pooling_layers`` of its layers.
+    """A TiteConfig with BERT's (or DistilBERT's) sizes and pooling in ``num_pooling_layers`` of its layers.
 
-    ``num_pooling_layers`` defaults to what reaches one vector for ``max_length`` (default: BERT's
-    ``max_position_embeddings``), capped at ``num_layers - 1`` so the first layer sees every token. When those layers
-    cannot reach one vector, ``final_pooling='global'`` widens the last layer's window to every row it can receive
-    (kernel = stride = its maximum input length), so any input up to ``max_length`` ends as one vector;
-    ``final_pooling='none'`` keeps the layers as given. ``num_pooling_layers=0`` with ``final_pooling='none'`` gives
-    plain BERT.
-
-    ``kernels`` (e.g. ``parse_structure("0/2/0/2/2/g")``) places the pooling explicitly, one entry per layer, and
-    replaces ``kernel``, ``stride``, ``num_pooling_layers`` and ``arrangement``.
+    ``num_pooling_layers`` defaults to what reaches one vector for ``max_length`` (default: BERT's positions), at most
+    ``num_layers - 1`` so the first layer sees every token. ``final_pooling='global'`` widens the last layer's window
+    to every row it can receive where those layers cannot reach one vector; ``'none'`` keeps them (with
+    ``num_pooling_layers=0``: plain BERT). ``kernels`` (``parse_structure``'s) places the pooling per layer instead
+    of ``kernel``, ``stride``, ``num_pooling_layers`` and ``arrangement``.
     """
     sizes = bert_sizes(bert_config)
     layers = sizes["num_hidden_layers"]
@@ -148,8 +136,7 @@ def tite_config_from_bert(
 
 
 def explicit_kernels(layers: list[LayerPooling], count: int, max_length: int) -> tuple[list, list]:
-    """Per-layer kernels and strides of an explicit structure; each ``"global"`` entry becomes the longest input its
-    layer can receive at ``max_length``."""
+    """Kernels and strides of an explicit structure, ``"global"`` the longest input its layer can receive."""
     if len(layers) != count:
         raise ValueError(f"the structure names {len(layers)} layers; the model has {count}")
     kernels: list[int | None] = []
@@ -163,7 +150,7 @@ def explicit_kernels(layers: list[LayerPooling], count: int, max_length: int) ->
 
 
 def bert_sizes(config) -> dict:
-    """TiteConfig sizes of a BERT or DistilBERT config (DistilBERT names them differently and fixes eps at 1e-12)."""
+    """TiteConfig sizes of a BERT or DistilBERT config (DistilBERT fixes eps at 1e-12)."""
     if config.model_type == "bert":
         return dict(
             vocab_size=config.vocab_size, num_hidden_layers=config.num_hidden_layers,
@@ -194,18 +181,15 @@ DISTILBERT_TO_BERT = {
 }
 
 
-def _bert_names(key: str) -> str:
-    """A BERT or DistilBERT state-dict key in BERT's module names, without the ``bert.`` / ``distilbert.`` prefix."""
-    key = key.removeprefix("bert.").removeprefix("distilbert.")
-    for theirs, ours in DISTILBERT_TO_BERT.items():
-        key = key.replace(theirs, ours)
-    return key
-
-
 def bert_state_dict_to_tite(bert_state: dict[str, torch.Tensor], num_layers: int, max_length: int) -> dict:
-    """Rename ``BertModel`` / ``DistilBertModel`` weights to TITE keys; BERT's token-type row 0 is folded into the
-    position table (every token gets exactly one position), the pooler is dropped."""
-    state = {_bert_names(k): v for k, v in bert_state.items()}
+    """``BertModel`` / ``DistilBertModel`` weights under TITE's keys; BERT's token-type row 0 is folded into the
+    position table, the pooler is dropped."""
+    state = {}
+    for key, value in bert_state.items():
+        key = key.removeprefix("bert.").removeprefix("distilbert.")
+        for theirs, ours in DISTILBERT_TO_BERT.items():
+            key = key.replace(theirs, ours)
+        state[key] = value
     positions = state["embeddings.position_embeddings.weight"][:max_length]
     if "embeddings.token_type_embeddings.weight" in state:
         positions = positions + state["embeddings.token_type_embeddings.weight"][0]
@@ -233,8 +217,8 @@ def bert_state_dict_to_tite(bert_state: dict[str, torch.Tensor], num_layers: int
 
 
 def tite_from_bert(bert: torch.nn.Module | str | os.PathLike, **config_kwargs) -> TiteModel:
-    """Convert a ``transformers.BertModel`` / ``DistilBertModel`` (or a folder / hub id of one) into a TiteModel; see
-    ``tite_config_from_bert`` for the pooling options. The result is in eval mode like a freshly loaded checkpoint."""
+    """A ``BertModel`` / ``DistilBertModel`` (or its folder / hub id) as a TiteModel in eval mode; pooling options as
+    in ``tite_config_from_bert``."""
     if isinstance(bert, (str, os.PathLike)):  # loaded exactly: only the heads an encoder drops are ignored
         bert = encoder_from_pretrained(bert)
     config = tite_config_from_bert(bert.config, **config_kwargs)

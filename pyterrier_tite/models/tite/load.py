@@ -1,22 +1,19 @@
-"""The one loader of the TITE family: a folder or hub id of any TITE layout (reference pre-training module, Lightning
-IR bi-encoder, our saves) -> ``TiteModel`` (loaded exactly), tokenizer and the bi-encoder settings the checkpoint
-stores (Lightning IR ``config.json``: lengths, markers, normalisation; our ``pt_meta.json``; the folder of a saved
-query model). The checkpoint is opened once and handed to each step. ``pt/tite.py`` builds ``TITE`` from it."""
+"""The TITE family's loader: a folder or hub id of any TITE layout -> ``TiteModel``, tokenizer and the bi-encoder
+settings the checkpoint stores (Lightning IR's ``config.json``, our ``pt_meta.json``)."""
 
 from __future__ import annotations
 
 import os
 
-from pyterrier_tite.models.bert_biencoder.load import SETTINGS
+from pyterrier_tite.models.bert_biencoder.tokenization import SETTINGS
 from pyterrier_tite.models.checkpoint import Checkpoint, Loaded, load_tokenizer, open_checkpoint
 from pyterrier_tite.models.tite.convert import lightning_ir_settings, load_tite_model, tite_layout
 from pyterrier_tite.models.tite.modeling import TiteModel
 
 
 def load(path_or_id: str | os.PathLike | Checkpoint, **overrides) -> Loaded:
-    """``TiteModel``, tokenizer and ``settings``: stored lengths / markers / ``normalize`` as ``TITE`` keyword
-    arguments, plus ``query_encoder`` (the folder of the saved query model) when there is one. ``overrides``: stored
-    ``TiteConfig`` fields to replace. Another model type raises ``CheckpointError`` pointing to ``TITE.from_bert``."""
+    """``settings``: stored lengths / markers / ``normalize`` as ``TITE`` keyword arguments, and ``query_encoder``
+    (the folder of a saved query model) where there is one. ``overrides``: ``TiteConfig`` fields to replace."""
     checkpoint = open_checkpoint(path_or_id, "tite")
     layout = tite_layout(checkpoint.config, checkpoint.name)
     settings = lightning_ir_settings(checkpoint.config, checkpoint.name) if layout == "lightning-ir" else {}

@@ -1,17 +1,7 @@
-"""TiteModel: a Token-Independent Text Encoder that pools a sequence down to one vector inside its layers.
-
-Hidden states stay packed (``[total_tokens, H]`` + ``cu_seqlens``) from the embeddings to the output; attention pads
-per stage for SDPA (or runs FlashAttention varlen on GPU) and pooling uses the packed-pooling op. Loads and saves the
-reference (webis-de/tite) checkpoint format: same ``config.json`` fields and state-dict keys.
-
-Per-layer hidden states (for debugging): ``model(..., output_hidden_states=True)`` returns ``hidden_states`` =
-(embedding output, layer 1 output, ..., layer N output), each packed ``[T_l, H_l]``, with ``hidden_cu_seqlens``
-giving each stage's offsets; ``output.split_hidden_states()`` cuts them into per-sequence ``[len, H]`` tensors.
-Unlike the reference, the embedding output appears once, not twice.
-
-Convention where the reference differs: intra-pooled query rows get RoPE position ``j * stride + (kernel - 1) / 2`` (the
-window centre); the reference passes the kernel as the stride there, which only differs when kernel != stride.
-"""
+"""TiteModel: a Token-Independent Text Encoder, its hidden states packed (``[T, H]`` + ``cu_seqlens``) from the
+embeddings to the output, in the reference's (webis-de/tite) checkpoint format. Where the reference differs: the
+embedding output is one hidden state, not two, and intra-pooled query rows get the RoPE position of the window centre
+``j * stride + (kernel - 1) / 2`` (the reference passes the kernel as the stride: the same when kernel == stride)."""
 
 from __future__ import annotations
 
@@ -32,11 +22,8 @@ from pyterrier_tite.ops import pooled_lengths
 
 @dataclass
 class TiteModelOutput(ModelOutput):
-    """``last_hidden_state [B, L_out, H]`` (L_out = 1 when pooling reaches one vector; empty sequences are zero rows).
-
-    With ``output_hidden_states``: ``hidden_states`` (embeddings, then every layer) packed ``[T_l, H_l]`` and
-    ``hidden_cu_seqlens`` (int32 offsets per stage).
-    """
+    """``last_hidden_state [B, L_out, H]`` (empty sequences are zero rows); with ``output_hidden_states``, every
+    stage's packed ``hidden_states`` and their ``hidden_cu_seqlens``."""
 
     last_hidden_state: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
@@ -84,12 +71,10 @@ class TiteModel(TitePreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
-        """A folder or hub id in any TITE layout (reference pre-training module, Lightning IR bi-encoder, reference
-        or our own ``TiteModel``), loaded exactly by :func:`~pyterrier_tite.models.tite.convert.load_tite_model`: a
-        missing or unused tensor raises ``CheckpointError`` instead of the logged random init of ``PreTrainedModel``.
-
-        Other keyword arguments override stored config fields; ``dtype`` / ``torch_dtype`` cast the result;
-        ``attn_implementation`` is ignored (kernels are picked by device); unset hub options are accepted."""
+        """A folder or hub id of any TITE layout, loaded exactly: a missing or unused tensor raises
+        ``CheckpointError`` instead of ``PreTrainedModel``'s logged random init. Keyword arguments override stored
+        config fields; ``dtype`` / ``torch_dtype`` cast the result; ``attn_implementation`` and unset hub options
+        are accepted and ignored."""
         if model_args:
             raise TypeError(f"{cls.__name__}.from_pretrained takes no positional model arguments")
         if config is not None and not isinstance(config, TiteConfig):
@@ -113,7 +98,7 @@ class TiteModel(TitePreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def plan_layouts(self, lengths: torch.Tensor, device: torch.device | str) -> list[PackedLayout]:
-        """Layout of every stage (input, then after each layer); a layer that does not pool reuses its input's."""
+        """Layout of every stage (input, then each layer's); a layer that does not pool reuses its input's."""
         layouts = [PackedLayout.from_lengths(lengths, device)]
         for k, s in zip(self.config.kernel_sizes, self.config.strides, strict=True):
             current = layouts[-1]
@@ -161,11 +146,8 @@ class TiteModel(TitePreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> TiteModelOutput | tuple:
-        """Encode ``input_ids [B, L]``; ``attention_mask`` selects the tokens (positions count the kept tokens).
-
-        ``token_type_ids`` (TITE has none) and other tokenizer outputs are accepted and ignored, so
-        ``model(**tokenizer(texts, return_tensors="pt"))`` works.
-        """
+        """Encode ``input_ids [B, L]``; ``attention_mask`` selects the tokens (positions count the kept ones). Other
+        tokenizer outputs are ignored, so ``model(**tokenizer(texts, return_tensors="pt"))`` works."""
         if output_hidden_states is None:
             output_hidden_states = bool(self.config.output_hidden_states)
         packed = self.forward_packed(*pack_padded(input_ids, attention_mask), output_hidden_states=output_hidden_states)
@@ -179,8 +161,7 @@ class TiteModel(TitePreTrainedModel):
 def pack_padded(
     input_ids: torch.Tensor, attention_mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A padded batch ``[B, L]`` as :meth:`TiteModel.forward_packed` takes it: the kept token ids ``[T]``, their
-    ``cu_seqlens`` (int32) and positions (counting the kept tokens of each sequence)."""
+    """A padded batch ``[B, L]`` as :meth:`TiteModel.forward_packed` takes it: kept ids, ``cu_seqlens``, positions."""
     mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     cu = torch.zeros(mask.shape[0] + 1, dtype=torch.int32, device=input_ids.device)
     cu[1:] = torch.cumsum(mask.sum(1), 0)
@@ -202,8 +183,7 @@ _UNSET_OPTIONS = frozenset(
 
 
 def _config_overrides(kwargs: dict) -> dict:
-    """``from_pretrained`` keyword arguments that override ``TiteConfig`` fields; an option we would not honour
-    raises ``TypeError`` rather than being ignored."""
+    """``from_pretrained``'s config overrides; an option we would not honour raises ``TypeError``."""
     overrides = {}
     for name, value in kwargs.items():
         value = getattr(value, "initial", value)  # AutoModel passes the revision as a ResolvedRevision
