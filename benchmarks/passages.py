@@ -47,15 +47,15 @@ from scipy.stats import spearmanr
 
 
 def cpu_features() -> str:
-    flags = ""
+    from pyterrier_tite.devices import cpu_flags
+
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
         model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-        flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
     except OSError:
         model = "?"
     wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
-    have = [f for f in wanted if f in flags.split()]
+    have = [f for f in wanted if f in cpu_flags()]
     capability = torch.backends.cpu.get_cpu_capability()
     return f"CPU: {model}; torch capability {capability}; flags: {' '.join(have) or 'none of ' + ' '.join(wanted)}"
 

@@ -23,7 +23,6 @@
 namespace {
 
 using tite_window::axpy;
-using tite_window::cpu_isa;
 using tite_window::Isa;
 using tite_window::dot;
 using tite_window::load;

@@ -103,8 +103,8 @@ def test_links_planted_beside_the_derived_files_are_not_followed(derived_index, 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     if planted == "lock":
-        (copy / ".pt_derived.lock").unlink(missing_ok=True)
-        (copy / ".pt_derived.lock").symlink_to(victim)
+        (copy / ".pt_derived.json.lock").unlink(missing_ok=True)
+        (copy / ".pt_derived.json.lock").symlink_to(victim)
         done = search(copy)
         assert done.returncode != 0 and "is a symbolic link; it is never followed" in done.stderr
     else:

@@ -302,6 +302,9 @@ def test_given_vectors_with_nan_are_named_by_the_dense_scorer(models):
     frame.at[3, "doc_vec"] = np.full_like(frame.at[3, "doc_vec"], np.nan)
     with pytest.raises(ValueError, match=r"doc_vec holds NaN for 1 of 5 rows \(first: qid 'q2', docno 'd0'\)"):
         models["TITE"].scorer()(frame)
+    frame.at[3, "doc_vec"] = None  # a missing cell: named by id too, not numpy's "inhomogeneous shape"
+    with pytest.raises(ValueError, match=r"doc_vec holds NaN for 1 of 5 rows \(first: qid 'q2', docno 'd0'\)"):
+        models["TITE"].scorer()(frame)
 
 
 # ------------------------------------------------------------------------------------------------- integer tensors

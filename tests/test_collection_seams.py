@@ -117,3 +117,13 @@ def test_retrieve_from_a_local_package_file(tmp_path, monkeypatch):
                     "--quiet")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert {line[2] for line in run_lines(tmp_path / "new.run")} == {"new"}
+
+
+def test_approximate_search_of_a_pisa_index_is_refused_from_python_too(tmp_path):
+    """``t.load(index, search='hnsw')`` on a BM25 (PISA) index: one line, not an exact search under another name."""
+    import pyterrier_tite as t
+
+    index = bm25_index(tmp_path / "vaswani.bm25", "vaswani")
+    with pytest.raises(ValueError, match=r"search 'hnsw' is for dense indexes; .* is a BM25 \(PISA\) index"):
+        t.load(index, search="hnsw")
+    assert t.load(index, num_results=2) is not None  # exact: the index's own retriever

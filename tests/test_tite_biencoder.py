@@ -216,3 +216,16 @@ def test_experiment_script_starts_tite_from_a_pretrained_tite_folder(minilm, tmp
     reference = TiteModel.from_pretrained(str(tmp_path / "pretrained")).eval()
     shared = {k: v for k, v in reference.state_dict().items() if "word_embeddings" not in k}
     assert all(torch.equal(model.model.state_dict()[k], v) for k, v in shared.items())
+
+
+def test_from_bert_refuses_another_architecture_before_reading_weights(tmp_path):
+    """A RoBERTa folder is "not supported" from its config.json alone: its weights (here not even a RoBERTa's) are
+    never loaded, so the message is about the architecture, not about tensors."""
+    import json
+
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta", "architectures": ["RobertaModel"]}))
+    save_file({"unrelated": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match="not supported: TITE from a 'roberta' checkpoint"):
+        TITE.from_bert(str(tmp_path))

@@ -200,7 +200,7 @@ def test_each_type_runs_the_fastest_version_the_cpu_has(monkeypatch):
 @pytest.mark.parametrize("isa", ISA_VERSIONS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("dim", [32, 64, 5])
-def test_half_precision_versions_round_once(monkeypatch, isa, dtype, dim):
+def test_half_precision_versions_round_as_few_times_as_they_must(monkeypatch, isa, dtype, dim):
     """In bf16 / fp16 every version accumulates in fp32 and rounds each output once: the output and the values'
     gradients within one rounding of the float64 definition on the same 16-bit inputs. The gradients through the
     scores (q and the keys) get two: the backward reads the saved 16-bit output in delta = rowsum(dO * O), as flash

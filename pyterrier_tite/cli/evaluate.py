@@ -65,7 +65,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def evaluate(runs: list[str], qrels: str, measures: list[str], names: list[str], baseline=None, correction=None):
-    """``pt.Experiment`` over the runs on the queries of the qrels, every argument checked before any file is read."""
+    """``pt.Experiment`` over the runs on the queries of the qrels, every argument checked before any file is read
+    (the measures average over every query of the qrels: one without results scores 0)."""
     import pandas as pd
     import pyterrier as pt
 

@@ -78,8 +78,8 @@ def add_precision_argument(parser: argparse.ArgumentParser, recipe: bool = False
 
 
 def apply_process_arguments(args: argparse.Namespace) -> None:
-    """``--threads`` to torch; ``--quiet`` also to transformers' bars and ir_datasets' INFO lines, which it sets on
-    each of its loggers: only a process-wide switch reaches them all (the command owns its process)."""
+    """``--threads`` to torch; ``--quiet`` also to transformers' bars and ir_datasets' INFO lines (ir_datasets sets
+    a level on each of its loggers: only a process-wide switch reaches them all; the command owns its process)."""
     if args.threads:
         import torch
 

@@ -147,8 +147,8 @@ def index_retriever(
 ) -> pt.Transformer:
     """Queries -> top ``k`` of an index with the model it holds or names, or ``model_name`` / ``model``, refused
     unless of the index's kind with the weights it records; ``search``: exact, or hnsw / ivf for dense indexes."""
+    from pyterrier_tite.pt.artifacts import check_search, weights_fingerprint
     from pyterrier_tite.pt.artifacts import index_retriever as retriever_of
-    from pyterrier_tite.pt.artifacts import weights_fingerprint
     from pyterrier_tite.store.index_info import check_fingerprint, model_for_index
 
     info = index_info(path)
@@ -158,9 +158,7 @@ def index_retriever(
     model_name = model_name or info.get("model")
     if kind == BM25 and model_name and model_name.lower() != BM25:
         raise ValueError(f"{path} is a BM25 index; --model {model_name} cannot query it")
-    if search != "exact" and kind != "dense":
-        engine = "BM25" if kind == BM25 else "SPLADE"
-        raise ValueError(f"--search {search} is for dense indexes; {path} is a {engine} (PISA) index")
+    check_search(path, kind, search)
     if kind != BM25:
         if not model_name and model is None:
             raise ValueError(f"{path} does not name the model that built it ({INDEX_INFO} is missing): pass --model")

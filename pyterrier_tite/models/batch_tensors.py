@@ -40,7 +40,9 @@ def padded_tensors(encoded: Mapping[str, list], names: Iterable[str]) -> dict[st
     """The ``names`` found in ``encoded`` (a tokenizer's output with ``padding=True``: equal-length id lists) as
     ``[batch, length]`` int64 tensors, exactly what ``return_tensors="pt"`` gives."""
     out = {}
-    for name in filter(encoded.__contains__, names):
+    for name in names:
+        if name not in encoded:
+            continue
         try:
             array = np.asarray(encoded[name], dtype=np.int64)
         except ValueError as e:  # numpy: "inhomogeneous shape"

@@ -165,8 +165,9 @@ def read_config(checkpoint: Checkpoint) -> dict:
     return checkpoint.config
 
 
-def _load_weights(file: str, device: str = "cpu") -> Mapping[str, torch.Tensor]:
-    """The tensors of one weight file on the CPU (or the ``meta`` device), without running pickled code."""
+def _load_weights(file: str, mmap: bool = False) -> Mapping[str, torch.Tensor]:
+    """The tensors of one weight file on the CPU, without running pickled code; ``mmap``: mapped, not read (torch
+    before 2.10 reads every storage even for ``map_location="meta"``)."""
     if file.endswith(".safetensors"):
         from safetensors.torch import load_file
 
@@ -174,7 +175,12 @@ def _load_weights(file: str, device: str = "cpu") -> Mapping[str, torch.Tensor]:
     import pickle
 
     try:
-        return torch.load(file, map_location=device, weights_only=True)
+        try:
+            return torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError:
+            if not mmap:
+                raise
+            return torch.load(file, map_location="cpu", weights_only=True)  # a legacy (non-zip) file cannot be mapped
     except pickle.UnpicklingError as exc:  # code or objects other than tensors: never run, refused in one line
         lines = [line for line in str(exc).splitlines() if "GLOBAL" in line or "Unsupported" in line]
         reason = lines[0].strip().rstrip(".") if lines else type(exc).__name__
@@ -197,11 +203,12 @@ _SAFETENSORS_INTEGERS = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8
 
 
 def stored_integer_dtypes(checkpoint: Checkpoint) -> dict[str, torch.dtype]:
-    """``{name: dtype}`` of the checkpoint's integer / boolean tensors, from the header or the meta device."""
+    """``{name: dtype}`` of the checkpoint's integer / boolean tensors, from the safetensors header or the ``.bin``
+    files memory-mapped (the weights are not read)."""
     dtypes = {k: _SAFETENSORS_INTEGERS.get(v.get("dtype")) for k, v in checkpoint.tensors.items()}
     for file in weight_files(checkpoint.folder):
         if not file.endswith(".safetensors"):
-            dtypes.update({k: v.dtype for k, v in _load_weights(file, "meta").items()})
+            dtypes.update({k: v.dtype for k, v in _load_weights(file, mmap=True).items()})
     return {k: d for k, d in dtypes.items() if d is not None and not (d.is_floating_point or d.is_complex)}
 
 

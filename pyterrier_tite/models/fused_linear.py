@@ -104,7 +104,9 @@ def _fused_linear_gelu_bounded(x: torch.Tensor, weight: torch.Tensor, bias: torc
         _onednn_linear_gelu(rows[s : s + FUSED_CHUNK_ROWS], weight, bias) for s in range(0, whole, FUSED_CHUNK_ROWS)
     ]
     if n > whole:
-        rest = F.pad(rows[whole:], (0, 0, 0, fused_row_bucket(n - whole) - (n - whole)))
+        rest, pad = rows[whole:], fused_row_bucket(n - whole) - (n - whole)
+        if pad:  # F.pad copies even when it pads nothing
+            rest = F.pad(rest, (0, 0, 0, pad))
         parts.append(_onednn_linear_gelu(rest, weight, bias)[: n - whole])
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return out.reshape(*leading, out.shape[-1])

@@ -155,7 +155,8 @@ def quantize_linears(
             factors.update(dict.fromkeys(members, shared))
             joints[parent] = {}
             for p in parts:  # one quantization of the input and one GEMM for the concatenated projections
-                weight, bias = (torch.cat([getattr(linears[c], t).detach() for c in p]) for t in ("weight", "bias"))
+                weight = torch.cat([linears[c].weight.detach() for c in p])
+                bias = torch.cat([linears[c].bias.detach() for c in p])
                 joints[parent][p] = Int8Linear(weight, bias, shared)
         if name not in factors:
             norm = _feeding_norm(model, name)

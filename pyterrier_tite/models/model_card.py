@@ -312,9 +312,14 @@ def _evaluation(evaluation: dict[str, dict[str, float]]) -> list[str]:
     lines = ["## Evaluation", "", "| | " + " | ".join(_cell(m) for m in measures) + " |",
              "|---" * (len(measures) + 1) + "|"]  # fmt: skip
     for name, row in evaluation.items():
-        cells = [f"{v:.4f}" if isinstance(v, float) else "" if v is None else str(v) for v in map(row.get, measures)]
-        lines.append(f"| {_cell(name)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_cell(name)} | " + " | ".join(_number(row.get(m)) for m in measures) + " |")
     return [*lines, ""]
+
+
+def _number(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 # ---------------------------------------------------------------------------------------------------- writing

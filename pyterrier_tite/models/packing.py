@@ -6,6 +6,9 @@ kernels want ``[B, heads, L, d]``; what a layer needs about a layout is computed
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -106,3 +109,19 @@ class PackedLayout:
             flat.index_copy_(0, self.pad_index, projected)
         view = flat.view(self.batch_size, self.max_len, parts, heads, width // parts // heads)
         return view.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def block_columns(lengths: list[int], block: int) -> Iterator[tuple[int, int, list[tuple[int, int, int]]]]:
+    """Texts packed one after another (``lengths`` rows each) cut into blocks of ``block`` rows: per block its rows
+    ``[begin, end)`` and the texts it holds as ``(text, low, high)``, their rows within the block (empty texts
+    never appear), so a block's work is reduced per text without padding."""
+    ends = list(itertools.accumulate(lengths))
+    total = ends[-1] if ends else 0
+    for begin in range(0, total, block):
+        end = min(begin + block, total)
+        columns, text = [], bisect.bisect_right(ends, begin)  # the first text ending after ``begin``
+        while text < len(ends) and ends[text] - lengths[text] < end:
+            if lengths[text]:
+                columns.append((text, max(ends[text] - lengths[text], begin) - begin, min(ends[text], end) - begin))
+            text += 1
+        yield begin, end, columns

@@ -141,16 +141,26 @@ def weights_fingerprint(model) -> str | None:
     return "sha256:" + digest.hexdigest()
 
 
+def check_search(folder: str | os.PathLike, kind: str | None, search: str) -> None:
+    """Approximate search is FlexIndex's: refused for a PISA index before any model is loaded for it."""
+    if search != "exact" and kind != "dense":
+        engine = "BM25" if kind == BM25 else "SPLADE"
+        raise ValueError(f"search {search!r} is for dense indexes; {folder} is a {engine} (PISA) index")
+
+
 def index_retriever(
     folder: str | os.PathLike, num_results: int = 1000, *, model: pt.Transformer | None = None, threads: int = 1,
     search: str = "exact", search_options: dict | None = None, **kwargs,
 ) -> pt.Transformer:  # fmt: skip
     """Queries -> the top ``num_results`` of an index folder, through the model it records or ``model``: ``query
     encoder >> FlexIndex`` for a dense index (``search``: exact, hnsw or ivf, with ``search_options``), SPLADE's PISA
-    retriever, or BM25 (``threads``: PISA's). Keyword arguments go to the model's ``from_pretrained``."""
+    retriever, or BM25 (``threads``: PISA's). Keyword arguments go to :func:`load` of the recorded model."""
     folder = os.fspath(folder)
     info = index_info(folder)
     kind = info.get("kind")
+    check_search(folder, kind, search)
+    if model is not None and kwargs:
+        raise TypeError(f"{', '.join(kwargs)}: settings for loading the recorded model, but model= is given")
     if kind == BM25:
         from pyterrier_tite.store.pisa_derived import open_pisa_retriever
 

@@ -80,11 +80,13 @@ class RunRetriever(pt.Transformer):
             raise ValueError(f"run is missing columns {sorted(missing)}")
         self.run = run[["qid", "docno", "score"]].assign(qid=run["qid"].astype(str), docno=run["docno"].astype(str))
         self.name = name
+        self._source = pt.Transformer.from_df(self.run)  # the run's rows of each query asked
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         pta.validate.query_frame(inp, extra_columns=[])
         queries = inp.drop(columns=[c for c in ("docno", "score", "rank") if c in inp.columns]).drop_duplicates("qid")
-        return pt.model.add_ranks(pt.Transformer.from_df(self.run)(queries.assign(qid=queries["qid"].astype(str))))
+        results = self._source(queries.assign(qid=queries["qid"].astype(str)))
+        return pt.model.add_ranks(results)
 
     def __repr__(self) -> str:
         return f"RunRetriever({self.name!r})"

@@ -198,7 +198,8 @@ class SparseCE(CrossEncoderReranker):
     ``"int8"``: int8 linear layers on the CPU (per-token scales, heads float32): on a trained MonoCE 1.5-1.9x fp32's
     speed, Spearman per query against fp32 >= 0.97, DL19 nDCG@10 0.003-0.008 below fp32; the CPU choice where bf16
     is not native. ``cuda_graphs``: on a CUDA device, replay one captured graph per batch shape bucket (passages are
-    launch-bound there); ignored on CPU; it lives on the scorer, so rerankers over one in-memory scorer share it.
+    launch-bound there); ignored on CPU; it lives on the scorer, so rerankers over one in-memory scorer share it
+    (the last one built decides).
 
     Example::
 

@@ -106,11 +106,25 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
         return {"encoder": self.encoder, "tokenizer": self.tokenizer, "query_tokenizer": query_tokenizer, "query": None,
                 "doc": None}  # fmt: skip
 
-    tokenizer = property(lambda self: self.inputs.tokenizers["doc"])  # the queries' too, unless a pair has its own
-    tokenizers = property(lambda self: self.inputs.tokenizers)  # {"query": tokenizer, "doc": tokenizer}
-    # the tokens kept, fixed at construction (they are part of ``==`` / ``hash``)
-    query_max_length = property(lambda self: self.inputs.max_lengths["query"])
-    doc_max_length = property(lambda self: self.inputs.max_lengths["doc"])
+    @property
+    def tokenizer(self):
+        """The documents' tokenizer (the queries' too unless this is a pair with its own)."""
+        return self.inputs.tokenizers["doc"]
+
+    @property
+    def tokenizers(self) -> dict:
+        """``{"query": tokenizer, "doc": tokenizer}``."""
+        return self.inputs.tokenizers
+
+    @property
+    def query_max_length(self) -> int:
+        """Query tokens kept (fixed at construction: it is part of ``==`` / ``hash``)."""
+        return self.inputs.max_lengths["query"]
+
+    @property
+    def doc_max_length(self) -> int:
+        """Document tokens kept (fixed at construction: it is part of ``==`` / ``hash``)."""
+        return self.inputs.max_lengths["doc"]
 
     @property
     def is_pair(self) -> bool:
@@ -219,7 +233,8 @@ class Splade(KeyedEquality, pt.Transformer, ModelArtifact):
             v.result_frame(extra_columns=["query", self.text_field], mode="scorer")
             v.query_frame(extra_columns=["query"], mode="query_encoder")
             v.document_frame(extra_columns=[self.text_field], mode="doc_encoder")
-        return getattr(self, v.mode)()(inp)  # the modes are the methods that make each stage
+        stages = {"scorer": self.scorer, "query_encoder": self.query_encoder, "doc_encoder": self.doc_encoder}
+        return stages[v.mode]()(inp)
 
 
 class _Stage(KeyedEquality, NamedSchematic, pt.Transformer):
@@ -334,7 +349,8 @@ class SpladePisaRetriever(KeyedEquality, NamedSchematic, pt.Transformer):
         self.index = index
         self.num_results = num_results
         self.threads = threads
-        # checked first: PISA aborts the process on a damaged index or a full disk
+        # checked first (PISA aborts the process on a damaged index); the files PISA derives on first use are
+        # written by a helper process, so a full disk is an error, not an abort
         self.pisa = open_pisa_retriever(index, "quantized", num_results, threads, toks_scale=PISA_SCALE)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:

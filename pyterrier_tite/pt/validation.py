@@ -77,13 +77,20 @@ def refuse_non_finite(
         return
     if hasattr(values, "isfinite"):  # a torch tensor, checked where it lies
         values = values.detach()
-        bad = (~values.isfinite()).reshape(len(values), -1).any(dim=1).cpu().numpy()
-    else:  # [N] scores, [N, D] vectors or a sequence of vectors (a query_vec / doc_vec column)
-        values = np.asarray(list(values) if isinstance(values, pd.Series) else values, dtype=np.float64)
+        bad = ~values.isfinite().reshape(len(values), -1).all(dim=1).cpu().numpy()
+    elif isinstance(values, (pd.Series, list, tuple)):  # row by row: a vector column may hold a None or ragged rows
+        values = [np.asarray(v, dtype=np.float64) for v in values]
+        bad = np.array([not np.isfinite(v).all() for v in values])
+    else:  # [N] scores or [N, D] vectors
+        values = np.asarray(values, dtype=np.float64)
         bad = ~np.isfinite(values).reshape(len(values), -1).all(axis=1)
     if not bad.any():
         return
-    word = "NaN" if bool((values.isnan() if hasattr(values, "isnan") else np.isnan(values)).any()) else "infinite"
+    if isinstance(values, list):
+        nan = any(np.isnan(values[i]).any() for i in np.flatnonzero(bad))
+    else:
+        nan = bool((values.isnan() if hasattr(values, "isnan") else np.isnan(values)).any())
+    word = "NaN" if nan else "infinite"
     if index is not None:
         bad = bad[np.asarray(index, dtype=np.int64)]
     first = int(np.argmax(bad))

@@ -216,7 +216,8 @@ def corpus_size(source: str) -> int | None:
 @dataclass(frozen=True)
 class Shard:
     """This process's part of a sharded build: its ``rank`` of ``world_size`` processes and ``gather(encodings)``,
-    which every rank calls with its encodings of a chunk and which returns every rank's on rank 0, elsewhere None."""
+    which every rank calls with its encodings of a chunk and which returns, on rank 0, every rank's in rank order,
+    elsewhere None (``torch.distributed.gather_object`` to rank 0)."""
 
     rank: int = 0
     world_size: int = 1
@@ -237,7 +238,7 @@ def encode_in_order(
     docs: Iterable[dict], encode: Callable[[list[dict]], Sequence], chunk_size: int = 1024, shard: Shard = SINGLE
 ) -> Iterator[tuple[str, object]]:
     """``(docno, encoding)`` in corpus order, ``encode(docs)`` giving one encoding per document of a chunk; the index
-    rank 0 writes is the one one process writes. Sharded, every rank iterates the same ``docs`` (each chunk is a
+    rank 0 writes is the one a single process writes. Sharded, every rank iterates the same ``docs`` (each chunk is a
     gather): rank ``r`` encodes documents ``r, r + world_size, ...`` of a chunk, rank 0 yields them all, others none."""
     rank, world_size = shard.rank, shard.world_size
     for chunk in chunked(docs, chunk_size * world_size):

@@ -14,7 +14,7 @@ import numpy as np
 import pyterrier as pt
 from more_itertools import consume, peekable
 
-from pyterrier_tite.store.atomic import atomic_build
+from pyterrier_tite.store.atomic import atomic_build, write_file
 from pyterrier_tite.store.cache import cache_dir, slug
 from pyterrier_tite.store.corpus import SINGLE, Shard, checked_corpus, encode_in_order, known_size
 from pyterrier_tite.store.locks import write_lock
@@ -196,7 +196,5 @@ def faiss_index(flex, search: str, settings: dict):
             index.train(sample)
             index.quantizer = quantizer  # keep the quantizer alive with the index
         index.add(vectors)
-        staging = path.with_name(f".{path.name}.{os.getpid()}")
-        faiss.write_index(index, str(staging))
-        os.replace(staging, path)
+        write_file(path, faiss.serialize_index(index).tobytes(), "FAISS index")  # re-enters the lock held here
     return index

@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import itertools
 import os
 import resource
 import socket
@@ -208,7 +207,11 @@ def _unwritable(target: Path, folder: Path, exc: OSError) -> UnwritableTargetErr
 
 def _make_folders(folder: Path, target: Path) -> list[Path]:
     """Create ``folder`` and its missing parents; returns those created (deepest first)."""
-    missing = list(itertools.takewhile(lambda path: not os.path.lexists(path), [folder, *folder.parents]))
+    missing = []
+    for path in [folder, *folder.parents]:
+        if os.path.lexists(path):
+            break
+        missing.append(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

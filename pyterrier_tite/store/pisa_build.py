@@ -87,7 +87,10 @@ def pisa_text_index(folder, docs, text_field, stemmer: str = "porter2", threads:
     with tempfile.TemporaryDirectory(prefix="pyterrier-tite-pisa-") as scratch:
         pipe = os.path.join(scratch, "documents")
         os.mkfifo(pipe)
-        call = "pisa.index(*sys.argv[3:6], int(sys.argv[6]), int(sys.argv[7]))"
+        call = (
+            "pipe, path, stemmer, batch, threads = sys.argv[3:]\n"
+            "pisa.index(pipe, path, stemmer, int(batch), int(threads))"
+        )
         stemmed = "" if stem == PisaStemmer.none else stem.value
         child = subprocess.Popen(pisa_child(call, pipe, folder, stemmed, batch_size, threads), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip

@@ -82,8 +82,8 @@ def derived_names(scorer: str, encoding: str, native: dict) -> list[str]:
 
 def derive(folder: Path, args: list, kwargs: dict) -> None:
     """PISA's ``prepare_index`` into ``folder`` in a helper process; its failure is a :class:`DerivedFilesError`."""
-    call = ("args, kwargs = json.loads(sys.argv[4])\n"
-            "pisa.prepare_index(pisa.RetrievalContext(), sys.argv[3], *args, **kwargs)")  # fmt: skip
+    call = ("folder, (args, kwargs) = sys.argv[3], json.loads(sys.argv[4])\n"
+            "pisa.prepare_index(pisa.RetrievalContext(), folder, *args, **kwargs)")  # fmt: skip
     done = subprocess.run(pisa_child(call, folder, json.dumps([args, kwargs])), capture_output=True,
                           text=True, stdin=subprocess.DEVNULL, errors="replace")  # fmt: skip
     if done.returncode == 0:
@@ -114,7 +114,7 @@ def pisa_derived_files(path: str | os.PathLike, needed: Sequence[str] = ()) -> I
             yield folder
             return
         folder = derived_cache(folder)
-    with write_lock(folder / "pt_derived", wait=True):
+    with write_lock(folder / PISA_DERIVED_RECORD, wait=True):  # the record's own lock: write_file re-enters it
         _remove_unrecorded(folder)
         try:
             yield folder

@@ -113,7 +113,10 @@ def make_optimizer(model: nn.Module, args: TrainingArguments) -> torch.optim.Opt
     kept: list[nn.Parameter] = []
     for name, param in model.named_parameters():
         if param.requires_grad:
-            (kept if name.endswith(".bias") or "norm" in name.lower() else decayed).append(param)
+            if name.endswith(".bias") or "norm" in name.lower():
+                kept.append(param)
+            else:
+                decayed.append(param)
     groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": kept, "weight_decay": 0.0}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=args.learning_rate)
 
@@ -130,7 +133,9 @@ def linear_schedule(optimizer: torch.optim.Optimizer, args: TrainingArguments) -
 
 
 class Trainer:
-    """Runs ``args.max_steps`` optimizer steps of ``loss_fn`` over ``batches``."""
+    """Runs ``args.max_steps`` optimizer steps of ``loss_fn`` over ``batches``. ``save_fn(model, path)`` writes a
+    loadable model folder, for every checkpoint and the final model. The model's plain ``nn.Dropout`` modules are
+    swapped in place for the counter-based CPU kernel (:func:`use_fast_dropout`)."""
 
     def __init__(
         self,
@@ -230,7 +235,8 @@ class Trainer:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat)
-        for g, mean in zip(grads, flat.div_(self.world_size).split([g.numel() for g in grads]), strict=True):
+        flat /= self.world_size
+        for g, mean in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
             g.copy_(mean.view_as(g))
 
     def _micro_batches(self):

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 
-from pyterrier_tite.text import text_fields
+from pyterrier_tite.text import document_text, text_fields
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -56,7 +56,7 @@ def collection_texts(dataset: str, fields: Sequence[str] | None = None, limit: i
             absent = [f for f in fields if f not in doc]
             if absent:
                 raise KeyError(f"documents lack fields {absent}; available: {sorted(doc)}")
-        yield " ".join(str(doc[f]) for f in fields if doc[f])
+        yield document_text(doc, fields)  # the text BM25 and the encoders read: bytes decoded, NaN fields absent
 
 
 def train_collection_tokenizer(

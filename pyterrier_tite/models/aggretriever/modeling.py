@@ -38,6 +38,7 @@ from pyterrier_tite.models.checkpoint import (
     read_state_dict,
 )
 from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, packed_mlm_encoder
+from pyterrier_tite.models.packing import block_columns
 
 
 def _slices(lexical: torch.Tensor, width: int, offset: int | None = None) -> torch.Tensor:
@@ -184,18 +185,15 @@ class AggretrieverEncoder(nn.Module):
         lengths = (attention_mask.sum(dim=1) - 1).tolist()  # tokens after [CLS]
         tokens = hidden[not_cls]
         lexical = hidden.new_full((len(lengths), self.mlm.config.vocab_size), float("-inf"))
-        ends = torch.tensor(lengths, dtype=torch.long).cumsum(0).tolist()
-        for begin in range(0, tokens.shape[0], PACKED_HEAD_ROWS):
-            block = tokens[begin : begin + PACKED_HEAD_ROWS]
+        for begin, end, columns in block_columns(lengths, PACKED_HEAD_ROWS):
+            block = tokens[begin:end]
             logits = self.mlm.cls(block)  # [rows, V]
             probabilities = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
             probabilities.div_(probabilities.sum(dim=-1, keepdim=True))
             weights = self.term_weight(block)
             weighted = probabilities.mul_(torch.relu(weights) if self.term_weight_relu else weights)
-            for text, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):  # each text's rows in it
-                low, high = max(start, begin) - begin, min(end, begin + len(block)) - begin
-                if low < high:
-                    torch.maximum(lexical[text], weighted[low:high].amax(dim=0), out=lexical[text])
+            for text, low, high in columns:
+                torch.maximum(lexical[text], weighted[low:high].amax(dim=0), out=lexical[text])
         lexical[lexical == float("-inf")] = 0.0  # a text with nothing after [CLS]: zeros, as the padded forward
         return AggretrieverOutput(cls=cls, agg=agg_star(lexical, self.agg_dim, self.vocab_offset))
 

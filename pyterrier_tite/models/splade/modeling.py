@@ -12,6 +12,7 @@ from torch import nn
 from pyterrier_tite.models.backbone import mlm_from_pretrained
 from pyterrier_tite.models.batch_tensors import takes_token_types
 from pyterrier_tite.models.packed_bert import PackedEncoder, PackedPairs, packed_mlm_encoder
+from pyterrier_tite.models.packing import block_columns
 from pyterrier_tite.models.splade.tokenization import Role
 
 #: MLMs whose logits are exactly ``get_output_embeddings()(head states)``: the projection is last, on every token.
@@ -53,14 +54,7 @@ def splade_pool_tokens(
     ``lengths`` per text, at least one token in all). Each ``[vocab_tile, block]`` piece of logits (``rows @
     tokens.T``, BLAS's faster orientation here) stays in cache while each text's columns of it are reduced: padding
     costs nothing and short texts share one pass over the weight."""
-    ends = torch.tensor(lengths, dtype=torch.long).cumsum(dim=0).tolist()
-    starts = [0, *ends[:-1]]
-    pieces = []  # per block of tokens: the texts it holds, each with its columns
-    for begin in range(0, tokens.shape[0], block):
-        end = min(begin + block, tokens.shape[0])
-        columns = [(text, max(starts[text], begin) - begin, min(ends[text], end) - begin) for text in range(len(ends))
-                   if max(starts[text], begin) < min(ends[text], end)]  # fmt: skip
-        pieces.append((tokens[begin:end].T, columns))
+    pieces = [(tokens[begin:end].T, columns) for begin, end, columns in block_columns(lengths, block)]
     if not pieces:
         raise ValueError("no tokens: every text is empty")
     best = None
@@ -69,7 +63,7 @@ def splade_pool_tokens(
         for block_tokens, columns in pieces:
             logits = rows @ block_tokens  # [v, n]
             if best is None:
-                best = logits.new_full((len(ends), weight.shape[0]), float("-inf"))
+                best = logits.new_full((len(lengths), weight.shape[0]), float("-inf"))
             target = best[:, first : first + vocab_tile]
             for text, low, high in columns:
                 torch.maximum(target[text], logits[:, low:high].amax(dim=1), out=target[text])

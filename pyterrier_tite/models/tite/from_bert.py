@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 
 from pyterrier_tite.models.backbone import encoder_from_pretrained
+from pyterrier_tite.models.checkpoint import open_checkpoint
 from pyterrier_tite.models.tite.configuration import TiteConfig, output_shapes
 from pyterrier_tite.models.tite.modeling import TiteModel
 
@@ -151,6 +152,7 @@ def explicit_kernels(layers: list[LayerPooling], count: int, max_length: int) ->
 
 def bert_sizes(config) -> dict:
     """TiteConfig sizes of a BERT or DistilBERT config (DistilBERT fixes eps at 1e-12)."""
+    check_supported(config.model_type)
     if config.model_type == "bert":
         return dict(
             vocab_size=config.vocab_size, num_hidden_layers=config.num_hidden_layers,
@@ -158,13 +160,16 @@ def bert_sizes(config) -> dict:
             intermediate_sizes=config.intermediate_size, dropout_prob=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps, hidden_act=config.hidden_act,
         )  # fmt: skip
-    if config.model_type == "distilbert":
-        return dict(
-            vocab_size=config.vocab_size, num_hidden_layers=config.n_layers, hidden_sizes=config.dim,
-            num_attention_heads=config.n_heads, intermediate_sizes=config.hidden_dim, dropout_prob=config.dropout,
-            layer_norm_eps=1e-12, hidden_act=config.activation,
-        )  # fmt: skip
-    raise ValueError(f"not supported: TITE from a {config.model_type!r} checkpoint (BERT and DistilBERT are)")
+    return dict(
+        vocab_size=config.vocab_size, num_hidden_layers=config.n_layers, hidden_sizes=config.dim,
+        num_attention_heads=config.n_heads, intermediate_sizes=config.hidden_dim, dropout_prob=config.dropout,
+        layer_norm_eps=1e-12, hidden_act=config.activation,
+    )  # fmt: skip
+
+
+def check_supported(model_type: str | None) -> None:
+    if model_type not in ("bert", "distilbert"):
+        raise ValueError(f"not supported: TITE from a {model_type!r} checkpoint (BERT and DistilBERT are)")
 
 
 #: DistilBERT module names -> BERT's, so both share one mapping onto TITE
@@ -220,7 +225,9 @@ def tite_from_bert(bert: torch.nn.Module | str | os.PathLike, **config_kwargs) -
     """A ``BertModel`` / ``DistilBertModel`` (or its folder / hub id) as a TiteModel in eval mode; pooling options as
     in ``tite_config_from_bert``."""
     if isinstance(bert, (str, os.PathLike)):  # loaded exactly: only the heads an encoder drops are ignored
-        bert = encoder_from_pretrained(bert)
+        checkpoint = open_checkpoint(bert)
+        check_supported(checkpoint.config.get("model_type"))  # before any weights are read
+        bert = encoder_from_pretrained(checkpoint)
     config = tite_config_from_bert(bert.config, **config_kwargs)
     model = TiteModel(config)
     state = bert_state_dict_to_tite(bert.state_dict(), config.num_hidden_layers, config.max_position_embeddings)
